@@ -1,0 +1,305 @@
+"""Lesson 05: the position-wise feed-forward network (ReLU, GELU, SwiGLU) and its cost.
+
+    FFN(x)        = act(x W_1 + b_1) W_2 + b_2                      (Vaswani et al. 2017, eq. 2)
+    FFN_SwiGLU(x) = (SiLU(x W_3 + b_3) * (x W_1 + b_1)) W_2 + b_2   (Shazeer 2020, eq. 6)
+
+applied to every token alone (the same weights at every position). Weights are (d_in, d_out) and
+applied on the right, ``x @ W``. GELU is exact, ``x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))``
+(Hendrycks and Gimpel 2016, section 2); the tanh approximation only when asked for by name
+(``"gelu_tanh"``). The inner size d_ff defaults to 4 d_model (the paper's 512 -> 2048); for SwiGLU
+:func:`swiglu_d_ff` gives the "2/3" size that keeps the parameter count of a 4 d_model FFN.
+
+Naming: ``W_3`` is the gate (passed through SiLU). In Meta's LLaMA code the gate is ``w1`` and the
+up-projection ``w3`` (Hugging Face: ``gate_proj``, ``up_proj``); swap them when loading.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "ACTIVATIONS",
+    "relu", "gelu", "silu", "relu_np", "gelu_np", "silu_np",
+    "swiglu_d_ff",
+    "FeedForward",
+    "feed_forward_np",
+    "ffn_params",
+    "layer_params",
+    "layer_flops",
+    "ffn_share",
+    "ffn_param_share",
+    "MODEL_SIZES",
+]
+
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
+
+
+# ---- activations -------------------------------------------------------------------------------
+
+def relu(x: torch.Tensor) -> torch.Tensor:
+    """ReLU(x) = max(0, x), elementwise."""
+    return torch.clamp(x, min=0)
+
+
+def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """GELU(x) = x * Phi(x), elementwise (Hendrycks and Gimpel 2016, section 2).
+
+    approximate="none": exact, ``0.5 x (1 + erf(x / sqrt 2))``;
+    approximate="tanh": ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
+    Equal to ``torch.nn.functional.gelu(x, approximate=...)`` (tested).
+    Raises ValueError for another `approximate`.
+    """
+    if approximate == "none":
+        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu(x: torch.Tensor) -> torch.Tensor:
+    """SiLU(x) = Swish_1(x) = x * sigmoid(x), elementwise (Ramachandran et al. 2017)."""
+    return x * torch.sigmoid(x)
+
+
+def relu_np(x) -> np.ndarray:
+    """float64 NumPy ReLU."""
+    return np.maximum(np.asarray(x, dtype=np.float64), 0.0)
+
+
+_erf_np = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu_np(x, approximate: str = "none") -> np.ndarray:
+    """float64 NumPy GELU; see :func:`gelu`."""
+    x = np.asarray(x, dtype=np.float64)
+    if approximate == "none":
+        return 0.5 * x * (1.0 + _erf_np(x / math.sqrt(2.0)))
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    raise ValueError(f"gelu_np: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def silu_np(x) -> np.ndarray:
+    """float64 NumPy SiLU, x / (1 + exp(-x))."""
+    x = np.asarray(x, dtype=np.float64)
+    return x / (1.0 + np.exp(-x))
+
+
+def _act(activation: str):
+    return {"relu": relu, "gelu": gelu, "gelu_tanh": lambda x: gelu(x, "tanh")}[activation]
+
+
+def _act_np(activation: str):
+    return {"relu": relu_np, "gelu": gelu_np, "gelu_tanh": lambda x: gelu_np(x, "tanh")}[activation]
+
+
+def _check_activation(activation: str) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+# ---- the module --------------------------------------------------------------------------------
+
+def swiglu_d_ff(d_model: int, multiple_of: int = 1) -> int:
+    """The "2/3 rule": d_ff = 2/3 * 4 d_model, rounded up to a multiple of `multiple_of`.
+
+    A SwiGLU FFN has three (d_model x d_ff) matrices instead of two, so this d_ff keeps its
+    parameter count close to that of a 4 d_model ReLU FFN (Shazeer 2020, section 2;
+    LLaMA uses multiple_of=256: d_model 4096 -> 11008).
+    Raises ValueError unless d_model and multiple_of are positive.
+    """
+    if d_model < 1 or multiple_of < 1:
+        raise ValueError(f"swiglu_d_ff: d_model={d_model} and multiple_of={multiple_of} "
+                         "must both be positive")
+    d_ff = int(2 * 4 * d_model / 3)
+    return multiple_of * ((d_ff + multiple_of - 1) // multiple_of)
+
+
+class FeedForward(nn.Module):
+    """Position-wise FFN: ``act(x W_1 + b_1) W_2 + b_2``, or SwiGLU
+    ``(SiLU(x W_3 + b_3) * (x W_1 + b_1)) W_2 + b_2``.
+
+    Args:
+        d_model: model width.
+        d_ff: inner width; None means 4 * d_model (use :func:`swiglu_d_ff` for the 2/3 rule).
+        activation: "relu" (the paper), "gelu" (exact erf), "gelu_tanh", or "swiglu".
+        bias: whether b_1, b_2 (and b_3) exist.
+    Parameters: ``W_1 (d_model, d_ff)``, ``b_1 (d_ff,)``, ``W_2 (d_ff, d_model)``, ``b_2 (d_model,)``;
+        SwiGLU adds the gate ``W_3 (d_model, d_ff)``, ``b_3 (d_ff,)``.
+    forward(x): x (..., d_model) float -> (..., d_model), same dtype; every position alone.
+    Raises: ValueError for an unknown activation, a non-positive size, or an input whose last
+        dimension is not d_model (naming both).
+    Source: Vaswani et al. 2017, section 3.3, eq. 2; Shazeer 2020, eq. 6; lesson 05.
+    """
+
+    def __init__(self, d_model: int, d_ff: int | None = None, activation: str = "relu",
+                 bias: bool = True):
+        super().__init__()
+        _check_activation(activation)
+        d_ff = 4 * d_model if d_ff is None else d_ff
+        if d_model < 1 or d_ff < 1:
+            raise ValueError(f"FeedForward: d_model={d_model} and d_ff={d_ff} must be positive")
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
+        self.W_1 = nn.Parameter(torch.empty(d_model, d_ff))
+        self.W_2 = nn.Parameter(torch.empty(d_ff, d_model))
+        self.b_1 = nn.Parameter(torch.zeros(d_ff)) if bias else None
+        self.b_2 = nn.Parameter(torch.zeros(d_model)) if bias else None
+        if activation == "swiglu":
+            self.W_3 = nn.Parameter(torch.empty(d_model, d_ff))
+            self.b_3 = nn.Parameter(torch.zeros(d_ff)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform(-1/sqrt(d_in), 1/sqrt(d_in)) weights (nn.Linear's scale), zero biases."""
+        for name in ("W_1", "W_2", "W_3"):
+            W = getattr(self, name, None)
+            if W is not None:
+                bound = 1.0 / math.sqrt(W.shape[0])
+                nn.init.uniform_(W, -bound, bound)
+
+    @staticmethod
+    def _affine(x, W, b):
+        return x @ W + b if b is not None else x @ W
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0 or x.shape[-1] != self.d_model:
+            raise ValueError(f"FeedForward: input has shape {tuple(x.shape)}, but d_model="
+                             f"{self.d_model} (the last dimension must be {self.d_model})")
+        h = self._affine(x, self.W_1, self.b_1)                       # (..., d_ff)
+        if self.activation == "swiglu":
+            h = silu(self._affine(x, self.W_3, self.b_3)) * h         # (..., d_ff)
+        else:
+            h = _act(self.activation)(h)                              # (..., d_ff)
+        return self._affine(h, self.W_2, self.b_2)                    # (..., d_model)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, d_ff={self.d_ff}, activation={self.activation!r}"
+
+
+def feed_forward_np(x, W_1, b_1, W_2, b_2, activation: str = "relu", W_3=None, b_3=None):
+    """float64 NumPy reference of :class:`FeedForward` (biases may be None).
+
+    Args: x (..., d_model); W_1, W_3 (d_model, d_ff); b_1, b_3 (d_ff,); W_2 (d_ff, d_model);
+    b_2 (d_model,). Returns float64 (..., d_model).
+    Raises ValueError for an unknown activation, a missing W_3 for SwiGLU, or shapes that do not
+    chain (naming them).
+    """
+    _check_activation(activation)
+    x, W_1, W_2 = (np.asarray(a, dtype=np.float64) for a in (x, W_1, W_2))
+    if x.shape[-1] != W_1.shape[0] or W_1.shape[1] != W_2.shape[0]:
+        raise ValueError(f"feed_forward_np: x {x.shape}, W_1 {W_1.shape}, W_2 {W_2.shape} do "
+                         "not chain: need x (..., d_model), W_1 (d_model, d_ff), W_2 (d_ff, d_model)")
+
+    def affine(a, W, b):
+        return a @ W + (0.0 if b is None else np.asarray(b, dtype=np.float64))
+
+    h = affine(x, W_1, b_1)                                            # (..., d_ff)
+    if activation == "swiglu":
+        if W_3 is None:
+            raise ValueError("feed_forward_np: activation='swiglu' needs the gate W_3")
+        h = silu_np(affine(x, np.asarray(W_3, dtype=np.float64), b_3)) * h
+    else:
+        h = _act_np(activation)(h)
+    return affine(h, W_2, b_2)                                         # (..., d_model)
+
+
+# ---- parameter and FLOP accounting -------------------------------------------------------------
+
+def ffn_params(d_model: int, d_ff: int, activation: str = "relu", bias: bool = True) -> int:
+    """Parameters of one FFN: ``m d_model d_ff + bias (m d_ff + d_model)``, m = 3 for SwiGLU
+    else 2. Equals ``sum(p.numel() for p in FeedForward(...).parameters())`` (tested)."""
+    _check_activation(activation)
+    m = 3 if activation == "swiglu" else 2
+    return m * d_model * d_ff + (m - 1) * d_ff * bias + d_model * bias
+
+
+def layer_params(d_model: int, d_ff: int, n_heads: int | None = None,
+                 n_kv_heads: int | None = None, activation: str = "relu",
+                 bias: bool = True) -> dict:
+    """Parameters of one transformer layer, itemised: {"attn", "ffn", "norms"}.
+
+    attn = d_model (d_model + 2 n_kv_heads d_k) + d_model^2 (+ biases), with d_k = d_model /
+    n_heads (MHA when n_kv_heads is None); norms = two LayerNorms, 4 d_model.
+    """
+    d_kv = _kv_width(d_model, n_heads, n_kv_heads)
+    attn = 2 * d_model * d_model + 2 * d_model * d_kv + bias * (2 * d_model + 2 * d_kv)
+    return {"attn": attn, "ffn": ffn_params(d_model, d_ff, activation, bias), "norms": 4 * d_model}
+
+
+def _kv_width(d_model: int, n_heads: int | None, n_kv_heads: int | None) -> int:
+    if n_kv_heads is None:
+        return d_model
+    if n_heads is None or d_model % n_heads or n_heads % n_kv_heads:
+        raise ValueError(f"n_heads={n_heads} must divide d_model={d_model} and be a multiple "
+                         f"of n_kv_heads={n_kv_heads}")
+    return n_kv_heads * (d_model // n_heads)
+
+
+def layer_flops(d_model: int, d_ff: int, T: int, n_heads: int | None = None,
+                n_kv_heads: int | None = None, activation: str = "relu",
+                causal: bool = False) -> dict:
+    """Forward FLOPs of one layer on one sequence of T tokens, itemised (FLOPs = 2 x MACs).
+
+        "attn_proj":   2 T d_model (2 d_model + 2 d_kv)        Q, K, V and output projections
+        "attn_scores": 2 T^2 d_model  (x 1/2 if causal)        Q K^T over all heads
+        "attn_mix":    2 T^2 d_model  (x 1/2 if causal)        weights @ V over all heads
+        "ffn":         2 T d_model d_ff m,  m = 3 for SwiGLU else 2
+
+    with d_kv = n_kv_heads d_k (= d_model for MHA). Matrix products only: biases, softmax,
+    activations and norms are O(T d_model) and O(T^2 n_heads) and left out (lesson 05 checks
+    they are under 1% at GPT-3 size). `causal=True` counts only the unmasked half of the T x T
+    products (what an optimised kernel can skip); the common convention counts all of them.
+    Units: FLOPs (floating-point operations). Source: lesson 05; Kaplan et al. 2020, table 1.
+    Raises ValueError for non-positive sizes or an inconsistent head split.
+    """
+    if min(d_model, d_ff, T) < 1:
+        raise ValueError(f"layer_flops: d_model={d_model}, d_ff={d_ff}, T={T} must be positive")
+    _check_activation(activation)
+    d_kv = _kv_width(d_model, n_heads, n_kv_heads)
+    frac = 0.5 if causal else 1.0
+    m = 3 if activation == "swiglu" else 2
+    return {
+        "attn_proj": 2 * T * d_model * (2 * d_model + 2 * d_kv),
+        "attn_scores": frac * 2 * T * T * d_model,
+        "attn_mix": frac * 2 * T * T * d_model,
+        "ffn": 2 * T * d_model * d_ff * m,
+    }
+
+
+def ffn_share(d_model: int, d_ff: int, T: int, n_heads: int | None = None,
+              n_kv_heads: int | None = None, activation: str = "relu",
+              causal: bool = False) -> float:
+    """The FFN's share of one layer's forward FLOPs (a fraction in [0, 1]).
+
+        share = m d_ff / (m d_ff + 2 d_model + 2 d_kv + 4 T c),   c = 1/2 if causal else 1
+
+    i.e. ``layer_flops(...)["ffn"] / sum(layer_flops(...).values())``; for a 4 d_model ReLU/GELU
+    FFN with MHA, ``8 d / (12 d + 4 T c)``: 2/3 when T << d, falling as T grows.
+    Source: lesson 05.
+    """
+    flops = layer_flops(d_model, d_ff, T, n_heads, n_kv_heads, activation, causal)
+    return flops["ffn"] / sum(flops.values())
+
+
+def ffn_param_share(d_model: int, d_ff: int, n_heads: int | None = None,
+                    n_kv_heads: int | None = None, activation: str = "relu",
+                    bias: bool = True) -> float:
+    """The FFN's share of one layer's parameters (fraction): ffn / (attn + ffn + norms)."""
+    p = layer_params(d_model, d_ff, n_heads, n_kv_heads, activation, bias)
+    return p["ffn"] / sum(p.values())
+
+
+# Published sizes (d_model, n_heads, n_kv_heads, d_ff, context T, activation) of real models:
+# Vaswani 2017 table 3; Devlin 2019; Radford 2019; Brown 2020 table 2.1; Touvron 2023 (LLaMA 2).
+MODEL_SIZES = {
+    "Transformer base (2017)": dict(d_model=512, n_heads=8, n_kv_heads=None, d_ff=2048, T=512, activation="relu"),
+    "BERT-base": dict(d_model=768, n_heads=12, n_kv_heads=None, d_ff=3072, T=512, activation="gelu"),
+    "GPT-2 XL (1.5B)": dict(d_model=1600, n_heads=25, n_kv_heads=None, d_ff=6400, T=1024, activation="gelu"),
+    "GPT-3 175B": dict(d_model=12288, n_heads=96, n_kv_heads=None, d_ff=49152, T=2048, activation="gelu"),
+    "LLaMA-2 7B": dict(d_model=4096, n_heads=32, n_kv_heads=None, d_ff=11008, T=4096, activation="swiglu"),
+    "LLaMA-2 70B": dict(d_model=8192, n_heads=64, n_kv_heads=8, d_ff=28672, T=4096, activation="swiglu"),
+}
