@@ -1,0 +1,137 @@
+"""Scaled dot-product attention (lesson 02), in PyTorch and as a float64 NumPy reference.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V            Vaswani et al. 2017, eq. (1)
+
+Masks are boolean, ``True`` = may attend (see :mod:`txlearn.masks`). A query whose keys are all
+masked has no distribution to average with; the course defines its output as 0 (all its weights
+0) and keeps its gradients finite, where a plain ``softmax`` over a row of ``-inf`` gives NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = ["masked_softmax", "scaled_dot_product_attention", "attention_np", "masked_softmax_np"]
+
+
+def _check_mask(mask, scores_shape: tuple, is_bool) -> None:
+    if not is_bool:
+        raise ValueError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
+                         "for an additive float mask m use `m == 0` to get the boolean one")
+    try:
+        full = tuple(np.broadcast_shapes(tuple(mask.shape), tuple(scores_shape)))
+    except ValueError:
+        full = None
+    if full != tuple(scores_shape):
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' "
+                         f"shape {tuple(scores_shape)} (..., L, S)")
+
+
+def _check_qkv(Q_shape, K_shape, V_shape) -> None:
+    if len(Q_shape) < 2 or len(K_shape) < 2 or len(V_shape) < 2:
+        raise ValueError(f"Q, K, V need at least 2 dims (..., T, d), got Q {tuple(Q_shape)}, "
+                         f"K {tuple(K_shape)}, V {tuple(V_shape)}")
+    if Q_shape[-1] != K_shape[-1]:
+        raise ValueError(f"d_k of Q and K differ: Q {tuple(Q_shape)} has d_k={Q_shape[-1]}, "
+                         f"K {tuple(K_shape)} has d_k={K_shape[-1]}")
+    if K_shape[-2] != V_shape[-2]:
+        raise ValueError(f"K and V must have the same number of keys S: K {tuple(K_shape)}, "
+                         f"V {tuple(V_shape)}")
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
+                   dim: int = -1) -> torch.Tensor:
+    """Softmax of `scores` along `dim` over the allowed entries only.
+
+        w_ij = mask_ij exp(s_ij - m_i) / sum_j' mask_ij' exp(s_ij' - m_i),   m_i = max allowed s_ij
+
+    Hidden entries get weight exactly 0. A row with no allowed entry gets all zeros (not NaN),
+    and its gradient is 0. The max-shift ``m_i`` (lesson 01) keeps ``exp`` from overflowing.
+
+    Args:
+        scores: float tensor ``(..., L, S)``.
+        mask: bool, broadcastable to `scores`, ``True`` = allowed; ``None`` = all allowed.
+        dim: the axis that sums to 1 (the keys' axis, -1, in attention).
+
+    Returns:
+        tensor of `scores`' shape and dtype; each row sums to 1, or to 0 if fully masked.
+
+    Raises:
+        ValueError: `mask` is not boolean, or does not broadcast to `scores` (shapes named).
+    """
+    if mask is not None:
+        _check_mask(mask, scores.shape, mask.dtype == torch.bool)
+        scores = scores.masked_fill(~mask, float("-inf"))
+    row_max = scores.amax(dim=dim, keepdim=True).detach()  # (..., L, 1)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    e = torch.exp(scores - row_max)  # hidden entries: exp(-inf) = 0
+    denom = e.sum(dim=dim, keepdim=True)  # (..., L, 1); 0 for a fully masked row
+    denom = torch.where(denom > 0, denom, torch.ones_like(denom))  # 0 / 1 = 0, finite grads
+    return e / denom
+
+
+def scaled_dot_product_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+                                 mask: torch.Tensor | None = None, return_weights: bool = False):
+    """Scaled dot-product attention, ``softmax(Q K^T / sqrt(d_k)) V`` with a boolean mask.
+
+    Args:
+        Q: queries ``(..., L, d_k)``, float.
+        K: keys ``(..., S, d_k)``, same dtype.
+        V: values ``(..., S, d_v)``, same dtype.
+        mask: bool, broadcastable to ``(..., L, S)``, ``True`` = query i may attend to key j
+            (the polarity of ``F.scaled_dot_product_attention``'s boolean ``attn_mask``).
+        return_weights: also return the attention weights.
+
+    Returns:
+        ``out (..., L, d_v)``, or ``(out, weights (..., L, S))`` if `return_weights`. Rows of
+        `weights` sum to 1; a fully masked query gets weights 0 and output 0.
+
+    Raises:
+        ValueError: d_k of Q and K differ, K and V have different S, or the mask is not boolean
+            or does not broadcast to ``(..., L, S)`` (the shapes are named).
+
+    Source: Vaswani et al. 2017, section 3.2.1, eq. (1); lesson 02.
+    """
+    _check_qkv(Q.shape, K.shape, V.shape)
+    d_k = Q.shape[-1]
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
+    weights = masked_softmax(scores, mask, dim=-1)  # (..., L, S)
+    out = weights @ V  # (..., L, S) @ (..., S, d_v) -> (..., L, d_v)
+    return (out, weights) if return_weights else out
+
+
+def masked_softmax_np(scores: np.ndarray, mask: np.ndarray | None = None,
+                      axis: int = -1) -> np.ndarray:
+    """float64 NumPy reference of :func:`masked_softmax` (fully masked rows give 0).
+
+    Raises:
+        ValueError: as :func:`masked_softmax`.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    if mask is None:
+        mask = np.ones(scores.shape, dtype=bool)
+    mask = np.asarray(mask)
+    _check_mask(mask, scores.shape, mask.dtype == np.bool_)
+    mask = np.broadcast_to(mask, scores.shape)
+    s = np.where(mask, scores, -np.inf)
+    m = s.max(axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    e = np.where(mask, np.exp(s - m), 0.0)
+    denom = e.sum(axis=axis, keepdims=True)
+    return np.divide(e, denom, out=np.zeros_like(e), where=denom > 0)
+
+
+def attention_np(Q, K, V, mask=None, return_weights: bool = False):
+    """float64 NumPy reference of :func:`scaled_dot_product_attention` (same shapes, same
+    conventions, same errors). Inputs are converted to float64 arrays.
+    """
+    Q, K, V = (np.asarray(a, dtype=np.float64) for a in (Q, K, V))
+    _check_qkv(Q.shape, K.shape, V.shape)
+    d_k = Q.shape[-1]
+    scores = Q @ np.swapaxes(K, -2, -1) / np.sqrt(d_k)  # (..., L, S)
+    weights = masked_softmax_np(scores, mask, axis=-1)  # (..., L, S)
+    out = weights @ V  # (..., L, d_v)
+    return (out, weights) if return_weights else out

@@ -1,0 +1,202 @@
+"""Attention masks (lesson 02): causal, padding, and their combination.
+
+Convention of the whole course (``DESIGN.md``): a mask is **boolean** and ``True`` means *may
+attend*. This is the polarity of the boolean ``attn_mask`` of
+``torch.nn.functional.scaled_dot_product_attention``; ``nn.MultiheadAttention``'s boolean
+``attn_mask`` and ``key_padding_mask`` use the opposite one (``True`` = hidden), see
+:func:`from_torch_key_padding_mask`.
+
+Masks are combined with logical operations (``&``), never by adding large negative numbers to
+the scores: a sum of two ``-1e9`` terms, or a ``0/1`` keep-mask added by mistake, silently changes
+the weights, while a boolean AND cannot.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "causal_mask",
+    "causal_mask_np",
+    "padding_mask",
+    "padding_mask_np",
+    "combine_masks",
+    "key_padding_to_attn_mask",
+    "from_torch_key_padding_mask",
+    "to_additive",
+]
+
+
+def _check_lengths(L: int, S: int | None) -> tuple[int, int]:
+    S = L if S is None else S
+    for name, n in (("L", L), ("S", S)):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"{name} must be a positive integer, got {n!r} (L={L!r}, S={S!r})")
+    return int(L), int(S)
+
+
+def causal_mask(L: int, S: int | None = None, device=None) -> torch.Tensor:
+    """Causal mask for `L` queries over `S` keys, aligned to the bottom-right corner.
+
+    ``mask[i, j] = j <= i + (S - L)``: query ``i`` is the ``(S - L + i)``-th position of a
+    sequence whose first ``S`` positions are the keys, so the last query sees every key. With
+    ``L == S`` this is the lower triangle including the diagonal (every position sees itself and
+    its past). With ``L < S`` it is the mask of the last ``L`` queries of a cached sequence; with
+    ``L > S`` the first ``L - S`` rows are all ``False`` (such queries get output 0 in
+    :func:`txlearn.attention.scaled_dot_product_attention`).
+
+    Same as ``torch.nn.attention.bias.causal_lower_right(L, S)``. SDPA's ``is_causal=True``
+    aligns top-left instead (``j <= i``), which differs when ``L != S``.
+
+    Args:
+        L: number of queries (positive int).
+        S: number of keys (positive int); defaults to `L`.
+        device: torch device of the result.
+
+    Returns:
+        bool tensor ``(L, S)``, ``True`` = may attend.
+
+    Raises:
+        ValueError: `L` or `S` is not a positive integer (names both).
+
+    Source: Vaswani et al. 2017, section 3.2.3 ("masking out ... illegal connections"); lesson 02.
+    """
+    L, S = _check_lengths(L, S)
+    ones = torch.ones(L, S, dtype=torch.bool, device=device)  # (L, S)
+    return torch.tril(ones, diagonal=S - L)  # (L, S), keeps j - i <= S - L
+
+
+def causal_mask_np(L: int, S: int | None = None) -> np.ndarray:
+    """NumPy reference of :func:`causal_mask`: bool ``(L, S)``, ``mask[i, j] = j <= i + S - L``.
+
+    Raises:
+        ValueError: `L` or `S` is not a positive integer.
+    """
+    L, S = _check_lengths(L, S)
+    i = np.arange(L)[:, None]  # (L, 1) query index
+    j = np.arange(S)[None, :]  # (1, S) key index
+    return j <= i + (S - L)  # (L, S)
+
+
+def _lengths_array(lengths, S: int) -> np.ndarray:
+    if hasattr(lengths, "detach"):
+        lengths = lengths.detach().cpu().numpy()
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
+        raise ValueError(f"lengths must be a 1-D sequence of integers (B,), got shape "
+                         f"{lengths.shape} and dtype {lengths.dtype}")
+    if isinstance(S, bool) or not isinstance(S, (int, np.integer)) or S < 1:
+        raise ValueError(f"S must be a positive integer, got {S!r}")
+    if lengths.size and (lengths.min() < 0 or lengths.max() > S):
+        raise ValueError(f"every length must lie in [0, S={S}], got min {lengths.min()} "
+                         f"and max {lengths.max()}")
+    return lengths
+
+
+def padding_mask(lengths: Sequence[int] | torch.Tensor, S: int, device=None) -> torch.Tensor:
+    """Key padding mask from sequence lengths: ``mask[b, j] = j < lengths[b]``.
+
+    Args:
+        lengths: ``(B,)`` integers, the number of real tokens of each sequence (a list, array or
+            integer tensor).
+        S: padded length (positive int), ``max(lengths) <= S``.
+        device: torch device of the result (defaults to that of `lengths` if it is a tensor).
+
+    Returns:
+        bool tensor ``(B, S)``, ``True`` = real token (may be attended to). Broadcast it over
+        queries and heads with :func:`key_padding_to_attn_mask`.
+
+    Raises:
+        ValueError: `lengths` is not 1-D integer, or a length is negative or above `S`.
+
+    Source: lesson 02 (padding masks).
+    """
+    if device is None and isinstance(lengths, torch.Tensor):
+        device = lengths.device
+    lengths = _lengths_array(lengths, S)
+    lengths_t = torch.as_tensor(lengths, device=device)[:, None]  # (B, 1)
+    positions = torch.arange(S, device=device)[None, :]  # (1, S)
+    return positions < lengths_t  # (B, S)
+
+
+def padding_mask_np(lengths, S: int) -> np.ndarray:
+    """NumPy reference of :func:`padding_mask`: bool ``(B, S)``, ``mask[b, j] = j < lengths[b]``.
+
+    Raises:
+        ValueError: as :func:`padding_mask`.
+    """
+    lengths = _lengths_array(lengths, S)
+    return np.arange(S)[None, :] < lengths[:, None]  # (B, S)
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Logical AND of boolean masks, broadcast together; ``None`` entries are skipped.
+
+    A position may be attended to only if every mask allows it. Returns ``None`` when every
+    argument is ``None`` (no mask at all).
+
+    Raises:
+        ValueError: a mask is not boolean (its dtype is named), or two masks do not broadcast
+            (both shapes are named).
+
+    Source: lesson 02 (combining causal and padding masks).
+    """
+    result = None
+    for m in masks:
+        if m is None:
+            continue
+        if m.dtype != torch.bool:
+            raise ValueError(f"masks must be boolean (True = may attend), got dtype {m.dtype}")
+        if result is None:
+            result = m
+            continue
+        try:
+            torch.broadcast_shapes(result.shape, m.shape)
+        except RuntimeError:
+            raise ValueError(f"masks of shapes {tuple(result.shape)} and {tuple(m.shape)} "
+                             "do not broadcast") from None
+        result = result & m
+    return result
+
+
+def key_padding_to_attn_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """Reshape a ``(B, S)`` key padding mask to ``(B, 1, 1, S)`` so it broadcasts over heads and
+    queries against scores of shape ``(B, n_heads, L, S)``.
+
+    Raises:
+        ValueError: `key_padding_mask` is not 2-D boolean.
+    """
+    if key_padding_mask.dtype != torch.bool or key_padding_mask.dim() != 2:
+        raise ValueError("key_padding_mask must be bool of shape (B, S), got dtype "
+                         f"{key_padding_mask.dtype} and shape {tuple(key_padding_mask.shape)}")
+    return key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+
+
+def from_torch_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Convert a boolean mask of ``nn.MultiheadAttention`` (``True`` = ignore) to this course's
+    polarity (``True`` = may attend), and back: the conversion is its own inverse, ``~mask``.
+
+    Raises:
+        ValueError: `mask` is not boolean.
+    """
+    if mask.dtype != torch.bool:
+        raise ValueError(f"expected a boolean mask, got dtype {mask.dtype}")
+    return ~mask
+
+
+def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Additive float form of a boolean mask: ``0`` where allowed, ``-inf`` where hidden.
+
+    This is the float ``attn_mask`` that ``F.scaled_dot_product_attention`` and
+    ``nn.MultiheadAttention`` add to the scores. The course itself keeps masks boolean.
+
+    Raises:
+        ValueError: `mask` is not boolean.
+    """
+    if mask.dtype != torch.bool:
+        raise ValueError(f"expected a boolean mask, got dtype {mask.dtype}")
+    zeros = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    return zeros.masked_fill(~mask, float("-inf"))
