@@ -1,0 +1,229 @@
+"""Lesson 04: positional encodings: sinusoidal, learned, rotary (RoPE).
+
+Sinusoidal (Vaswani et al. 2017, section 3.5), the paper's layout, sin at even and cos at odd
+feature indices::
+
+    PE[pos, 2i]     = sin(pos * omega_i)
+    PE[pos, 2i + 1] = cos(pos * omega_i),       omega_i = base^(-2i / d_model),  base = 10000
+
+Rotary (Su et al. 2021, "RoFormer", section 3.4.2, eq. 34): rotate each channel pair (a, b) of a
+query or key at position m by the angle m * theta_i, theta_i = base^(-2i / d)::
+
+    (a, b) -> (a cos(m theta_i) - b sin(m theta_i),  a sin(m theta_i) + b cos(m theta_i))
+
+so that q_m . k_n depends only on m - n. Two channel pairings are in use, named here:
+
+- ``"interleaved"``: pair i is channels (2i, 2i + 1): the RoFormer paper, GPT-J, Meta's LLaMA code;
+- ``"half"``: pair i is channels (i, i + d/2): GPT-NeoX and Hugging Face's LLaMA.
+
+:func:`interleaved_to_half` and :func:`half_to_interleaved` permute channels between the two; the
+same permutation of W_Q's and W_K's output columns converts a checkpoint (tested).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = [
+    "sinusoidal_encoding",
+    "sinusoidal_encoding_np",
+    "sinusoidal_offset_matrix_np",
+    "LearnedPositionalEmbedding",
+    "rope_angles_np",
+    "apply_rope",
+    "apply_rope_np",
+    "interleaved_to_half",
+    "half_to_interleaved",
+    "PAIRINGS",
+]
+
+PAIRINGS = ("interleaved", "half")
+
+
+def _check_even(d: int, what: str) -> None:
+    if d < 2 or d % 2:
+        raise ValueError(f"{what} needs an even feature size d >= 2 (channels come in sin/cos or "
+                         f"rotation pairs), got d={d}")
+
+
+# ---- sinusoidal --------------------------------------------------------------------------------
+
+def _frequencies_np(d: int, base: float) -> np.ndarray:
+    """omega_i = base^(-2i / d) for i = 0 .. d/2 - 1, float64 (d/2,), radians per position."""
+    return base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+
+
+def sinusoidal_encoding_np(T: int, d_model: int, base: float = 10000.0) -> np.ndarray:
+    """The sinusoidal table PE (T, d_model), float64; sin at even, cos at odd feature indices.
+
+    PE[pos, 2i] = sin(pos omega_i), PE[pos, 2i+1] = cos(pos omega_i), omega_i = base^(-2i/d_model)
+    (Vaswani et al. 2017, section 3.5). Raises ValueError for an odd d_model or T < 0.
+    """
+    _check_even(d_model, "sinusoidal_encoding")
+    if T < 0:
+        raise ValueError(f"sinusoidal_encoding: T must be >= 0, got T={T}")
+    angles = np.arange(T, dtype=np.float64)[:, None] * _frequencies_np(d_model, base)  # (T, d/2)
+    pe = np.empty((T, d_model), dtype=np.float64)
+    pe[:, 0::2] = np.sin(angles)  # even indices
+    pe[:, 1::2] = np.cos(angles)  # odd indices
+    return pe
+
+
+def sinusoidal_encoding(T: int, d_model: int, base: float = 10000.0,
+                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """The sinusoidal table as a tensor (T, d_model) of `dtype` (no gradient).
+
+    Computed in float64 then cast, so it equals :func:`sinusoidal_encoding_np` to the dtype's
+    rounding. Add it to the token embeddings: ``x + sinusoidal_encoding(T, d_model)``.
+    Raises ValueError for an odd d_model or T < 0. Source: Vaswani et al. 2017, section 3.5.
+    """
+    return torch.tensor(sinusoidal_encoding_np(T, d_model, base), dtype=dtype, device=device)
+
+
+def sinusoidal_offset_matrix_np(k: int, d_model: int, base: float = 10000.0) -> np.ndarray:
+    """The fixed matrix M_k (d_model, d_model) with PE[pos + k] = PE[pos] @ M_k for every pos.
+
+    Block diagonal: for each frequency omega_i, the 2 x 2 block acting on (sin, cos) is
+    [[cos(k omega_i), -sin(k omega_i)], [sin(k omega_i), cos(k omega_i)]] (right-multiplied), a
+    rotation by k omega_i; it does not depend on pos. Source: Vaswani et al. 2017, section 3.5
+    ("PE_{pos+k} can be represented as a linear function of PE_pos"); lesson 04.
+    Raises ValueError for an odd d_model.
+    """
+    _check_even(d_model, "sinusoidal_offset_matrix_np")
+    M = np.zeros((d_model, d_model))
+    for i, w in enumerate(_frequencies_np(d_model, base)):
+        c, s = np.cos(k * w), np.sin(k * w)
+        # row vector [sin a, cos a] @ [[c, -s], [s, c]] = [sin a c + cos a s, -sin a s + cos a c]
+        M[2 * i:2 * i + 2, 2 * i:2 * i + 2] = [[c, -s], [s, c]]
+    return M
+
+
+# ---- learned -----------------------------------------------------------------------------------
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A learned table ``W_pos (max_len, d_model)``: position p gets row p (BERT, GPT-2).
+
+    forward(positions): an int T (positions 0 .. T-1; returns (T, d_model)) or an integer tensor
+    of positions of any shape (returns (*positions.shape, d_model)); dtype of W_pos.
+    Raises ValueError for a position past the table, ``>= max_len``, or negative (naming both):
+    a learned table has no row for a position it never saw. Init: N(0, 0.02^2) (GPT-2).
+    Source: Gehring et al. 2017, section 3.1; Vaswani et al. 2017, section 3.5; lesson 04.
+    """
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        if max_len < 1 or d_model < 1:
+            raise ValueError(f"LearnedPositionalEmbedding: max_len={max_len} and d_model="
+                             f"{d_model} must be positive")
+        self.max_len, self.d_model = max_len, d_model
+        self.W_pos = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+
+    def forward(self, positions) -> torch.Tensor:
+        if isinstance(positions, int):
+            positions = torch.arange(positions, device=self.W_pos.device)
+        if positions.numel():
+            hi, lo = int(positions.max()), int(positions.min())
+            if hi >= self.max_len or lo < 0:
+                bad = hi if hi >= self.max_len else lo
+                raise ValueError(f"LearnedPositionalEmbedding: position {bad} is outside the "
+                                 f"learned table of max_len={self.max_len} (rows 0..{self.max_len - 1})")
+        return self.W_pos[positions]                       # (*positions.shape, d_model)
+
+    def extra_repr(self) -> str:
+        return f"max_len={self.max_len}, d_model={self.d_model}"
+
+
+# ---- rotary ------------------------------------------------------------------------------------
+
+def rope_angles_np(positions, d: int, base: float = 10000.0) -> np.ndarray:
+    """Angles m * theta_i, float64 (T, d/2) in radians, theta_i = base^(-2i/d)."""
+    _check_even(d, "rope")
+    return np.asarray(positions, dtype=np.float64)[:, None] * _frequencies_np(d, base)
+
+
+def interleaved_to_half(x):
+    """Permute the last dimension from interleaved pairs (2i, 2i+1) to half-split pairs (i, i+d/2).
+
+    Channel order [x0, x1, x2, x3, ...] -> [x0, x2, x4, ..., x1, x3, x5, ...]. Works on tensors and
+    arrays; raises ValueError for an odd last dimension.
+    """
+    _check_even(x.shape[-1], "interleaved_to_half")
+    return _cat(x[..., 0::2], x[..., 1::2])                 # (..., d)
+
+
+def half_to_interleaved(x):
+    """Inverse of :func:`interleaved_to_half`: [a_0..a_{d/2-1}, b_0..] -> [a_0, b_0, a_1, b_1, ...]."""
+    d = x.shape[-1]
+    _check_even(d, "half_to_interleaved")
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    stack = torch.stack if isinstance(x, torch.Tensor) else np.stack
+    return stack((a, b), -1).reshape(*x.shape)               # (..., d/2, 2) -> (..., d)
+
+
+def _cat(a, b):
+    return torch.cat((a, b), -1) if isinstance(a, torch.Tensor) else np.concatenate((a, b), -1)
+
+
+def _rotate(a, b, cos, sin):
+    return a * cos - b * sin, a * sin + b * cos
+
+
+def _split_pairs(x, pairing: str):
+    d = x.shape[-1]
+    if pairing == "interleaved":
+        return x[..., 0::2], x[..., 1::2]                    # (..., d/2) each
+    return x[..., : d // 2], x[..., d // 2:]                 # (..., d/2) each
+
+
+def _join_pairs(a, b, pairing: str):
+    if pairing == "interleaved":
+        return half_to_interleaved(_cat(a, b))                # (..., d)
+    return _cat(a, b)                                         # (..., d)
+
+
+def _check_rope_args(x_shape, positions_len, pairing: str) -> None:
+    if pairing not in PAIRINGS:
+        raise ValueError(f"apply_rope: pairing must be one of {PAIRINGS}, got {pairing!r}")
+    _check_even(x_shape[-1], "apply_rope")
+    if len(x_shape) < 2 or positions_len != x_shape[-2]:
+        raise ValueError(f"apply_rope: {positions_len} positions for an input of shape "
+                         f"{tuple(x_shape)}; need one position per row of the T axis (dim -2)")
+
+
+def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
+               base: float = 10000.0) -> torch.Tensor:
+    """Rotate channel pairs of `x` by position-dependent angles (RoPE; Su et al. 2021, eq. 34).
+
+    Args:
+        x: queries or keys (..., T, d), float; d even (d_k per head).
+        positions: integer positions (T,), default 0 .. T-1 (offset them for a KV cache).
+        pairing: "interleaved" (pairs (2i, 2i+1), RoFormer/GPT-J) or "half" (pairs (i, i+d/2),
+            GPT-NeoX/HF LLaMA).
+        base: theta_i = base^(-2i/d).
+    Returns: (..., T, d), dtype of x; norms of every pair are preserved, and
+        ``apply_rope(q, m) . apply_rope(k, n)`` depends on m - n only.
+    Raises: ValueError for an odd d, an unknown pairing, or len(positions) != T.
+    """
+    T = x.shape[-2] if x.dim() >= 2 else -1
+    positions = torch.arange(T) if positions is None else torch.as_tensor(positions)
+    _check_rope_args(tuple(x.shape), positions.numel(), pairing)
+    angles = torch.tensor(rope_angles_np(positions.cpu().numpy(), x.shape[-1], base),
+                          dtype=x.dtype, device=x.device)              # (T, d/2)
+    a, b = _split_pairs(x, pairing)                                    # (..., T, d/2) each
+    a, b = _rotate(a, b, torch.cos(angles), torch.sin(angles))
+    return _join_pairs(a, b, pairing)                                  # (..., T, d)
+
+
+def apply_rope_np(x, positions=None, pairing: str = "interleaved",
+                  base: float = 10000.0) -> np.ndarray:
+    """float64 NumPy reference of :func:`apply_rope` (same arguments, returns float64)."""
+    x = np.asarray(x, dtype=np.float64)
+    T = x.shape[-2] if x.ndim >= 2 else -1
+    positions = np.arange(T) if positions is None else np.asarray(positions)
+    _check_rope_args(x.shape, positions.size, pairing)
+    angles = rope_angles_np(positions, x.shape[-1], base)             # (T, d/2)
+    a, b = _split_pairs(x, pairing)                                    # (..., T, d/2) each
+    a, b = _rotate(a, b, np.cos(angles), np.sin(angles))
+    return _join_pairs(a, b, pairing)                                  # (..., T, d)
