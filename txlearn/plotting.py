@@ -1,0 +1,96 @@
+"""Shared figure helpers for the lessons.
+
+``layer_diagram`` draws the transformer layer that the course builds (lesson 00's map): the
+sub-layers bottom-up, the residual connections around them, and the lesson that derives each
+piece. Plots are never compared byte for byte; tests check what a figure contains (its labels).
+
+Source: Vaswani et al. (2017), figure 1 (the encoder side); ``notebooks/00_map.ipynb``.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
+
+__all__ = ["layer_boxes", "layer_diagram"]
+
+_GREY, _POS, _ATTN, _NORM, _FFN = "#dddddd", "#f4d7a1", "#a9cbe8", "#e8e3a9", "#b5e0b0"
+_EMBED = ("token embedding  (B, T) -> (B, T, d_model)", "09", _GREY)
+_POSENC = ("+ positional encoding  (T, d_model)", "04", _POS)
+_ATTENTION = ("multi-head attention  softmax(Q K^T / sqrt(d_k)) V", "01-03", _ATTN)
+_NORMBOX = ("LayerNorm  (or RMSNorm)", "06", _NORM)
+_FEEDFORWARD = ("feed-forward  d_model -> d_ff -> d_model", "05", _FFN)
+_HEAD = ("output head  (B, T, d_model) -> (B, T, vocab)", "09", _GREY)
+
+
+def layer_boxes(norm_first: bool = False) -> list[tuple[str, str, str]]:
+    """The diagram's boxes, bottom-up, as (label, lesson, colour).
+
+    Post-LN (the paper, ``norm_first=False``): ``x = norm(x + sublayer(x))``, so each norm
+    follows its sub-layer. Pre-LN (``norm_first=True``): ``x = x + sublayer(norm(x))``, so each
+    norm precedes it. Either way the residual addition sits right after each sub-layer.
+    """
+    if norm_first:
+        block = [_NORMBOX, _ATTENTION, _NORMBOX, _FEEDFORWARD]
+    else:
+        block = [_ATTENTION, _NORMBOX, _FEEDFORWARD, _NORMBOX]
+    return [_EMBED, _POSENC, *block, _HEAD]
+
+
+def _box(ax, y: float, label: str, lesson: str, colour: str) -> None:
+    ax.add_patch(FancyBboxPatch((2.0, y), 6.0, 0.5, boxstyle="round,pad=0.05",
+                                facecolor=colour, edgecolor="black", linewidth=1))
+    ax.text(5.0, y + 0.25, label, ha="center", va="center", fontsize=8.5)
+    ax.text(8.3, y + 0.25, f"lesson {lesson}", ha="left", va="center", fontsize=8,
+            color="dimgray")
+
+
+def _arrow(ax, points: list[tuple[float, float]], colour: str = "black") -> None:
+    """A polyline through `points` with an arrow head at the last one."""
+    xs, ys = zip(*points)
+    ax.plot(xs[:-1], ys[:-1], color=colour, linewidth=1)
+    ax.add_patch(FancyArrowPatch(points[-2], points[-1], arrowstyle="-|>", mutation_scale=10,
+                                 color=colour, linewidth=1, shrinkA=0, shrinkB=0))
+
+
+def layer_diagram(norm_first: bool = False, ax=None):
+    """Draw one transformer layer bottom-up, with residual paths and lesson numbers.
+
+    The two sub-layers (attention, FFN), their norms and their residual additions (the circled
+    "+") sit inside a dashed frame marked "x N layers"; the embedding and positional encoding
+    feed it from below and the output head reads it from above.
+
+    Args:
+        norm_first: draw the pre-LN order (norm before each sub-layer) instead of post-LN.
+        ax: a matplotlib Axes to draw into; a new 8 x 6 inch figure when None.
+
+    Returns:
+        the matplotlib Figure holding the diagram.
+
+    Source: Vaswani et al. (2017), figure 1; lessons 00 and 07.
+    """
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(8, 6))
+    else:
+        fig = ax.figure
+    boxes = layer_boxes(norm_first)
+    for i, (label, lesson, colour) in enumerate(boxes):
+        _box(ax, i, label, lesson, colour)
+        if i > 0:
+            _arrow(ax, [(5.0, i - 0.45), (5.0, i - 0.05)])
+    sublayers = (3, 5) if norm_first else (2, 4)  # box index of attention and of the FFN
+    for j, sub in enumerate(sublayers):
+        start_y = 2 + 2 * j - 0.25                # the sub-block's input, below its first box
+        plus_y = sub + 0.75                       # between the sub-layer and the next box
+        ax.add_patch(Circle((5.0, plus_y), 0.13, facecolor="white", edgecolor="firebrick"))
+        ax.text(5.0, plus_y, "+", ha="center", va="center", color="firebrick", fontsize=10)
+        _arrow(ax, [(5.0, start_y), (1.3, start_y), (1.3, plus_y), (4.87, plus_y)], "firebrick")
+    ax.add_patch(FancyBboxPatch((0.9, 1.65), 8.9, 4.2, boxstyle="round,pad=0.05",
+                                fill=False, linestyle="--", edgecolor="gray"))
+    ax.text(9.7, 1.8, "x N layers", ha="right", va="center", fontsize=9, color="gray")
+    order = "pre-LN: x + sublayer(norm(x))" if norm_first else "post-LN: norm(x + sublayer(x))"
+    ax.set_title(f"One transformer layer, bottom-up ({order}); red: residual paths", fontsize=10)
+    ax.set_xlim(0.5, 10.2)
+    ax.set_ylim(-0.3, len(boxes))
+    ax.axis("off")
+    return fig

@@ -1,0 +1,347 @@
+"""Softmax, log-softmax and the 1/sqrt(d_k) scale (lesson 01).
+
+Each equation exists twice: a float64 NumPy reference (suffix ``_np``, for derivations and as a
+test oracle) and a PyTorch function (for autograd and training). They are tested equal, and the
+PyTorch ones are tested against ``torch.softmax`` and ``torch.log_softmax``.
+
+    softmax(x)_i     = exp(x_i / tau) / sum_j exp(x_j / tau)
+    log_softmax(x)_i = x_i / tau - log sum_j exp(x_j / tau)
+
+Both are computed after subtracting the maximum along the axis (the max-shift): the result is
+unchanged, because softmax(x) = softmax(x - c) for any constant c, and exp() of a number <= 0 can
+neither overflow nor make every term 0. Lesson 01 measures what happens without it.
+
+Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1 (equation 1 and
+footnote 4 for the 1/sqrt(d_k) scale); ``notebooks/01_softmax.ipynb``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+__all__ = [
+    "softmax", "log_softmax", "softmax_np", "log_softmax_np", "naive_softmax_np",
+    "softmax_jacobian", "softmax_jacobian_np", "entropy", "entropy_np",
+    "scaled_scores", "scaled_scores_np", "sample_scores_np",
+]
+
+
+# --------------------------------------------------------------------------- argument checks
+
+def _check_temperature(temperature: float) -> None:
+    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)
+            and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+
+
+def _check_axis(axis: int, ndim: int, name: str = "axis") -> None:
+    if not -max(ndim, 1) <= axis < max(ndim, 1):
+        raise ValueError(f"{name}={axis} is out of range for an input with {ndim} dimensions")
+
+
+def _check_float_tensor(x: torch.Tensor) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"x must be a torch.Tensor, got {type(x).__name__} "
+                         "(use softmax_np for NumPy arrays)")
+    if not x.is_floating_point():
+        raise ValueError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+
+
+# --------------------------------------------------------------------------- NumPy references
+
+def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
+    """Softmax along `axis`, float64 NumPy reference: ``exp(x_i/tau) / sum_j exp(x_j/tau)``.
+
+    Computed as ``exp(z - max(z)) / sum exp(z - max(z))`` with ``z = x / tau``; the max is taken
+    per slice along `axis`, so every slice has one term equal to exp(0) = 1 and the result has
+    no overflow and no 0/0. Entries equal to -inf get weight 0 (a slice needs one finite entry).
+
+    Args:
+        x: array-like of any shape, converted to float64.
+        axis: the axis that is normalised (sums to 1).
+        temperature: tau > 0; tau > 1 flattens the distribution, tau < 1 sharpens it.
+
+    Returns:
+        float64 array, same shape as `x`, entries in [0, 1], summing to 1 along `axis`.
+
+    Raises:
+        ValueError: temperature <= 0 or not finite; `axis` out of range for `x.ndim`.
+
+    Source: Vaswani et al. (2017), section 3.2.1, equation 1; lesson 01.
+    """
+    _check_temperature(temperature)
+    x = np.asarray(x, dtype=np.float64)
+    _check_axis(axis, x.ndim)
+    z = x / temperature
+    z = z - z.max(axis=axis, keepdims=True)  # (..., 1, ...) broadcast along `axis`
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def log_softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
+    """Log of the softmax along `axis`, float64 NumPy: ``z_i - log sum_j exp(z_j)``, ``z = x/tau``.
+
+    Computed as ``(z - m) - log sum exp(z - m)`` with ``m = max(z)``, which stays finite where
+    ``log(softmax_np(x))`` would give log(0) = -inf (e.g. ``[0, -1000] -> [0, -1000]``).
+
+    Args, returns and raises: as :func:`softmax_np`; the values are <= 0 (natural log).
+
+    Source: lesson 01 (the log-sum-exp trick).
+    """
+    _check_temperature(temperature)
+    x = np.asarray(x, dtype=np.float64)
+    _check_axis(axis, x.ndim)
+    z = x / temperature
+    z = z - z.max(axis=axis, keepdims=True)  # (..., 1, ...) broadcast along `axis`
+    return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
+
+
+def naive_softmax_np(x, axis: int = -1) -> np.ndarray:
+    """Softmax WITHOUT the max-shift, ``exp(x) / sum exp(x)``, in the dtype of `x`.
+
+    Deliberately unstable, for lesson 01's overflow measurement: in float32, ``exp(x)`` is inf
+    for x > ln(3.4e38) ~ 88.7 and the result holds inf/inf = NaN; for very negative x every
+    term underflows to 0 and the result is 0/0 = NaN. Use :func:`softmax_np` for real work.
+
+    Args:
+        x: floating-point array of any shape (its dtype is kept; integers become float64).
+        axis: the axis that is normalised.
+
+    Returns:
+        array of the same shape and dtype as `x`, possibly holding NaN.
+
+    Raises:
+        ValueError: `axis` out of range for `x.ndim`.
+    """
+    x = np.asarray(x)
+    if not np.issubdtype(x.dtype, np.floating):
+        x = x.astype(np.float64)
+    _check_axis(axis, x.ndim)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        e = np.exp(x)
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_jacobian_np(x) -> np.ndarray:
+    """Jacobian of the softmax of a vector, float64: ``J_ij = ds_i/dx_j = s_i (delta_ij - s_j)``.
+
+    In matrix form ``J = diag(s) - s s^T`` with ``s = softmax(x)``. J is symmetric, its rows sum
+    to 0 (softmax ignores a common shift of x), and by Gershgorin's theorem its spectral norm is
+    at most ``max_i 2 s_i (1 - s_i) <= 2 (1 - max_i s_i)``: it vanishes as the softmax saturates.
+
+    Args:
+        x: logits, shape (..., n); the Jacobian is taken per vector along the last axis.
+
+    Returns:
+        float64 array of shape (..., n, n).
+
+    Raises:
+        ValueError: `x` is a scalar (0-d).
+
+    Source: lesson 01 (why saturation stalls learning).
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim == 0:
+        raise ValueError("softmax_jacobian_np needs logits of shape (..., n), got a scalar")
+    s = softmax_np(x, axis=-1)                        # (..., n)
+    diag = s[..., :, None] * np.eye(s.shape[-1])      # (..., n, n)
+    outer = s[..., :, None] * s[..., None, :]         # (..., n, 1) * (..., 1, n) -> (..., n, n)
+    return diag - outer
+
+
+def entropy_np(p, axis: int = -1) -> np.ndarray:
+    """Shannon entropy in nats, float64: ``H(p) = -sum_i p_i log p_i``, with ``0 log 0 = 0``.
+
+    H is log(n) for the uniform distribution over n entries and 0 for a one-hot one.
+
+    Args:
+        p: probabilities, any shape, summing to 1 along `axis`.
+        axis: the axis of the distribution.
+
+    Returns:
+        float64 array, the shape of `p` without `axis`.
+
+    Raises:
+        ValueError: `axis` out of range; an entry of `p` is negative or not finite.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    _check_axis(axis, p.ndim)
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ValueError("p must hold finite probabilities >= 0")
+    logp = np.log(np.where(p > 0, p, 1.0))  # log 1 = 0 where p = 0, so 0 log 0 -> 0
+    return -(p * logp).sum(axis=axis)
+
+
+def scaled_scores_np(Q, K) -> np.ndarray:
+    """Attention scores ``Q K^T / sqrt(d_k)``, float64 NumPy reference.
+
+    Args:
+        Q: queries, shape (..., L, d_k).
+        K: keys, shape (..., S, d_k); leading axes broadcast against Q's.
+
+    Returns:
+        float64 array of shape (..., L, S): entry (l, s) is q_l . k_s / sqrt(d_k).
+
+    Raises:
+        ValueError: Q or K has fewer than 2 dimensions, or their last axes (d_k) differ.
+
+    Source: Vaswani et al. (2017), section 3.2.1, equation 1.
+    """
+    Q = np.asarray(Q, dtype=np.float64)
+    K = np.asarray(K, dtype=np.float64)
+    _check_qk_shapes(tuple(Q.shape), tuple(K.shape))
+    d_k = Q.shape[-1]
+    return Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
+
+
+def sample_scores_np(d_k: int, n_samples: int, scaled: bool, seed: int = 0) -> np.ndarray:
+    """Dot products ``q . k`` (divided by sqrt(d_k) if `scaled`) for q, k ~ N(0, I_{d_k}) i.i.d.
+
+    Each term q_i k_i has mean 0 and variance E[q_i^2] E[k_i^2] = 1, and the d_k terms are
+    independent, so ``Var(q . k) = d_k`` and ``Var(q . k / sqrt(d_k)) = 1``: the reason for the
+    scale (Vaswani et al. 2017, section 3.2.1, footnote 4). Lesson 01 measures it.
+
+    Args:
+        d_k: the vector width (>= 1).
+        n_samples: how many independent (q, k) pairs (>= 2).
+        scaled: divide by sqrt(d_k).
+        seed: seed of ``np.random.default_rng``.
+
+    Returns:
+        float64 array of shape (n_samples,).
+
+    Raises:
+        ValueError: d_k < 1 or n_samples < 2.
+    """
+    if d_k < 1 or n_samples < 2:
+        raise ValueError(f"need d_k >= 1 and n_samples >= 2, got d_k={d_k}, n_samples={n_samples}")
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((n_samples, d_k))
+    k = rng.standard_normal((n_samples, d_k))
+    scores = np.einsum("nd,nd->n", q, k)  # (n_samples,): one dot product per pair
+    return scores / math.sqrt(d_k) if scaled else scores
+
+
+def _check_qk_shapes(q_shape: tuple, k_shape: tuple) -> None:
+    if len(q_shape) < 2 or len(k_shape) < 2:
+        raise ValueError(f"Q and K need shapes (..., L, d_k) and (..., S, d_k), got Q {q_shape} "
+                         f"and K {k_shape}")
+    if q_shape[-1] != k_shape[-1]:
+        raise ValueError(f"Q {q_shape} and K {k_shape} must share their last axis d_k "
+                         f"({q_shape[-1]} != {k_shape[-1]})")
+
+
+# --------------------------------------------------------------------------- PyTorch
+
+def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.Tensor:
+    """Softmax along `dim` in PyTorch: ``exp(x_i/tau) / sum_j exp(x_j/tau)``, with the max-shift.
+
+    The same computation as :func:`softmax_np`, in the dtype of `x` and differentiable. The
+    shift ``max(z)`` is detached: softmax(z - c) = softmax(z) for any c, so it carries no
+    gradient. Equal to ``torch.softmax(x / tau, dim)`` (tested); like it, a slice whose entries
+    are all -inf gives NaN (attention handles fully masked rows itself, lesson 02).
+
+    Args:
+        x: floating-point tensor of any shape.
+        dim: the dimension that is normalised.
+        temperature: tau > 0.
+
+    Returns:
+        tensor of the shape and dtype of `x`, summing to 1 along `dim`.
+
+    Raises:
+        ValueError: `x` is not a floating-point tensor; temperature <= 0 or not finite; `dim`
+            out of range.
+
+    Source: Vaswani et al. (2017), section 3.2.1, equation 1; lesson 01.
+    """
+    _check_float_tensor(x)
+    _check_temperature(temperature)
+    _check_axis(dim, x.dim(), "dim")
+    z = x / temperature
+    z = z - z.amax(dim=dim, keepdim=True).detach()  # (..., 1, ...) broadcast along `dim`
+    e = torch.exp(z)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.Tensor:
+    """Log-softmax along `dim` in PyTorch: ``z_i - log sum_j exp(z_j)``, ``z = x/tau``, max-shifted.
+
+    The same computation as :func:`log_softmax_np`, in the dtype of `x`; equal to
+    ``torch.log_softmax(x / tau, dim)`` (tested). Args, returns and raises as :func:`softmax`.
+
+    Source: lesson 01 (the log-sum-exp trick).
+    """
+    _check_float_tensor(x)
+    _check_temperature(temperature)
+    _check_axis(dim, x.dim(), "dim")
+    z = x / temperature
+    z = z - z.amax(dim=dim, keepdim=True).detach()  # (..., 1, ...) broadcast along `dim`
+    return z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))
+
+
+def softmax_jacobian(x: torch.Tensor) -> torch.Tensor:
+    """Jacobian of the softmax along the last dim: ``J = diag(s) - s s^T``, ``s = softmax(x)``.
+
+    Args:
+        x: floating-point logits of shape (..., n).
+
+    Returns:
+        tensor of shape (..., n, n), the dtype of `x`; ``J[..., i, j] = ds_i / dx_j``.
+
+    Raises:
+        ValueError: `x` is not a floating-point tensor, or is 0-d.
+
+    Source: lesson 01; tested against ``torch.autograd.functional.jacobian``.
+    """
+    _check_float_tensor(x)
+    if x.dim() == 0:
+        raise ValueError("softmax_jacobian needs logits of shape (..., n), got a 0-d tensor")
+    s = softmax(x, dim=-1)                        # (..., n)
+    diag = torch.diag_embed(s)                    # (..., n, n)
+    outer = s.unsqueeze(-1) * s.unsqueeze(-2)     # (..., n, 1) * (..., 1, n) -> (..., n, n)
+    return diag - outer
+
+
+def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Shannon entropy in nats, ``-sum_i p_i log p_i`` along `dim`, with ``0 log 0 = 0``.
+
+    Args:
+        p: floating-point probabilities of any shape, summing to 1 along `dim`.
+        dim: the dimension of the distribution.
+
+    Returns:
+        tensor of the shape of `p` without `dim`, the dtype of `p`.
+
+    Raises:
+        ValueError: `p` is not a floating-point tensor, or `dim` is out of range.
+    """
+    _check_float_tensor(p)
+    _check_axis(dim, p.dim(), "dim")
+    logp = torch.log(torch.where(p > 0, p, torch.ones_like(p)))  # 0 log 0 -> 0 log 1 = 0
+    return -(p * logp).sum(dim=dim)
+
+
+def scaled_scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
+    """Attention scores ``Q K^T / sqrt(d_k)`` in PyTorch.
+
+    Args:
+        Q: queries, floating-point, shape (..., L, d_k).
+        K: keys, shape (..., S, d_k); leading dims broadcast against Q's.
+
+    Returns:
+        tensor of shape (..., L, S).
+
+    Raises:
+        ValueError: a non-floating tensor; fewer than 2 dims; the last dims (d_k) differ.
+
+    Source: Vaswani et al. (2017), section 3.2.1, equation 1.
+    """
+    _check_float_tensor(Q)
+    _check_float_tensor(K)
+    _check_qk_shapes(tuple(Q.shape), tuple(K.shape))
+    d_k = Q.shape[-1]
+    return Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
