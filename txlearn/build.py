@@ -1,0 +1,337 @@
+"""Generate the course's notebooks from their sources, and release the student versions.
+
+Sources are jupytext percent scripts, edited by hand:
+
+- ``lessons/NN_name.py``           -> ``notebooks/NN_name.ipynb`` (no outputs)
+- ``exercises/source/NN_name.py``  -> ``exercises/student/NN_name.ipynb`` (solution regions replaced
+  by ``raise NotImplementedError``, no outputs) and ``exercises/solutions/NN_name.ipynb`` (marker
+  lines removed, each check cell carrying its expected ``PASSED: <exercise>`` output).
+
+Cells marked ``tags=["answer"] exercise="NAME"`` hold the learner's code; cells marked
+``tags=["check"] exercise="NAME"`` call ``check("NAME", ...)`` and are tagged
+``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED:`` line.
+The format is documented in CONTRIBUTING.md. Cell ids are derived from the cell's position and
+exercise, so regenerating gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN = "### BEGIN SOLUTION"
+END = "### END SOLUTION"
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+
+class BuildError(Exception):
+    """A source file is malformed (unbalanced solution markers, a check without an answer...)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where sources and generated notebooks live, relative to the repository root."""
+
+    root: Path = ROOT
+
+    @property
+    def lessons(self) -> Path:
+        return self.root / "lessons"
+
+    @property
+    def notebooks(self) -> Path:
+        return self.root / "notebooks"
+
+    @property
+    def exercise_sources(self) -> Path:
+        return self.root / "exercises" / "source"
+
+    @property
+    def student(self) -> Path:
+        return self.root / "exercises" / "student"
+
+    @property
+    def solutions(self) -> Path:
+        return self.root / "exercises" / "solutions"
+
+
+def _tags(cell) -> list[str]:
+    return list(cell.metadata.get("tags", []))
+
+
+def is_check(cell) -> bool:
+    return cell.cell_type == "code" and "check" in _tags(cell)
+
+
+def is_answer(cell) -> bool:
+    return cell.cell_type == "code" and "answer" in _tags(cell)
+
+
+def read_source(path: Path):
+    """Read a jupytext percent source into an nbformat notebook (not yet generated)."""
+    return jupytext.read(path, fmt="py:percent")
+
+
+def _strip_solution(source: str, exercise: str, where: str) -> tuple[str, str]:
+    """Split an answer cell into (student text, solution text).
+
+    Each ``### BEGIN SOLUTION`` ... ``### END SOLUTION`` region becomes, in the student text,
+    ``raise NotImplementedError(...)`` at the region's indentation; in the solution text only the
+    marker lines are removed. Raises BuildError on unbalanced markers.
+    """
+    student, solution, inside, indent = [], [], False, ""
+    for number, line in enumerate(source.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if inside:
+                raise BuildError(f"{where}: nested '{BEGIN}' at line {number} of the cell")
+            inside, indent = True, line[: len(line) - len(line.lstrip())]
+            student.append(f"{indent}# YOUR CODE HERE")
+            student.append(f'{indent}raise NotImplementedError("exercise {exercise}: '
+                           f'replace this line with your code")')
+        elif stripped == END:
+            if not inside:
+                raise BuildError(f"{where}: '{END}' without '{BEGIN}' at line {number} of the cell")
+            inside = False
+        else:
+            solution.append(line)
+            if not inside:
+                student.append(line)
+    if inside:
+        raise BuildError(f"{where}: '{BEGIN}' is never closed")
+    return "\n".join(student), "\n".join(solution)
+
+
+def _clean_metadata(cell, keep_exercise: bool) -> dict:
+    meta = {}
+    if cell.metadata.get("tags"):
+        meta["tags"] = list(cell.metadata["tags"])
+    if keep_exercise and "exercise" in cell.metadata:
+        meta["exercise"] = cell.metadata["exercise"]
+    return meta
+
+
+def _new_notebook(source_rel: str, kind: str, set_name: str, notice: str):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "kernelspec": dict(KERNELSPEC),
+        "language_info": {"name": "python"},
+        "txlearn": {"generated_from": source_rel, "version": kind, "set": set_name},
+    }
+    first = nbformat.v4.new_markdown_cell(notice)
+    first.id = "generated-notice"
+    nb.cells.append(first)
+    return nb
+
+
+def _copy_cell(cell, cell_id: str, source: str | None = None, keep_exercise: bool = False):
+    if cell.cell_type == "markdown":
+        new = nbformat.v4.new_markdown_cell(cell.source if source is None else source)
+    else:
+        new = nbformat.v4.new_code_cell(cell.source if source is None else source)
+    new.metadata = _clean_metadata(cell, keep_exercise)
+    new.id = cell_id
+    return new
+
+
+def build_lesson(path: Path, layout: Layout = Layout()):
+    """The generated lesson notebook for the lesson source `path` (an nbformat NotebookNode)."""
+    src = read_source(path)
+    rel = path.relative_to(layout.root).as_posix()
+    for cell in src.cells:
+        if BEGIN in cell.source or is_check(cell) or is_answer(cell):
+            raise BuildError(f"{rel}: lessons hold no answer/check cells or solution markers")
+    nb = _new_notebook(rel, "lesson", path.stem,
+                       f"*Generated by `txlearn build` from `{rel}`: edit that file, not this one.*")
+    for i, cell in enumerate(src.cells):
+        nb.cells.append(_copy_cell(cell, f"{path.stem}-{i:03d}"))
+    return nb
+
+
+def exercise_names(src, where: str) -> list[str]:
+    """Exercise names of a parsed exercise source, in order; checks the source's structure."""
+    names, answers = [], set()
+    for cell in src.cells:
+        if (is_answer(cell) or is_check(cell)) and not cell.metadata.get("exercise"):
+            raise BuildError(f"{where}: an answer or check cell has no exercise=\"NAME\" metadata")
+        if is_answer(cell):
+            answers.add(cell.metadata["exercise"])
+        elif is_check(cell):
+            name = cell.metadata["exercise"]
+            if name in names:
+                raise BuildError(f"{where}: exercise {name!r} has two check cells")
+            if name not in answers:
+                raise BuildError(f"{where}: the check of {name!r} comes before any answer cell of it")
+            if f'check("{name}"' not in cell.source:
+                raise BuildError(f"{where}: the check cell of {name!r} does not call check(\"{name}\", ...)")
+            names.append(name)
+        elif BEGIN in cell.source or END in cell.source:
+            raise BuildError(f"{where}: solution markers outside an answer cell")
+    missing = answers - set(names)
+    if missing:
+        raise BuildError(f"{where}: exercises without a check cell: {sorted(missing)}")
+    return names
+
+
+def build_exercises(path: Path, layout: Layout = Layout()):
+    """(student, solution) notebooks generated from the exercise source `path`."""
+    src = read_source(path)
+    rel = path.relative_to(layout.root).as_posix()
+    exercise_names(src, rel)
+    student = _new_notebook(
+        rel, "student", path.stem,
+        f"*Generated by `txlearn build` from `{rel}`.* Work in your own copy, "
+        f"`work/{path.stem}.ipynb` (made by `make lab`): write each answer, run the check cell "
+        f"below it, and grade the whole notebook with `txlearn grade work/{path.stem}.ipynb`.")
+    solution = _new_notebook(
+        rel, "solution", path.stem,
+        f"*Generated by `txlearn build` from `{rel}`: the instructor's solutions. Do not hand out.*")
+    count = 0
+    for i, cell in enumerate(src.cells):
+        name = cell.metadata.get("exercise")
+        cell_id = f"{path.stem}-{i:03d}" + (f"-{name}" if name else "")
+        if is_answer(cell):
+            stub, full = _strip_solution(cell.source, name, f"{rel}, exercise {name}")
+            student.cells.append(_copy_cell(cell, cell_id, stub, keep_exercise=True))
+            solution.cells.append(_copy_cell(cell, cell_id, full, keep_exercise=True))
+        elif is_check(cell):
+            s_cell = check_cell(cell, cell_id)
+            student.cells.append(s_cell)
+            solved = copy.deepcopy(s_cell)
+            solved.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"PASSED: {name}\n")]
+            solved.execution_count = count + 1
+            solution.cells.append(solved)
+        else:
+            student.cells.append(_copy_cell(cell, cell_id))
+            solution.cells.append(_copy_cell(cell, cell_id))
+        if cell.cell_type == "code":
+            count += 1
+    return student, solution
+
+
+def check_cell(cell, cell_id: str):
+    """A pristine check cell: tagged for nbval's output comparison, locked in Jupyter."""
+    new = _copy_cell(cell, cell_id, keep_exercise=True)
+    tags = [t for t in new.metadata.get("tags", []) if t != "nbval-check-output"]
+    new.metadata["tags"] = tags + ["nbval-check-output"]
+    new.metadata["editable"] = False
+    new.metadata["deletable"] = False
+    return new
+
+
+def dumps(nb) -> str:
+    """Serialise deterministically (validated nbformat 4.5 JSON, trailing newline)."""
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    nbformat.validate(nb)
+    return nbformat.writes(nb) + "\n"
+
+
+def planned(layout: Layout = Layout()) -> dict[Path, str]:
+    """Every generated file and its text, as the sources give them now."""
+    out: dict[Path, str] = {}
+    for path in sorted(layout.lessons.glob("[0-9][0-9]_*.py")):
+        out[layout.notebooks / f"{path.stem}.ipynb"] = dumps(build_lesson(path, layout))
+    for path in sorted(layout.exercise_sources.glob("[0-9][0-9]_*.py")):
+        student, solution = build_exercises(path, layout)
+        out[layout.student / f"{path.stem}.ipynb"] = dumps(student)
+        out[layout.solutions / f"{path.stem}.ipynb"] = dumps(solution)
+    return out
+
+
+def _generated_dirs(layout: Layout) -> list[Path]:
+    return [layout.notebooks, layout.student, layout.solutions]
+
+
+def build(layout: Layout = Layout()) -> list[Path]:
+    """Write every generated notebook; remove generated notebooks whose source is gone.
+
+    Returns the paths written or removed (only those whose content changed).
+    """
+    plan = planned(layout)
+    changed = []
+    for path, text in plan.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            changed.append(path)
+    for folder in _generated_dirs(layout):
+        for path in sorted(folder.glob("*.ipynb")):
+            if path not in plan:
+                path.unlink()
+                changed.append(path)
+    return changed
+
+
+def drift(layout: Layout = Layout()) -> list[str]:
+    """Problems that `txlearn build --check` reports: generated files that differ from their
+    sources, are missing, or have no source."""
+    plan = planned(layout)
+    problems = []
+    for path, text in plan.items():
+        rel = path.relative_to(layout.root).as_posix()
+        if not path.exists():
+            problems.append(f"{rel}: missing")
+        elif path.read_text(encoding="utf-8") != text:
+            problems.append(f"{rel}: differs from what its source gives")
+    for folder in _generated_dirs(layout):
+        for path in sorted(folder.glob("*.ipynb")):
+            if path not in plan:
+                problems.append(f"{path.relative_to(layout.root).as_posix()}: has no source")
+    return problems
+
+
+def solution_texts(path: Path) -> list[str]:
+    """The non-blank lines inside the solution regions of an exercise source (for leak tests)."""
+    lines, inside = [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if stripped == BEGIN:
+            inside = True
+        elif stripped == END:
+            inside = False
+        elif inside and stripped:
+            lines.append(stripped)
+    return lines
+
+
+def release(dest: Path, layout: Layout = Layout()) -> list[Path]:
+    """Write the student notebooks (and nothing holding a solution) into `dest` for distribution.
+
+    Raises:
+        FileExistsError: a notebook of that name already exists in `dest` (nothing is overwritten;
+            nothing is written at all in that case).
+    """
+    files = {}
+    for path in sorted(layout.exercise_sources.glob("[0-9][0-9]_*.py")):
+        student, _ = build_exercises(path, layout)
+        files[dest / f"{path.stem}.ipynb"] = dumps(student)
+    clash = [p for p in files if p.exists()]
+    if clash:
+        names = ", ".join(str(p) for p in clash)
+        raise FileExistsError(f"will not overwrite existing notebooks: {names}")
+    dest.mkdir(parents=True, exist_ok=True)
+    for path, text in files.items():
+        path.write_text(text, encoding="utf-8")
+    return list(files)
+
+
+_SET_RE = re.compile(r"^(\d\d)_")
+
+
+def find_source(set_name: str, layout: Layout = Layout()) -> Path | None:
+    """The exercise source for a set name like ``01_softmax`` (or any name starting ``01_``)."""
+    exact = layout.exercise_sources / f"{set_name}.py"
+    if exact.exists():
+        return exact
+    match = _SET_RE.match(set_name)
+    if match:
+        found = sorted(layout.exercise_sources.glob(f"{match.group(1)}_*.py"))
+        if len(found) == 1:
+            return found[0]
+    return None

@@ -1,0 +1,152 @@
+"""The ``txlearn`` command: build, release and grade the course's notebooks; train and sample.
+
+Run ``txlearn --help`` or ``txlearn COMMAND --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import sys
+from pathlib import Path
+
+GRADE_HELP = """\
+Grade exercise notebooks. Each file is copied; the copy's check cells are replaced by the pristine
+ones (matched by exercise name) and run with pytest --nbval-lax. Prints one row per exercise and a
+score per notebook; with several files the student is the file's parent folder. The exit status is
+0 when every file could be graded (whatever the score), 1 when some could not.
+
+WARNING: grading runs the submission's code with your rights. Grade other people's notebooks in a
+container or under a throw-away account.
+
+--hidden DIR: instructor-only cases. DIR holds one Python file per check module, named like it
+(softmax.py for lesson 01's exercises, attention.py for 02, ...), defining one function per
+exercise, named like the exercise, that takes the same objects as the public check and raises
+txlearn.checks.CheckFailure on a wrong answer, e.g.
+
+    from txlearn.checks import call, expect_close
+    def stable_softmax(softmax):
+        got = call(softmax, [[3.0, 3.0, 3.0]], case="hidden: ties")
+        expect_close(got, [[1/3, 1/3, 1/3]], case="hidden: ties")
+"""
+
+
+def _cmd_build(args) -> int:
+    from txlearn import build
+
+    if args.check:
+        problems = build.drift()
+        if problems:
+            print("txlearn build --check: generated notebooks are out of date:", file=sys.stderr)
+            for p in problems:
+                print(f"  {p}", file=sys.stderr)
+            print("run `txlearn build` and commit the result", file=sys.stderr)
+            return 1
+        print("txlearn build --check: every generated notebook matches its source")
+        return 0
+    changed = build.build()
+    for path in changed:
+        print(f"wrote {path.relative_to(build.ROOT)}" if path.exists()
+              else f"removed {path.relative_to(build.ROOT)}")
+    print(f"txlearn build: {len(changed)} file(s) changed")
+    return 0
+
+
+def _cmd_release(args) -> int:
+    from txlearn import build
+
+    try:
+        written = build.release(Path(args.dest))
+    except FileExistsError as err:
+        print(f"txlearn: error: {err}", file=sys.stderr)
+        return 1
+    for path in written:
+        print(f"wrote {path}")
+    return 0
+
+
+def _expand(patterns: list[str]) -> list[Path]:
+    paths = []
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if not matches:
+            print(f"txlearn: error: {pattern}: no file matches", file=sys.stderr)
+        paths.extend(Path(m) for m in matches)
+    return paths
+
+
+def _cmd_grade(args) -> int:
+    from txlearn import grading
+
+    paths = _expand(args.notebooks)
+    if args.hidden and not Path(args.hidden).is_dir():
+        print(f"txlearn: error: --hidden {args.hidden}: not a folder", file=sys.stderr)
+        return 1
+    subs, errors = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
+                                 cell_timeout=args.cell_timeout)
+    for err in errors:
+        print(f"txlearn: error: {err}", file=sys.stderr)
+    if subs:
+        print(grading.table(subs))
+        if args.csv:
+            grading.write_csv(subs, Path(args.csv))
+            print(f"wrote {args.csv}")
+        if args.json:
+            grading.write_json(subs, Path(args.json))
+            print(f"wrote {args.json}")
+    return 1 if errors or len(paths) < len(args.notebooks) or not subs else 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="txlearn", description=__doc__.splitlines()[0])
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("build", help="generate notebooks/ and exercises/{student,solutions}/ "
+                                     "from their sources")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; fail if a generated notebook differs from its source")
+    p.set_defaults(func=_cmd_build)
+
+    p = sub.add_parser("release", help="write the student notebooks (no solutions) into DEST")
+    p.add_argument("dest", metavar="DEST", help="folder to create or fill; nothing is overwritten")
+    p.set_defaults(func=_cmd_release)
+
+    p = sub.add_parser("grade", help="grade exercise notebooks", description=GRADE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK",
+                   help="notebook files or quoted glob patterns ('submissions/*/01_*.ipynb')")
+    p.add_argument("--hidden", metavar="DIR", help="folder of instructor-only cases (see above)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--csv", metavar="FILE", help="write one row per exercise to FILE")
+    out.add_argument("--json", metavar="FILE", help="write the results, nested per notebook")
+    p.add_argument("--cell-timeout", type=int, default=300, metavar="SECONDS",
+                   help="nbval's limit per cell (each check also limits the learner's function)")
+    p.set_defaults(func=_cmd_grade)
+
+    try:
+        from txlearn import training
+    except ImportError:
+        training = None
+    if training is not None and hasattr(training, "add_train_parser"):
+        training.add_train_parser(sub)
+        training.add_sample_parser(sub)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("txlearn: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # a user error from a subcommand: one line, no traceback
+        user_error = getattr(sys.modules.get("txlearn.training"), "UserError", None)
+        if user_error is not None and isinstance(err, user_error):
+            print(f"txlearn: error: {err}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())
