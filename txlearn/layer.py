@@ -1,0 +1,271 @@
+"""Lesson 07: one full transformer layer, a stack of them, token embeddings and an output head.
+
+    post-LN (the paper, default):  x = LayerNorm(x + Dropout(MultiHead(x)))
+                                   x = LayerNorm(x + Dropout(FFN(x)))
+    pre-LN (norm_first=True):      x = x + Dropout(MultiHead(LayerNorm(x)))
+                                   x = x + Dropout(FFN(LayerNorm(x)))
+
+Source: Vaswani et al. 2017, section 3.1 (sub-layers with residual and LayerNorm), 3.4
+(embeddings scaled by sqrt(d_model), shared with the pre-softmax projection), 5.4 (dropout on each
+sub-layer's output, before the residual add); Xiong et al. 2020 (pre-LN).
+
+Built from the course's own parts: ``txlearn.heads.MultiHeadAttention`` (lesson 03),
+``txlearn.ffn.FeedForward`` (lesson 05), ``txlearn.norms.LayerNorm`` (lesson 06), and the
+positional encodings of lesson 04. ``TransformerLayer`` equals ``torch.nn.TransformerEncoderLayer``
+with copied weights (``from_torch``; tests/test_layer.py), in eval mode. Departures from PyTorch's
+layer, stated: dropout is applied only to each sub-layer's output (the paper's places), not also
+inside the FFN or to the attention weights; masks are True = may attend (``DESIGN.md``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from txlearn.ffn import FeedForward
+from txlearn.heads import KVCache, MultiHeadAttention
+from txlearn.norms import LayerNorm
+from txlearn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
+
+__all__ = ["TransformerLayer", "TransformerStack", "TokenEmbedding", "OutputHead"]
+
+
+class TransformerLayer(nn.Module):
+    """One transformer (encoder) layer: attention and FFN, each with a residual and a LayerNorm.
+
+    Args:
+        d_model, n_heads, d_ff: widths; d_k = d_model / n_heads.
+        n_kv_heads: key/value heads (grouped-query attention); None = n_heads.
+        activation: the FFN's, ``"relu"`` (paper), ``"gelu"`` (exact erf), ``"gelu_tanh"``,
+            ``"swiglu"``.
+        norm_first: False = post-LN (the paper's order), True = pre-LN.
+        dropout: probability on each sub-layer's output (active only in ``train()`` mode).
+        eps: LayerNorm's epsilon (inside the square root; 1e-12 for BERT-style checkpoints).
+        bias: biases in the attention and FFN linear maps.
+
+    Submodules: ``attn`` (MultiHeadAttention), ``norm1``, ``ffn`` (FeedForward), ``norm2``.
+
+    Raises:
+        ValueError: d_model not divisible by n_heads, n_heads not by n_kv_heads, an unknown
+            activation, or dropout outside [0, 1) (all named).
+
+    Source: Vaswani et al. 2017, section 3.1; lesson 07.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_kv_heads: int | None = None,
+                 activation: str = "relu", norm_first: bool = False, dropout: float = 0.0,
+                 eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.norm_first = d_model, norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias)
+        self.norm1 = LayerNorm(d_model, eps)
+        self.ffn = FeedForward(d_model, d_ff, activation, bias=bias)
+        self.norm2 = LayerNorm(d_model, eps)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None, cache: KVCache | None = None,
+                return_weights: bool = False):
+        """Apply the layer.
+
+        Args:
+            x: ``(B, T, d_model)`` float.
+            mask: bool, True = may attend, broadcastable to ``(B, n_heads, T, S)`` (for example
+                ``causal_mask(T, S)``; S counts cached positions too).
+            key_padding_mask: bool ``(B, S)``, True = real token.
+            cache: a ``KVCache`` passed to ``attn`` (this step's K, V are appended to it).
+            return_weights: also return the attention weights ``(B, n_heads, T, S)``.
+
+        Returns:
+            ``(B, T, d_model)``, the shape of x, so layers stack; or ``(out, weights)``.
+
+        Raises:
+            ValueError: x is not ``(B, T, d_model)`` or a mask does not broadcast (from ``attn``).
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
+            a, weights = self._attention(self.norm1(x), mask, key_padding_mask, cache)
+            x = x + a
+            x = x + self.dropout2(self.ffn(self.norm2(x)))
+        else:  # post-LN: LayerNorm(x + Sublayer(x))
+            a, weights = self._attention(x, mask, key_padding_mask, cache)
+            x = self.norm1(x + a)
+            x = self.norm2(x + self.dropout2(self.ffn(x)))
+        return (x, weights) if return_weights else x
+
+    def _attention(self, h, mask, key_padding_mask, cache):
+        out, weights = self.attn(h, mask=mask, key_padding_mask=key_padding_mask, cache=cache,
+                                 return_weights=True)  # (B, T, d_model), (B, n_heads, T, S)
+        return self.dropout1(out), weights
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerEncoderLayer) -> "TransformerLayer":
+        """A copy of a ``torch.nn.TransformerEncoderLayer`` with its weights.
+
+        Reads ``norm_first``, the activation (ReLU or exact GELU), eps and the widths; converts
+        ``(d_out, d_in)`` weights to ``(d_in, d_out)``. The dropout probability is not copied
+        (the copy is for equality tests in eval mode). Raises ValueError for another activation.
+        """
+        act = layer.activation  # F.relu / F.gelu (given as a string) or an nn.Module
+        name = getattr(act, "__name__", None) if not isinstance(act, nn.Module) else None
+        if isinstance(act, nn.ReLU):
+            name = "relu"
+        elif isinstance(act, nn.GELU) and act.approximate == "none":
+            name = "gelu"
+        if name not in ("relu", "gelu"):
+            raise ValueError(f"unsupported activation {act!r}: use ReLU or exact GELU")
+        mha = layer.self_attn
+        d_model, d_ff = mha.embed_dim, layer.linear1.out_features
+        new = cls(d_model, mha.num_heads, d_ff, activation=name, norm_first=layer.norm_first,
+                  eps=layer.norm1.eps, bias=mha.in_proj_bias is not None)
+        new.attn = MultiHeadAttention.from_torch(mha)
+        with torch.no_grad():
+            new.ffn.W_1.copy_(layer.linear1.weight.T)  # (d_ff, d_model) -> (d_model, d_ff)
+            new.ffn.W_2.copy_(layer.linear2.weight.T)  # (d_model, d_ff) -> (d_ff, d_model)
+            if new.ffn.b_1 is not None:
+                new.ffn.b_1.copy_(layer.linear1.bias)
+                new.ffn.b_2.copy_(layer.linear2.bias)
+            for ours, theirs in ((new.norm1, layer.norm1), (new.norm2, layer.norm2)):
+                ours.gamma.copy_(theirs.weight)
+                ours.beta.copy_(theirs.bias)
+        return new.to(layer.linear1.weight.dtype)
+
+
+class TransformerStack(nn.Module):
+    """N identical-shape layers applied in turn, with an optional final LayerNorm.
+
+    ``TransformerStack(n_layers, d_model, n_heads, d_ff, ..., final_norm=False)``: every keyword
+    after ``n_layers`` is passed to :class:`TransformerLayer`. ``final_norm=True`` adds a
+    LayerNorm after the last layer (what pre-LN models need, since their residual stream is never
+    normalised otherwise; ``nn.TransformerEncoder(norm=...)``).
+
+    Raises ValueError when ``n_layers < 1`` (and as :class:`TransformerLayer`).
+    Source: Vaswani et al. 2017, section 3.1 (N = 6); lesson 07.
+    """
+
+    def __init__(self, n_layers: int, d_model: int, n_heads: int, d_ff: int,
+                 final_norm: bool = False, **layer_options) -> None:
+        super().__init__()
+        if n_layers < 1:
+            raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+        self.layers = nn.ModuleList(
+            TransformerLayer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
+        eps = layer_options.get("eps", 1e-5)
+        self.final_norm = LayerNorm(d_model, eps) if final_norm else None
+
+    def new_cache(self) -> list[KVCache]:
+        """One empty ``KVCache`` per layer, to pass as ``cache``."""
+        return [KVCache() for _ in self.layers]
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None,
+                cache: Sequence[KVCache] | None = None, return_weights: bool = False):
+        """Apply every layer to ``x (B, T, d_model)``; masks as in :meth:`TransformerLayer.forward`.
+
+        Args:
+            cache: one ``KVCache`` per layer (see :meth:`new_cache`), or None.
+            return_weights: also return a list with each layer's weights ``(B, n_heads, T, S)``.
+        Returns:
+            ``(B, T, d_model)``, or ``(out, [weights of layer 0, 1, ...])``.
+        Raises:
+            ValueError: `cache` does not hold one entry per layer (both numbers named).
+        """
+        if cache is not None and len(cache) != len(self.layers):
+            raise ValueError(f"cache has {len(cache)} entries for {len(self.layers)} layers")
+        all_weights = []
+        for i, layer in enumerate(self.layers):
+            x, weights = layer(x, mask, key_padding_mask, None if cache is None else cache[i],
+                               return_weights=True)
+            all_weights.append(weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return (x, all_weights) if return_weights else x
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding plus positional encoding: ``x = W_E[ids] * s + P[start : start + T]``.
+
+    Args:
+        vocab_size, d_model: table size ``W_E (vocab_size, d_model)``, initialised
+            ``N(0, 1/d_model)`` (so that the scaled embedding has unit variance).
+        positional: ``"sinusoidal"`` (fixed, sin even / cos odd, lesson 04), ``"learned"``
+            (``LearnedPositionalEmbedding(max_len, d_model)``) or None.
+        max_len: rows of the learned table (required for ``"learned"``).
+        scale: multiply the embedding by ``s = sqrt(d_model)`` (paper section 3.4); False
+            means s = 1 (GPT-2, BERT).
+        dropout: probability on the sum (paper section 5.4).
+
+    forward(ids, start=0): ids integer ``(B, T)`` -> float ``(B, T, d_model)``; `start` is the
+    position of the first token (the number of cached positions when decoding with a KV cache).
+
+    Raises:
+        ValueError: an unknown `positional`, ``"learned"`` without `max_len`, ids outside
+            ``[0, vocab_size)``, or positions past `max_len` (numbers named).
+    Source: Vaswani et al. 2017, sections 3.4 and 3.5; lesson 07.
+    """
+
+    def __init__(self, vocab_size: int, d_model: int, positional: str | None = "sinusoidal",
+                 max_len: int | None = None, scale: bool = False, dropout: float = 0.0) -> None:
+        super().__init__()
+        if positional not in ("sinusoidal", "learned", None):
+            raise ValueError(f"positional must be 'sinusoidal', 'learned' or None, got {positional!r}")
+        if positional == "learned" and max_len is None:
+            raise ValueError("positional='learned' needs max_len")
+        self.vocab_size, self.d_model, self.positional = vocab_size, d_model, positional
+        self.scale = math.sqrt(d_model) if scale else 1.0
+        self.W_E = nn.Parameter(torch.randn(vocab_size, d_model) / math.sqrt(d_model))
+        self.pos = LearnedPositionalEmbedding(max_len, d_model) if positional == "learned" else None
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got range "
+                             f"[{int(ids.min())}, {int(ids.max())}]")
+        x = self.W_E[ids] * self.scale  # (B, T, d_model)
+        T = ids.shape[-1]
+        if self.positional == "sinusoidal":
+            P = sinusoidal_encoding(start + T, self.d_model, dtype=x.dtype, device=x.device)
+            x = x + P[start:]  # (T, d_model) broadcast over B
+        elif self.positional == "learned":
+            x = x + self.pos(torch.arange(start, start + T, device=ids.device))  # (T, d_model)
+        return self.dropout(x)
+
+
+class OutputHead(nn.Module):
+    """Logits over the vocabulary: ``logits = x W_U + b_U``, or ``x W_E^T`` when tied.
+
+    Args:
+        d_model, vocab_size: ``W_U (d_model, vocab_size)`` (absent when tied).
+        bias: a bias ``b_U (vocab_size,)``.
+        tie_to: a :class:`TokenEmbedding` whose ``W_E (vocab_size, d_model)`` is reused,
+            transposed (weight tying, paper section 3.4; Press & Wolf 2017).
+
+    forward(x): ``(..., d_model) -> (..., vocab_size)`` logits (float, not probabilities).
+    Raises ValueError when `tie_to` has another width or vocabulary than the head (both named).
+    Source: Vaswani et al. 2017, section 3.4; lesson 07.
+    """
+
+    def __init__(self, d_model: int, vocab_size: int, bias: bool = False,
+                 tie_to: TokenEmbedding | None = None) -> None:
+        super().__init__()
+        if tie_to is not None and (tie_to.vocab_size, tie_to.d_model) != (vocab_size, d_model):
+            raise ValueError(f"tie_to has (vocab_size, d_model) = ({tie_to.vocab_size}, "
+                             f"{tie_to.d_model}), the head ({vocab_size}, {d_model})")
+        self.tied = tie_to is not None
+        if self.tied:
+            self.W_E = tie_to.W_E  # the same Parameter object, shared (vocab_size, d_model)
+        else:
+            self.W_U = nn.Parameter(torch.randn(d_model, vocab_size) / math.sqrt(d_model))
+        self.b_U = nn.Parameter(torch.zeros(vocab_size)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        W = self.W_E.T if self.tied else self.W_U  # (d_model, vocab_size)
+        logits = x @ W  # (..., vocab_size)
+        return logits if self.b_U is None else logits + self.b_U
