@@ -275,10 +275,10 @@ def ffn_share(d_model: int, d_ff: int, T: int, n_heads: int | None = None,
               causal: bool = False) -> float:
     """The FFN's share of one layer's forward FLOPs (a fraction in [0, 1]).
 
-        share = m d_ff / (m d_ff + 2 d_model + 2 d_kv + 4 T c),   c = 1/2 if causal else 1
+        share = m d_ff / (m d_ff + 2 d_model + 2 d_kv + 2 T c),   c = 1/2 if causal else 1
 
     i.e. ``layer_flops(...)["ffn"] / sum(layer_flops(...).values())``; for a 4 d_model ReLU/GELU
-    FFN with MHA, ``8 d / (12 d + 4 T c)``: 2/3 when T << d, falling as T grows.
+    FFN with MHA, ``8 d / (12 d + 2 T c)``: 2/3 when T << d, falling as T grows.
     Source: lesson 05.
     """
     flops = layer_flops(d_model, d_ff, T, n_heads, n_kv_heads, activation, causal)
