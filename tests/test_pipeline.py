@@ -1,0 +1,226 @@
+"""The exercise pipeline: generated notebooks, release, and grading of real and tampered copies."""
+
+import hashlib
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from txlearn import build, grading
+
+ROOT = build.ROOT
+SOURCES = sorted((ROOT / "exercises" / "source").glob("[0-9][0-9]_*.py"))
+SOFTMAX_NO_SHIFT = "def softmax(x, axis=-1):\n    e = np.exp(x)\n    return e / e.sum(axis=axis, keepdims=True)\n"
+
+
+def _digest(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _exercises(source):
+    return build.exercise_names(build.read_source(source), source.name)
+
+
+def test_course_has_exercise_sets_and_lessons():
+    assert len(SOURCES) >= 1
+    assert sorted((ROOT / "lessons").glob("[0-9][0-9]_*.py")), "no lesson sources"
+
+
+def test_generated_notebooks_match_their_sources_and_build_is_deterministic():
+    assert build.drift() == []
+    assert build.planned() == build.planned()
+
+
+def test_drift_is_reported(tmp_path):
+    layout = build.Layout(tmp_path)
+    layout.exercise_sources.mkdir(parents=True)
+    layout.lessons.mkdir()
+    shutil.copy(SOURCES[0], layout.exercise_sources / SOURCES[0].name)
+    assert len(build.build(layout)) == 2
+    assert build.drift(layout) == []
+    student = layout.student / f"{SOURCES[0].stem}.ipynb"
+    student.write_text(student.read_text().replace("NotImplementedError", "NotImplemented"))
+    (layout.notebooks / "99_orphan.ipynb").parent.mkdir(exist_ok=True)
+    (layout.notebooks / "99_orphan.ipynb").write_text("{}")
+    (layout.solutions / f"{SOURCES[0].stem}.ipynb").unlink()
+    problems = "\n".join(build.drift(layout))
+    assert f"exercises/student/{SOURCES[0].stem}.ipynb: differs" in problems
+    assert f"exercises/solutions/{SOURCES[0].stem}.ipynb: missing" in problems
+    assert "notebooks/99_orphan.ipynb: has no source" in problems
+
+
+def test_unbalanced_solution_markers_are_a_build_error(tmp_path):
+    bad = tmp_path / "exercises" / "source" / "01_bad.py"
+    bad.parent.mkdir(parents=True)
+    bad.write_text('# %% tags=["answer"] exercise="x"\ndef f():\n    ### BEGIN SOLUTION\n'
+                   '    return 1\n\n# %% tags=["check"] exercise="x"\n'
+                   'from txlearn.checks import check\ncheck("x", f)\n')
+    with pytest.raises(build.BuildError, match="never closed"):
+        build.build_exercises(bad, build.Layout(tmp_path))
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)
+def test_student_version_holds_no_solution_and_solution_carries_passed_lines(source):
+    student, solution = build.build_exercises(source)
+    text = build.dumps(student)
+    leaked = [line for line in build.solution_texts(source) if line in text]
+    assert not leaked, f"solution text in the student notebook: {leaked}"
+    assert "generated" in student.cells[0].source.lower()
+    assert all(not c.get("outputs") for c in student.cells if c.cell_type == "code")
+    names = _exercises(source)
+    checks = [c for c in solution.cells if build.is_check(c)]
+    assert [c.metadata["exercise"] for c in checks] == names
+    for cell in checks:
+        assert "nbval-check-output" in cell.metadata["tags"]
+        assert cell.outputs[0]["text"] == f"PASSED: {cell.metadata['exercise']}\n"
+        assert cell.execution_count is not None
+    stubs = [c for c in student.cells if build.is_answer(c)]
+    assert all("raise NotImplementedError" in c.source for c in stubs)
+
+
+def test_release_writes_student_notebooks_only_and_never_overwrites(tmp_path):
+    written = build.release(tmp_path / "out")
+    assert sorted(p.name for p in written) == sorted(f"{s.stem}.ipynb" for s in SOURCES)
+    for path in written:
+        assert path.read_text() == (ROOT / "exercises" / "student" / path.name).read_text()
+        assert "### BEGIN SOLUTION" not in path.read_text()
+    before = {p: _digest(p) for p in written}
+    with pytest.raises(FileExistsError, match="will not overwrite"):
+        build.release(tmp_path / "out")
+    assert before == {p: _digest(p) for p in written}
+
+
+# --- grading: one nbval run over every generated notebook and the tampered copies -------------
+
+def _edit(src, dest, edit_cell=None, drop_checks=False, extra=None):
+    nb = nbformat.read(src, as_version=4)
+    for cell in nb.cells:
+        if edit_cell and build.is_answer(cell) and cell.metadata["exercise"] == edit_cell[0]:
+            cell.source = edit_cell[1]
+    if drop_checks:
+        nb.cells = [c for c in nb.cells if not build.is_check(c)]
+    if extra:
+        nb.cells.insert(1, nbformat.v4.new_code_cell(extra))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("grade")
+    sol01 = ROOT / "exercises" / "solutions" / "01_softmax.ipynb"
+    tampered = {
+        "noshift": _edit(sol01, tmp / "noshift" / "01_softmax.ipynb",
+                         ("stable_softmax", "import numpy as np\n" + SOFTMAX_NO_SHIFT)),
+        "nochecks": _edit(sol01, tmp / "nochecks" / "01_softmax.ipynb", drop_checks=True),
+        "cheat": _edit(sol01, tmp / "cheat" / "01_softmax.ipynb",
+                       ("stable_softmax", "import numpy as np\n" + SOFTMAX_NO_SHIFT),
+                       drop_checks=True,
+                       extra="def check(name, *a):\n    print(f'PASSED: {name}')"),
+        "imported": _edit(sol01, tmp / "imported" / "01_softmax.ipynb",
+                          ("stable_softmax", "from txlearn.softmax import softmax_np as softmax")),
+    }
+    junk = tmp / "junk" / "notes.ipynb"
+    junk.parent.mkdir()
+    junk.write_text("this is not a notebook")
+    solutions = [ROOT / "exercises" / "solutions" / f"{s.stem}.ipynb" for s in SOURCES]
+    students = [ROOT / "exercises" / "student" / f"{s.stem}.ipynb" for s in SOURCES]
+    paths = solutions + students + list(tampered.values()) + [junk]
+    digests = {p: _digest(p) for p in paths}
+    subs, errors = grading.grade(paths)
+    return {"subs": subs, "errors": errors, "digests": digests, "tampered": tampered}
+
+
+def _statuses(graded, path):
+    sub = next(s for s in graded["subs"] if s.path == path)
+    return {r.exercise: r for r in sub.results}
+
+
+def test_every_solution_passes(graded):
+    for source in SOURCES:
+        results = _statuses(graded, ROOT / "exercises" / "solutions" / f"{source.stem}.ipynb")
+        assert list(results) == _exercises(source)
+        failed = {n: r.feedback for n, r in results.items() if r.status != "PASS"}
+        assert not failed, f"{source.stem}: {failed}"
+
+
+def test_every_fresh_student_notebook_fails_as_not_implemented(graded):
+    for source in SOURCES:
+        results = _statuses(graded, ROOT / "exercises" / "student" / f"{source.stem}.ipynb")
+        for name, r in results.items():
+            assert r.status == "FAIL" and r.points == 0, (source.stem, name)
+            assert "not implemented" in r.feedback, (source.stem, name, r.feedback)
+
+
+def test_missing_max_shift_fails_that_exercise_only_with_its_hint(graded):
+    results = _statuses(graded, graded["tampered"]["noshift"])
+    assert results["stable_softmax"].status == "FAIL"
+    assert "max" in results["stable_softmax"].feedback.lower()
+    assert all(r.status == "PASS" for n, r in results.items() if n != "stable_softmax")
+
+
+def test_deleted_or_faked_check_cells_change_nothing(graded):
+    pristine = _statuses(graded, ROOT / "exercises" / "solutions" / "01_softmax.ipynb")
+    without = _statuses(graded, graded["tampered"]["nochecks"])
+    assert {n: r.status for n, r in without.items()} == {n: r.status for n, r in pristine.items()}
+    cheat = _statuses(graded, graded["tampered"]["cheat"])
+    assert cheat["stable_softmax"].status == "FAIL"
+
+
+def test_importing_the_package_answer_is_flagged(graded):
+    results = _statuses(graded, graded["tampered"]["imported"])
+    assert "softmax" in results["stable_softmax"].flagged
+    assert not any(r.flagged for n, r in results.items() if n != "stable_softmax")
+
+
+def test_bad_file_gets_one_line_and_originals_are_untouched(graded):
+    assert len(graded["errors"]) == 1 and "not a readable notebook" in graded["errors"][0]
+    assert "\n" not in graded["errors"][0]
+    for path, digest in graded["digests"].items():
+        assert _digest(path) == digest, f"grading modified {path}"
+
+
+def test_reports_table_csv_json(graded, tmp_path):
+    import csv
+    import json
+    subs = graded["subs"]
+    text = grading.table(subs)
+    assert "score noshift/01_softmax.ipynb:" in text
+    grading.write_csv(subs, tmp_path / "g.csv")
+    rows = list(csv.DictReader(open(tmp_path / "g.csv")))
+    assert set(rows[0]) >= {"student", "notebook", "exercise", "status", "points", "max_points",
+                            "feedback"}
+    assert len(rows) == sum(len(s.results) for s in subs)
+    grading.write_json(subs, tmp_path / "g.json")
+    data = json.loads((tmp_path / "g.json").read_text())
+    assert data[0]["exercises"][0]["status"] in ("PASS", "FAIL")
+
+
+def test_cli_grade_warns_and_reports_unreadable_files(tmp_path):
+    exe = [sys.executable, "-m", "txlearn.cli"]
+    help_text = subprocess.run(exe + ["grade", "--help"], capture_output=True, text=True).stdout
+    assert "runs the submission's code" in help_text and "--hidden" in help_text
+    junk = tmp_path / "x.ipynb"
+    junk.write_text("{")
+    run = subprocess.run(exe + ["grade", str(junk)], capture_output=True, text=True)
+    assert run.returncode == 1
+    assert run.stderr.strip().startswith("txlearn: error:") and "Traceback" not in run.stderr
+
+
+def test_hidden_cases_are_added_to_the_same_check(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "softmax.py").write_text(
+        "from txlearn.checks import CheckFailure\n"
+        "def stable_softmax(softmax):\n"
+        "    raise CheckFailure(\"case 'instructor': always fails\")\n")
+    subs, errors = grading.grade([ROOT / "exercises" / "solutions" / "01_softmax.ipynb"],
+                                 hidden=hidden)
+    results = {r.exercise: r for r in subs[0].results}
+    assert results["stable_softmax"].status == "FAIL"
+    assert "hidden case" in results["stable_softmax"].feedback
+    assert all(r.status == "PASS" for n, r in results.items() if n != "stable_softmax")
