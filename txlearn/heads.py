@@ -72,7 +72,7 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """
     if n_rep == 1:
         return x
-    return x.repeat_interleave(n_rep, dim=1)  # (B, n_kv_heads * n_rep, S, d_k)
+    return x.repeat(1, n_rep, 1, 1)  # (B, n_kv_heads * n_rep, S, d_k)
 
 
 class KVCache:
@@ -237,12 +237,12 @@ class MultiHeadAttention(nn.Module):
         """A copy of a ``nn.MultiheadAttention`` (same embed dim for q, k, v) with its weights."""
         d = mha.embed_dim
         has_bias = mha.in_proj_bias is not None
-        new = cls(d, mha.num_heads, bias=has_bias)
+        new = cls(d, mha.num_heads, bias=has_bias).to(mha.in_proj_weight.dtype)
         w_q, w_k, w_v = mha.in_proj_weight.detach().chunk(3, dim=0)  # 3 x (d, d)
         b_q, b_k, b_v = mha.in_proj_bias.detach().chunk(3) if has_bias else (None, None, None)
         o_b = mha.out_proj.bias.detach() if has_bias else None
         new.load_torch_weights(w_q, w_k, w_v, mha.out_proj.weight.detach(), b_q, b_k, b_v, o_b)
-        return new.to(mha.in_proj_weight.dtype)
+        return new
 
 
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, "bf16": 2,
