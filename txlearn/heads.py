@@ -72,7 +72,7 @@ def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
     """
     if n_rep == 1:
         return x
-    return x.repeat(1, n_rep, 1, 1)  # (B, n_kv_heads * n_rep, S, d_k)
+    return x.repeat_interleave(n_rep, dim=1)  # (B, n_kv_heads * n_rep, S, d_k)
 
 
 class KVCache:
