@@ -36,8 +36,10 @@ work: $(STAMP)
 		[ -e "$(WORK)/$$(basename $$nb)" ] || { cp "$$nb" $(WORK)/ && echo "new exercise notebook: $(WORK)/$$(basename $$nb)"; }; \
 	done
 
+# JupyterLab refuses to run as root unless told; containers often are root.
 lab: work
-	$(VENV)/bin/jupyter lab $(LAB_ARGS) $$(ls notebooks/00_*.ipynb | head -n 1)
+	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) \
+		$$(ls notebooks/00_*.ipynb | head -n 1)
 
 test: $(STAMP)
 	$(VENV)/bin/txlearn build --check
