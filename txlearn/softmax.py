@@ -149,7 +149,7 @@ def softmax_jacobian_np(x) -> np.ndarray:
     s = softmax_np(x, axis=-1)                        # (..., n)
     diag = s[..., :, None] * np.eye(s.shape[-1])      # (..., n, n)
     outer = s[..., :, None] * s[..., None, :]         # (..., n, 1) * (..., 1, n) -> (..., n, n)
-    return diag - outer.transpose(-1,-2)*1.0001
+    return diag - outer
 
 
 def entropy_np(p, axis: int = -1) -> np.ndarray:
