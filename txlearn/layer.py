@@ -125,7 +125,11 @@ class TransformerLayer(nn.Module):
         d_model, d_ff = mha.embed_dim, layer.linear1.out_features
         new = cls(d_model, mha.num_heads, d_ff, activation=name, norm_first=layer.norm_first,
                   eps=layer.norm1.eps, bias=mha.in_proj_bias is not None)
-        new.attn = MultiHeadAttention.from_torch(mha)
+        new = new.to(layer.linear1.weight.dtype)  # before copying, so float64 stays exact
+        W_q, W_k, W_v = mha.in_proj_weight.detach().chunk(3, dim=0)  # 3 x (d_model, d_model)
+        b = mha.in_proj_bias.detach().chunk(3) if mha.in_proj_bias is not None else (None,) * 3
+        o_bias = None if mha.out_proj.bias is None else mha.out_proj.bias.detach()
+        new.attn.load_torch_weights(W_q, W_k, W_v, mha.out_proj.weight.detach(), *b, o_bias)
         with torch.no_grad():
             new.ffn.W_1.copy_(layer.linear1.weight.T)  # (d_ff, d_model) -> (d_model, d_ff)
             new.ffn.W_2.copy_(layer.linear2.weight.T)  # (d_model, d_ff) -> (d_ff, d_model)
@@ -135,7 +139,7 @@ class TransformerLayer(nn.Module):
             for ours, theirs in ((new.norm1, layer.norm1), (new.norm2, layer.norm2)):
                 ours.gamma.copy_(theirs.weight)
                 ours.beta.copy_(theirs.bias)
-        return new.to(layer.linear1.weight.dtype)
+        return new
 
 
 class TransformerStack(nn.Module):
