@@ -1,0 +1,137 @@
+"""Checks for lesson 08's exercises: the FLOPs of attention and one online-softmax update step.
+
+Each check computes the right answer itself and, when the learner's answer differs, compares it
+with the catalogued mistakes (tests/catalogue/complexity.py) to choose the hint. The most
+diagnostic case runs first.
+"""
+
+import numpy as np
+
+from txlearn.checks import call, expect_close, expect_true, exercise
+from txlearn.complexity import attention_flops as _attention_flops
+from txlearn.complexity import online_softmax_update_np
+
+# ---------------------------------------------------------------- exercise: attention_flops
+
+MACS = ("you counted multiply-accumulates: a product of (m, k) and (k, n) matrices costs m k n MACs "
+        "but 2 m k n FLOPs (one multiply and one add each)")
+NO_SCORES = ("you left out one of the T x T products: the scores Q K^T cost 2 T^2 d_model FLOPs, "
+             "and the weighted sum A V another 2 T^2 d_model")
+NO_T2 = ("you counted only the four projections; the scores Q K^T and the weighted sum A V add "
+         "2 T^2 d_model FLOPs each")
+NO_PROJECTIONS = ("you counted only the T x T products; the projections W_Q, W_K, W_V, W_O cost "
+                  "2 T d_model^2 FLOPs each")
+ONE_HEAD_ONLY = ("you counted the scores and weighted sum of a single head (width d_k); all "
+                 "n_heads heads together cost 2 T^2 (n_heads d_k) = 2 T^2 d_model each")
+TIMES_HEADS = ("n_heads heads of width d_k = d_model / n_heads cost what one head of width "
+               "d_model costs: do not multiply by n_heads")
+NO_W_O = "attention has four projections: W_Q, W_K, W_V and the output projection W_O"
+
+
+def _flop_wrongs(T, d, h):
+    right = 8 * T * d * d + 4 * T * T * d
+    d_k = d // h
+    return [(right // 2, MACS), (8 * T * d * d + 2 * T * T * d, NO_SCORES),
+            (8 * T * d * d, NO_T2), (4 * T * T * d, NO_PROJECTIONS),
+            (8 * T * d * d + 4 * T * T * d_k, ONE_HEAD_ONLY), (h * right, TIMES_HEADS),
+            (8 * T * d * d + 4 * T * T * d * h, TIMES_HEADS), (6 * T * d * d + 4 * T * T * d, NO_W_O),
+            (4 * T * d * d + 2 * T * T * d_k, MACS)]
+
+
+@exercise("attention_flops")
+def attention_flops(fn):
+    for T, d_model, n_heads in ((10, 8, 4), (1000, 64, 8), (3, 96, 12)):
+        case = f"T={T}, d_model={d_model}, n_heads={n_heads}"
+        got = call(fn, T, d_model, n_heads, case=case)
+        expect_true(isinstance(got, (int, np.integer)) and not isinstance(got, bool), case=case,
+                    message=f"expected an int, got {type(got).__name__}",
+                    hint="a FLOP count is a whole number: use integer arithmetic (// not /)")
+        expected = _attention_flops(T, d_model, n_heads)
+        hint = ("projections 4 x 2 T d_model^2, scores 2 T^2 d_model, weighted sum "
+                "2 T^2 d_model (FLOPs = 2 x multiply-accumulates)")
+        for wrong, wrong_hint in _flop_wrongs(T, d_model, n_heads):
+            if got == wrong:
+                hint = wrong_hint
+                break
+        expect_true(got == expected, case=case, message=f"got {got:,}, expected {expected:,}",
+                    hint=hint)
+
+
+# ---------------------------------------------------------------- exercise: online_softmax_update
+
+NO_RESCALE_SUM = ("rescale the old sum to the new max before adding the block: "
+                  "l' = exp(m - m') l + sum_j exp(s_j - m')")
+NO_RESCALE_ACC = ("rescale the old output to the new max before adding the block: "
+                  "acc' = exp(m - m') acc + p @ V")
+NO_RESCALE = ("the old sum and output were computed against the old max m: multiply both by "
+              "alpha = exp(m - m') before adding the new block")
+ALPHA_INVERTED = "alpha = exp(m - m') (old minus new, at most 1); yours is exp(m' - m)"
+OLD_MAX = ("use the new max m' = max(m, max_j s_j) in p_j = exp(s_j - m'), and return it as the "
+           "new running max")
+NORMALISED = ("keep acc unnormalised (sum_j exp(s_j - m') v_j); divide by l only once, after the "
+              "last block")
+NAN_GUARD = ("while every key so far is masked, m' = -inf and exp(-inf - (-inf)) is NaN: "
+             "subtract 0 instead of m' where m' is -inf, so the block adds nothing and l stays 0")
+
+
+def _update_variants(m, l, acc, s, V):
+    with np.errstate(all="ignore"):  # some mistakes give inf or NaN; the check prints nothing
+        return _variants(m, l, acc, s, V)
+
+
+def _variants(m, l, acc, s, V):
+    m_new = np.maximum(m, s.max(axis=-1))
+    alpha, p = np.exp(m - m_new), np.exp(s - m_new[:, None])
+    l_right, acc_right = alpha * l + p.sum(-1), alpha[:, None] * acc + p @ V
+    p_old = np.exp(s - m[:, None])
+    return [
+        ((m_new, l + p.sum(-1), acc + p @ V), NO_RESCALE),
+        ((m_new, l + p.sum(-1), acc_right), NO_RESCALE_SUM),
+        ((m_new, l_right, acc + p @ V), NO_RESCALE_ACC),
+        ((m_new, l / alpha + p.sum(-1), acc / alpha[:, None] + p @ V), ALPHA_INVERTED),
+        ((m, l + p_old.sum(-1), acc + p_old @ V), OLD_MAX),
+        ((m_new, l_right, acc_right / l_right[:, None]), NORMALISED),
+    ]
+
+
+def _matches(got, wrong):
+    try:  # equal_nan: a mistake that gives NaN is matched by the same NaN
+        return all(np.allclose(np.asarray(g, dtype=np.float64), w, rtol=1e-6, atol=1e-9,
+                               equal_nan=True)
+                   for g, w in zip(got, wrong))
+    except (TypeError, ValueError):
+        return False
+
+
+def _cases():
+    rng = np.random.default_rng(0)
+    V = rng.normal(size=(3, 2))
+    yield ("a block with a larger max than the running one",
+           np.array([0.0, 2.0]), np.array([1.5, 2.5]), np.array([[1.0, -2.0], [0.5, 3.0]]),
+           np.array([[4.0, 1.0, -1.0], [0.0, 1.5, -3.0]]), V)
+    yield ("the first block (m = -inf, l = 0, acc = 0)",
+           np.full(2, -np.inf), np.zeros(2), np.zeros((2, 2)),
+           np.array([[1.0, 2.0, 3.0], [-1.0, -np.inf, 0.5]]), V)
+    yield ("a block whose keys are all masked (-inf), every key so far masked too",
+           np.array([-np.inf, 1.0]), np.array([0.0, 2.0]), np.array([[0.0, 0.0], [1.0, 1.0]]),
+           np.full((2, 3), -np.inf), V)
+
+
+@exercise("online_softmax_update")
+def online_softmax_update(fn):
+    for case, m, l, acc, s, V in _cases():
+        got = call(fn, m.copy(), l.copy(), acc.copy(), s.copy(), V.copy(), case=case)
+        expect_true(isinstance(got, (tuple, list)) and len(got) == 3, case=case,
+                    message=f"expected a tuple (m, l, acc), got {type(got).__name__}",
+                    hint="return the new running max, sum and output: return m_new, l_new, acc_new")
+        right = online_softmax_update_np(m, l, acc, s, V)
+        hint = "m' = max(m, max s), alpha = exp(m - m'), l' = alpha l + sum p, acc' = alpha acc + p V"
+        if case.startswith("a block whose"):
+            hint = NAN_GUARD
+        else:
+            for wrong, wrong_hint in _update_variants(m, l, acc, s, V):
+                if _matches(got, wrong):
+                    hint = wrong_hint
+                    break
+        for name, g, e in zip(("running max m", "running sum l", "output acc"), got, right):
+            expect_close(g, e, case=f"{case}, {name}", rtol=1e-9, atol=1e-12, hint=hint)
