@@ -1,0 +1,272 @@
+"""Checks of lesson 01's exercises: stable_softmax, scaled_scores, softmax_jacobian, log_softmax.
+
+Each check runs the learner's function on inputs chosen so that every catalogued mistake
+(``tests/catalogue/softmax.py``) gives a wrong answer, most diagnostic case first. When an answer
+is wrong, the check recomputes what each known mistake would have returned on that input; the
+first one that matches the learner's output picks the hint.
+
+Source: ``exercises/source/01_softmax.py``; golden values from issue 2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from txlearn.checks import CheckFailure, call, exercise, expect_close, expect_shape, expect_true
+from txlearn.softmax import log_softmax_np, softmax_jacobian_np, softmax_np
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _array(x):
+    """The learner's output as a float64 array, or None when it is not an array of numbers."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().double().numpy()
+    try:
+        return np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError):
+        return None
+
+
+def _matches(got, candidate) -> bool:
+    g = _array(got)
+    return (g is not None and g.shape == candidate.shape
+            and bool(np.allclose(g, candidate, rtol=1e-5, atol=1e-6, equal_nan=True)))
+
+
+def _diagnose(got, mistakes, default: str) -> str:
+    """The hint of the first mistake whose output equals `got`, else `default`.
+
+    `mistakes` is a list of (hint, function of no arguments returning what that mistake gives).
+    """
+    for hint, wrong_output in mistakes:
+        with np.errstate(all="ignore"):
+            candidate = np.asarray(wrong_output(), dtype=np.float64)
+        if _matches(got, candidate):
+            return hint
+    return default
+
+
+def _call(fn, *args, case: str, hint: str, **kwargs):
+    """`call`, with `hint` added when the learner's function raised an exception."""
+    try:
+        return call(fn, *args, case=case, **kwargs)
+    except CheckFailure as err:
+        if "your function raised" in str(err) and "Hint:" not in str(err):
+            raise CheckFailure(f"{err}\nHint: {hint}") from None
+        raise
+
+
+def _expect_unchanged(before, after, *, case: str, name: str) -> None:
+    expect_true(np.array_equal(before, after, equal_nan=True), case=case,
+                message=f"your function changed its input `{name}` in place",
+                hint=f"`{name} -= c`, `{name} /= c` or `np.exp({name}, out={name})` change the "
+                     f"caller's array: build a new one instead (`z = {name} - c`)")
+
+
+def _softmax_global_max(x, axis):
+    e = np.exp(x - x.max())
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _softmax_clamped(x, axis):
+    e = np.exp(x - np.maximum(x.max(axis=axis, keepdims=True), 0))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _softmax_no_keepdims(x, axis):
+    e = np.exp(x - x.max(axis=axis))
+    return e / e.sum(axis=axis)
+
+
+def _log_softmax_no_keepdims(x, axis):
+    z = x - x.max(axis=axis)
+    return z - np.log(np.exp(z).sum(axis=axis))
+
+
+def _softmax_global_sum(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum()
+
+
+# ----------------------------------------------------------------------------- stable_softmax
+
+HINT_NO_SHIFT = ("exp(1000) overflows to inf and inf/inf is NaN: subtract the maximum before "
+                 "exp(), z = x - x.max(axis=axis, keepdims=True) (softmax(x - c) = softmax(x))")
+HINT_CLAMPED = ("every exp(-1e4) underflows to 0 and 0/0 is NaN: shift by the maximum itself, "
+                "even when it is negative; don't clamp the shift at 0 (max(x.max(), 0))")
+HINT_GLOBAL_MAX = ("one maximum for the whole array makes row 0 exp(0 - 1001) = 0, then 0/0: "
+                   "take the maximum per slice, x.max(axis=axis, keepdims=True)")
+HINT_WRONG_AXIS = ("you normalised along another axis: use the `axis` argument in both the max "
+                   "and the sum")
+HINT_KEEPDIMS = ("x.max(axis=axis) drops the axis, so the max of row i is subtracted from "
+                 "column i: pass keepdims=True to the max and to the sum")
+HINT_GLOBAL_SUM = ("the whole array sums to 1 instead of each slice: e.sum(axis=axis, "
+                   "keepdims=True)")
+
+
+@exercise("stable_softmax")
+def stable_softmax(softmax):
+    """Check `softmax(x, axis=-1)` on NumPy arrays: golden values, every axis, no in-place edit."""
+    golden = [
+        ("large logits [1000, 1001, 1002]", [1000.0, 1001.0, 1002.0],
+         [0.090031, 0.244728, 0.665241], HINT_NO_SHIFT),
+        ("all logits -1e4: [-1e4, -1e4]", [-1e4, -1e4], [0.5, 0.5], HINT_CLAMPED),
+    ]
+    for case, x, expected, hint in golden:
+        x = np.array(x)
+        got = _call(softmax, x.copy(), case=case, hint="x is a 1-D NumPy array of floats here")
+        hint = _diagnose(got, [
+            (hint, lambda: _softmax_clamped(x, -1)),
+            (hint, lambda: np.exp(x) / np.exp(x).sum()),
+        ], "softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), with m = max(x)")
+        expect_close(got, expected, case=case, hint=hint, rtol=0, atol=1e-6)
+
+    case = "row-wise, axis=-1: [[0, 1], [1000, 1001]]"
+    x = np.array([[0.0, 1.0], [1000.0, 1001.0]])
+    got = _call(softmax, x.copy(), axis=-1, case=case, hint=HINT_KEEPDIMS)
+    hint = _diagnose(got, [
+        (HINT_GLOBAL_MAX, lambda: _softmax_global_max(x, -1)),
+        (HINT_WRONG_AXIS, lambda: softmax_np(x, axis=0)),
+        (HINT_KEEPDIMS, lambda: _softmax_no_keepdims(x, -1)),
+        (HINT_GLOBAL_SUM, lambda: _softmax_global_sum(x, -1)),
+        (HINT_NO_SHIFT, lambda: np.exp(x) / np.exp(x).sum(-1, keepdims=True)),
+    ], "each row of a 2-D input is its own distribution")
+    expect_close(got, [[0.268941, 0.731059], [0.268941, 0.731059]], case=case, hint=hint,
+                 rtol=0, atol=1e-6)
+
+    x = np.random.default_rng(0).normal(scale=3.0, size=(2, 3, 4))
+    for axis in (0, 1, 2, -2):
+        case = f"3-D input of shape (2, 3, 4), axis={axis}"
+        before = x.copy()
+        got = _call(softmax, x, axis=axis, case=case, hint=HINT_KEEPDIMS)
+        _expect_unchanged(before, x, case=case, name="x")
+        expect_shape(got, x.shape, case=case, hint=HINT_KEEPDIMS)
+        hint = _diagnose(got, [
+            (HINT_WRONG_AXIS + " (you always used the last axis)", lambda: softmax_np(x, -1)),
+            (HINT_WRONG_AXIS, lambda: softmax_np(x, 0)),
+            (HINT_GLOBAL_SUM, lambda: _softmax_global_sum(x, axis)),
+        ], f"the values must sum to 1 along axis {axis}")
+        expect_close(got, softmax_np(x, axis=axis), case=case, hint=hint)
+
+
+# ----------------------------------------------------------------------------- scaled_scores
+
+HINT_NO_SCALE = "divide the dot products by sqrt(d_k): scores = Q @ K^T / sqrt(d_k)"
+HINT_BY_D_K = "you divided by d_k; the scale is 1/sqrt(d_k) (it makes Var(score) = 1, not 1/d_k)"
+HINT_TIMES = "you multiplied by sqrt(d_k); divide by it instead"
+HINT_WRONG_D = ("d_k is the size of the LAST axis, Q.shape[-1] (the width of one query), not "
+                "the number of queries or keys")
+HINT_SOFTMAX = "return the scores themselves; the softmax comes after, in attention"
+HINT_BATCH_T = ("for batched inputs transpose only the last two axes: np.swapaxes(K, -1, -2) "
+                "(K.T reverses every axis), and multiply with @ (np.dot does not batch)")
+
+
+@exercise("scaled_scores")
+def scaled_scores(scaled_scores):
+    """Check `scaled_scores(Q, K)`: ``Q K^T / sqrt(d_k)`` for Q (..., L, d_k), K (..., S, d_k)."""
+    rng = np.random.default_rng(1)
+    for batch in ((), (2,)):
+        L, S, d_k = 3, 5, 16  # sqrt(L), sqrt(S), sqrt(d_k), d_k all differ: each mistake shows
+        Q = rng.normal(size=(*batch, L, d_k))
+        K = rng.normal(size=(*batch, S, d_k))
+        case = f"Q {Q.shape}, K {K.shape}"
+        Q0, K0 = Q.copy(), K.copy()
+        got = _call(scaled_scores, Q, K, case=case, hint=HINT_BATCH_T)
+        _expect_unchanged(Q0, Q, case=case, name="Q")
+        _expect_unchanged(K0, K, case=case, name="K")
+        g = _array(got)
+        expect_true(g is not None, case=case, message=f"expected an array of numbers, got "
+                    f"{type(got).__name__}", hint="return Q @ K^T / sqrt(d_k) as an array")
+        shape_hint = {(*batch, S, L): "scores[l, s] = q_l . k_s has shape (L, S): compute "
+                                      "Q @ K^T, not K @ Q^T",
+                      (*batch, d_k, d_k): "Q^T K sums over the positions; Q @ K^T sums over "
+                                          "d_k"}.get(g.shape, HINT_BATCH_T)
+        expect_shape(g, (*batch, L, S), case=case, hint=shape_hint)
+        dots = Q @ np.swapaxes(K, -1, -2)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
+        hint = _diagnose(g, [
+            (HINT_NO_SCALE, lambda: dots),
+            (HINT_BY_D_K, lambda: dots / d_k),
+            (HINT_TIMES, lambda: dots * math.sqrt(d_k)),
+            (HINT_WRONG_D, lambda: dots / math.sqrt(L)),
+            (HINT_WRONG_D, lambda: dots / math.sqrt(S)),
+            (HINT_SOFTMAX, lambda: softmax_np(dots / math.sqrt(d_k), axis=-1)),
+        ], "scores[..., l, s] = q_l . k_s / sqrt(d_k)")
+        expect_close(g, dots / math.sqrt(d_k), case=case, hint=hint)
+
+
+# ----------------------------------------------------------------------------- softmax_jacobian
+
+HINT_NO_DIAG = "the diagonal needs s_i as well: J = diag(s) - s s^T"
+HINT_NO_OUTER = "the off-diagonal entries are -s_i s_j: J = diag(s) - s s^T"
+HINT_DIAG_ONLY = ("you returned only the diagonal s_i (1 - s_i); the off-diagonal entries are "
+                  "-s_i s_j")
+HINT_SIGN = "the sign is flipped: J = diag(s) - s s^T (d s_i / d x_i = s_i (1 - s_i) > 0)"
+HINT_LOGITS = "use the probabilities s = softmax(x) in the formula, not the logits x"
+HINT_ELEMENTWISE = "s s^T is an outer product, np.outer(s, s) (s * s is elementwise)"
+HINT_DELTA = ("J_ij = s_i (delta_ij - s_j): only the diagonal gets s_i; off the diagonal it is "
+              "-s_i s_j, not s_i (1 - s_j)")
+
+
+@exercise("softmax_jacobian")
+def softmax_jacobian(softmax_jacobian):
+    """Check `softmax_jacobian(x)`: the (n, n) matrix ``J_ij = ds_i/dx_j`` for x of shape (n,)."""
+    cases = [("logits [0.5, -1, 2, 0]", np.array([0.5, -1.0, 2.0, 0.0])),
+             ("large logits [1000, 1001, 1002]", np.array([1000.0, 1001.0, 1002.0]))]
+    for case, x in cases:
+        n = x.shape[0]
+        before = x.copy()
+        got = call(softmax_jacobian, x, case=case)
+        _expect_unchanged(before, x, case=case, name="x")
+        expect_shape(got, (n, n), case=case,
+                     hint="return the full (n, n) matrix J[i, j] = d s_i / d x_j")
+        s = softmax_np(x)
+        hint = _diagnose(got, [
+            (HINT_NO_DIAG, lambda: -np.outer(s, s)),
+            (HINT_NO_OUTER, lambda: np.diag(s)),
+            (HINT_DIAG_ONLY, lambda: np.diag(s * (1 - s))),
+            (HINT_SIGN, lambda: np.outer(s, s) - np.diag(s)),
+            (HINT_LOGITS, lambda: np.diag(x) - np.outer(x, x)),
+            (HINT_ELEMENTWISE, lambda: np.diag(s) - s * s),
+            (HINT_DELTA, lambda: np.outer(s, 1 - s)),
+        ], HINT_NO_SHIFT if case.startswith("large") else "J = diag(s) - s s^T, s = softmax(x)")
+        expect_close(got, softmax_jacobian_np(x), case=case, hint=hint, rtol=1e-5, atol=1e-7)
+
+
+# ----------------------------------------------------------------------------- log_softmax
+
+HINT_LOG_OF_SOFTMAX = ("log(softmax(x)) is log(0) = -inf once exp() underflows: compute "
+                       "z - log(sum(exp(z))) with z = x - max(x) (log-sum-exp)")
+HINT_LSE_NO_SHIFT = ("log(sum(exp(x))) overflows for large x: shift by the maximum, "
+                     "z = x - x.max(axis=axis, keepdims=True), then z - log(sum(exp(z)))")
+HINT_FORGOT_SHIFT_BACK = ("you subtracted log(sum(exp(z))) from x instead of from the shifted "
+                          "z = x - max(x): the result is off by max(x)")
+
+
+@exercise("log_softmax")
+def log_softmax(log_softmax):
+    """Check `log_softmax(x, axis=-1)` on NumPy arrays: finite where log(softmax) is not."""
+    cases = [("logits [0, -1000]", np.array([0.0, -1000.0]), -1),
+             ("large logits [1000, 1001, 1002]", np.array([1000.0, 1001.0, 1002.0]), -1),
+             ("row-wise, axis=-1: [[0, 1], [1000, 1001]]",
+              np.array([[0.0, 1.0], [1000.0, 1001.0]]), -1),
+             ("3-D input of shape (2, 3, 4), axis=1",
+              np.random.default_rng(2).normal(scale=3.0, size=(2, 3, 4)), 1)]
+    for case, x, axis in cases:
+        before = x.copy()
+        got = _call(log_softmax, x, axis=axis, case=case, hint=HINT_KEEPDIMS)
+        _expect_unchanged(before, x, case=case, name="x")
+        expect_shape(got, x.shape, case=case, hint=HINT_KEEPDIMS)
+        m = x.max(axis=axis, keepdims=True)
+        hint = _diagnose(got, [
+            (HINT_LOG_OF_SOFTMAX, lambda: np.log(softmax_np(x, axis=axis))),
+            (HINT_LSE_NO_SHIFT, lambda: x - np.log(np.exp(x).sum(axis=axis, keepdims=True))),
+            (HINT_FORGOT_SHIFT_BACK,
+             lambda: x - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))),
+            (HINT_WRONG_AXIS, lambda: log_softmax_np(x, axis=0)),
+            (HINT_KEEPDIMS, lambda: _log_softmax_no_keepdims(x, axis)),
+        ], "log_softmax(x) = z - log(sum(exp(z))), z = x - max(x) along `axis`")
+        expect_close(got, log_softmax_np(x, axis=axis), case=case, hint=hint, rtol=1e-6,
+                     atol=1e-6)
