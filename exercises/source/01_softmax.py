@@ -28,6 +28,7 @@ import numpy as np
 # %% tags=["answer"] exercise="stable_softmax"
 def softmax(x, axis=-1):
     ### BEGIN SOLUTION
+    x = np.asarray(x, dtype=np.float64)
     z = x - x.max(axis=axis, keepdims=True)  # (..., 1, ...) broadcast along `axis`
     e = np.exp(z)
     return e / e.sum(axis=axis, keepdims=True)
@@ -75,6 +76,7 @@ check("scaled_scores", scaled_scores)
 # %% tags=["answer"] exercise="softmax_jacobian"
 def softmax_jacobian(x):
     ### BEGIN SOLUTION
+    x = np.asarray(x, dtype=np.float64)
     z = x - x.max()
     s = np.exp(z) / np.exp(z).sum()        # (n,)
     return np.diag(s) - np.outer(s, s)     # (n, n)
@@ -98,6 +100,7 @@ check("softmax_jacobian", softmax_jacobian)
 # %% tags=["answer"] exercise="log_softmax"
 def log_softmax(x, axis=-1):
     ### BEGIN SOLUTION
+    x = np.asarray(x, dtype=np.float64)
     z = x - x.max(axis=axis, keepdims=True)  # (..., 1, ...) broadcast along `axis`
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
     ### END SOLUTION
