@@ -1,0 +1,223 @@
+"""Tests of txlearn.training: the model, the schedule, training, checkpoints, resume, sampling, CLI."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from txlearn.cli import main
+from txlearn.data import load_corpus
+from txlearn.training import (ENV_SECONDS, CharTransformer, TrainConfig, UserError, evaluate,
+                              generate, learning_rate, load_checkpoint, sample_text,
+                              save_checkpoint, time_budget, train)
+
+TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
+                   max_steps=40, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
+                   eval_windows=8, max_seconds=600.0)
+
+
+@pytest.fixture(scope="module")
+def text():
+    return load_corpus()[:40_000]
+
+
+@pytest.fixture(autouse=True)
+def no_time_cap(monkeypatch):
+    # These runs are made tiny by their configuration; the wall-time cap would make their
+    # step counts depend on the machine's speed. test_time_budget sets it on purpose.
+    monkeypatch.delenv(ENV_SECONDS, raising=False)
+
+
+@pytest.fixture(scope="module")
+def trained(text, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.delenv(ENV_SECONDS, raising=False)
+    path = tmp_path_factory.mktemp("ckpt") / "tiny.safetensors"
+    result = train(TINY, text, checkpoint=path, progress=False, log=None)
+    mp.undo()
+    return result
+
+
+def test_learning_rate_schedule():
+    c = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110)
+    assert learning_rate(0, c) == pytest.approx(0.1, abs=1e-12)
+    assert learning_rate(9, c) == pytest.approx(1.0, abs=1e-12)
+    assert learning_rate(60, c) == pytest.approx(0.1 + 0.9 * 0.5, abs=1e-12)  # half-way cosine
+    assert learning_rate(110, c) == pytest.approx(0.1, abs=1e-12)
+    after = [learning_rate(t, c) for t in range(10, 111)]
+    assert all(a >= b for a, b in zip(after, after[1:]))
+
+
+def test_model_is_causal_and_tied():
+    torch.manual_seed(0)
+    model = CharTransformer(11, 16, 2, 2, 32, block_size=12).eval()
+    ids = torch.randint(0, 11, (2, 12))
+    changed = ids.clone()
+    changed[:, 7:] = (changed[:, 7:] + 1) % 11
+    with torch.no_grad():
+        a, b = model(ids), model(changed)
+    assert a.shape == (2, 12, 11)
+    torch.testing.assert_close(a[:, :7], b[:, :7], atol=1e-6, rtol=0)   # past unaffected
+    assert (a[:, 7:] - b[:, 7:]).abs().max() > 1e-3                     # future changed
+    # weight tying: the output head has no matrix of its own
+    names = [n for n, _ in model.named_parameters()]
+    assert sum(p.shape == (11, 16) for p in model.parameters()) == 1 and "E" in names
+    with pytest.raises(ValueError, match="13 positions exceed block_size 12"):
+        model(torch.zeros(1, 13, dtype=torch.long))
+
+
+def test_cached_forward_equals_full_forward():
+    torch.manual_seed(1)
+    model = CharTransformer(9, 16, 4, 3, 32, block_size=10).eval()
+    ids = torch.randint(0, 9, (3, 10))
+    caches = model.new_caches()
+    with torch.no_grad():
+        full = model(ids)                                        # (3, 10, 9)
+        parts = [model(ids[:, :4], caches)] + [model(ids[:, t:t + 1], caches) for t in range(4, 10)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_short_training_lowers_the_loss(trained, text):
+    r = trained
+    assert r.step == TINY.max_steps and r.stopped_by == "steps"
+    assert r.train_losses[0] == pytest.approx(math.log(len(r.vocab)), abs=0.3)  # starts near ln V
+    assert sum(r.train_losses[-5:]) / 5 < r.train_losses[0] - 1.0
+    assert r.val_nats < r.baselines["unigram"]        # measured: about 2.9 vs 3.2 nats
+    assert [h["step"] for h in r.history] == [10, 20, 30, 40]
+
+
+def test_checkpoint_round_trip_is_exact(trained, tmp_path):
+    ckpt = load_checkpoint(trained.checkpoint)
+    assert ckpt["config"] == TINY and ckpt["vocab"] == trained.vocab and ckpt["step"] == 40
+    for (n1, p1), (n2, p2) in zip(trained.model.state_dict().items(),
+                                  ckpt["model"].state_dict().items()):
+        assert n1 == n2 and torch.equal(p1, p2), n1
+    assert not list(trained.checkpoint.parent.glob("*.tmp-*"))  # the temporary file is gone
+    x = torch.randint(0, len(trained.vocab), (2, 32))
+    with torch.no_grad():
+        assert torch.equal(trained.model(x), ckpt["model"](x))
+
+
+def test_resume_continues_the_same_trajectory(text, tmp_path):
+    config = dataclasses.replace(TINY, max_steps=12, eval_interval=4)
+    straight = train(config, text, checkpoint=tmp_path / "a.safetensors", progress=False, log=None)
+    path = tmp_path / "b.safetensors"
+    first = train(config, text, checkpoint=path, stop_after=5, progress=False, log=None)
+    assert first.step == 5
+    second = train(config, text, checkpoint=path, resume=True, progress=False, log=None)
+    assert second.step == 12
+    assert first.train_losses + second.train_losses == straight.train_losses   # bit for bit
+    for (name, p), q in zip(straight.model.state_dict().items(),
+                            second.model.state_dict().values()):
+        assert torch.equal(p, q), name
+    assert second.val_nats == straight.val_nats
+
+
+def test_resume_with_other_config_or_text_fails_and_writes_nothing(trained, text):
+    before = trained.checkpoint.read_bytes()
+    other = dataclasses.replace(TINY, d_model=48)
+    with pytest.raises(UserError, match=r"does not match the checkpoint: d_model=32 \(this run: 48\)"):
+        train(other, text, checkpoint=trained.checkpoint, resume=True, progress=False, log=None)
+    with pytest.raises(UserError, match="different text"):
+        train(TINY, text[:-1] + "#", checkpoint=trained.checkpoint, resume=True, progress=False,
+              log=None)
+    assert trained.checkpoint.read_bytes() == before
+
+
+def test_bad_checkpoints(tmp_path, trained):
+    with pytest.raises(UserError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "none.safetensors")
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(UserError, match="not a safetensors checkpoint"):
+        load_checkpoint(junk)
+    # weights that do not fit the configuration stored beside them
+    model = CharTransformer.from_config(dataclasses.replace(TINY, d_ff=48), len(trained.vocab))
+    opt = torch.optim.AdamW(model.parameters())
+    bad = save_checkpoint(tmp_path / "bad.safetensors", model, opt, TINY, trained.vocab, 0,
+                          torch.Generator(), [], "0", {})
+    with pytest.raises(UserError, match="do not match its configuration"):
+        load_checkpoint(bad)
+
+
+def test_time_budget(monkeypatch, text):
+    assert time_budget(TINY) == 600.0
+    monkeypatch.setenv(ENV_SECONDS, "2.5")
+    assert time_budget(TINY) == 2.5
+    monkeypatch.setenv(ENV_SECONDS, "1e-9")
+    r = train(TINY, text, progress=False, log=None)     # a nanosecond: stopped before a step
+    assert r.stopped_by == "time" and r.step == 0 and r.train_losses == []
+    for bad in ("soon", "0", "-3"):
+        monkeypatch.setenv(ENV_SECONDS, bad)
+        with pytest.raises(UserError, match="not a positive number"):
+            time_budget(TINY)
+
+
+def test_cached_greedy_sampling_equals_uncached(trained):
+    prompt = trained.vocab.encode("def f(x):\n    return ")
+    n_new = 2 * TINY.block_size + 5            # past two context restarts
+    cached = generate(trained.model, prompt, n_new, temperature=0, use_cache=True)
+    uncached = generate(trained.model, prompt, n_new, temperature=0, use_cache=False)
+    assert cached.shape == (len(prompt) + n_new,)
+    assert torch.equal(cached, uncached)
+    sampled = generate(trained.model, prompt, 40, temperature=1.0, top_k=5, seed=3)
+    assert torch.equal(sampled, generate(trained.model, prompt, 40, temperature=1.0, top_k=5,
+                                         seed=3, use_cache=False))
+    assert torch.equal(generate(trained.model, prompt, 20, top_k=1, seed=7),
+                       generate(trained.model, prompt, 20, temperature=0))
+    with pytest.raises(ValueError, match="at least one character"):
+        generate(trained.model, [], 3)
+
+
+def test_evaluate_matches_manual_cross_entropy(trained, text):
+    val = trained.vocab.encode(text[-1000:])
+    x, y = val[:-1][: 31 * 32].view(31, 32), val[1:][: 31 * 32].view(31, 32)
+    with torch.no_grad():
+        logp = torch.log_softmax(trained.model(x).double(), dim=-1)     # (31, 32, V)
+    manual = -logp.gather(-1, y[..., None]).mean().item()
+    assert evaluate(trained.model, val, 32) == pytest.approx(manual, abs=1e-5)
+
+
+def test_sample_text_prompt_outside_vocabulary(trained):
+    out = sample_text(trained.checkpoint, "class ", n_new=10, temperature=0)
+    assert out.startswith("class ") and len(out) == 16
+    with pytest.raises(UserError, match=r"not in the model's vocabulary.*'€'"):
+        sample_text(trained.checkpoint, "price: 3€")
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty"),
+    (b"\xff\xfe binary", "not UTF-8"),
+    (b"too short", "has 9 characters; block_size 32 needs at least 330"),
+])
+def test_cli_train_bad_text(tmp_path, capsys, content, message):
+    src = tmp_path / "in.txt"
+    src.write_bytes(content)
+    out = tmp_path / "ck.safetensors"
+    code = main(["train", "--text", str(src), "--out", str(out), "--block-size", "32"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("txlearn: error: ") and message in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_cli_train_and_sample(tmp_path, capsys, text, trained):
+    src = tmp_path / "in.txt"
+    src.write_text(text, encoding="utf-8")
+    out = tmp_path / "ck.safetensors"
+    args = ["train", "--text", str(src), "--out", str(out), "--d-model", "32", "--n-heads", "2",
+            "--n-layers", "1", "--d-ff", "64", "--block-size", "32", "--batch-size", "4",
+            "--max-steps", "3", "--no-progress"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "baselines" in printed and "bigram" in printed and "bits/char" in printed
+    before = out.read_bytes()
+    assert main(args) == 2                                   # exists: refuse to overwrite
+    assert "--resume" in capsys.readouterr().err
+    assert main(args[:-3] + ["--max-steps", "5", "--resume"]) == 2   # a different schedule
+    assert "max_steps=3 (this run: 5)" in capsys.readouterr().err
+    assert out.read_bytes() == before
+    assert main(["sample", str(out), "--prompt", "for ", "--length", "7", "--seed", "1"]) == 0
+    assert capsys.readouterr().out.startswith("for ")
+    assert main(["sample", str(out), "--prompt", "ünïcode ✓"]) == 2
+    assert "not in the model's vocabulary" in capsys.readouterr().err
