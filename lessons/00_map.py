@@ -1,0 +1,139 @@
+# %% [markdown]
+# # 00 · The map
+#
+# This course builds one transformer layer from first principles, a component at a time, and
+# *measures* every claim it makes: a number or a plot, each followed by an `assert` with a stated
+# tolerance, so running a lesson tests it. This first notebook shows where we are going, how to
+# work through the course, and checks that your environment can run it.
+#
+# ## The layer in words
+#
+# Read it bottom-up, as the data flows (Vaswani et al. 2017, figure 1, encoder side):
+#
+# 1. **Tokens to vectors.** A batch of `B` sequences of `T` token ids, shape `(B, T)`, becomes
+#    `(B, T, d_model)` through an embedding table; a **positional encoding** is added, because
+#    nothing later knows the order of the tokens (lesson 04).
+# 2. **Attention.** Each token forms a query $q$, a key $k$ and a value $v$ by multiplying its
+#    vector with $W_Q, W_K, W_V$. Its output is an average of all values, weighted by
+#    $\mathrm{softmax}(q K^\top / \sqrt{d_k})$: how well its query matches each key (lessons 01-02).
+#    `n_heads` heads do this in parallel on `d_k = d_model / n_heads` wide slices, and $W_O$ mixes
+#    their results back to `d_model` (lesson 03).
+# 3. **Add & norm.** The attention output is *added* to its input (the residual path) and
+#    normalised with LayerNorm (lesson 06).
+# 4. **Feed-forward.** The same two-layer network, `d_model -> d_ff -> d_model`, runs on every
+#    position separately (lesson 05), followed by another add & norm.
+# 5. Steps 2-4 form one **layer**, shape in = shape out = `(B, T, d_model)` (lesson 07); a model
+#    stacks `N` of them, and an **output head** maps the last one to `(B, T, vocab)` scores
+#    (lesson 09). Lesson 08 measures what all of this costs as `T` and `d_model` grow.
+#
+# ## The layer as a figure
+#
+# Left, the paper's order (post-LN: `norm(x + sublayer(x))`); right, the order most recent models
+# use (pre-LN: `x + sublayer(norm(x))`), which lesson 06 compares. The lesson that derives each
+# box is written beside it.
+
+# %%
+import matplotlib.pyplot as plt
+
+from txlearn.plotting import layer_boxes, layer_diagram
+
+fig, (ax_post, ax_pre) = plt.subplots(1, 2, figsize=(16, 6))
+layer_diagram(norm_first=False, ax=ax_post)
+layer_diagram(norm_first=True, ax=ax_pre)
+plt.show()
+
+texts = [t.get_text() for t in ax_post.texts]
+boxes = [t for t in texts if not t.startswith("lesson") and t not in ("+", "x N layers")]
+print(" -> ".join(label.split("  ")[0] for label in boxes))
+assert boxes == [label for label, lesson, colour in layer_boxes(norm_first=False)]
+assert texts.count("+") == 2  # two residual additions per layer: attention and FFN
+
+# %% [markdown]
+# ## The lessons
+#
+# | NN | lesson | what it measures |
+# |---|---|---|
+# | 00 | the map (this notebook) | the layer diagram; an environment check |
+# | 01 | softmax and the $1/\sqrt{d_k}$ scale | Var$(q \cdot k)$ grows as $d_k$; softmax saturation and its vanishing Jacobian; float32 overflow and the max-shift |
+# | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V; attention heatmaps; causal and padding masks; permutation equivariance |
+# | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; KV-cache memory of MHA, GQA, MQA for real model sizes |
+# | 04 | positional encodings | order blindness without them; sinusoidal, learned, RoPE; past the trained length |
+# | 05 | the position-wise FFN | attention alone stays in the values' convex hull; the FFN leaves it; ReLU/GELU/SwiGLU; its share of parameters and FLOPs |
+# | 06 | residuals and normalisation | gradient norm vs depth with and without residuals; LayerNorm and RMSNorm; post-LN vs pre-LN |
+# | 07 | one full layer | the forward pass step by step on a tiny example; equality with `torch.nn.TransformerEncoderLayer` |
+# | 08 | complexity | time and memory vs $T$ and $d$ (log-log slopes); RNN comparison; tiled online-softmax attention |
+# | 09 | capstone | a small causal transformer trained on real text on a CPU; a real pretrained encoder rebuilt from the course's modules |
+#
+# ## How to work through the course
+#
+# - `make lab` (once, and again after a `git pull`) sets up `.venv`, copies each exercise
+#   notebook into your own working folder `work/`, and opens JupyterLab here.
+# - **Lessons** are in `notebooks/`. Read them in order and run every cell: each one re-measures
+#   its claims on your machine. They are generated from `lessons/NN_name.py`; change the source,
+#   not the notebook, if you contribute.
+# - **Exercises** are your copies in `work/NN_name.ipynb` (git-ignored: a course update never
+#   overwrites your answers). Replace each `raise NotImplementedError` with your code, then run
+#   the **check cell** below it. It prints `PASSED: <exercise>`, or names the failing case, the
+#   first wrong value (got vs expected) and a hint aimed at the likely mistake.
+# - **Grading**: `txlearn grade work/01_softmax.ipynb` prints a table (exercise, PASS/FAIL, first
+#   line of the feedback) and a score. It grades a copy and re-inserts the original check cells,
+#   so editing or deleting a check cell changes nothing. Grading runs the notebook's code: grade
+#   other people's notebooks only in a container or a throw-away account.
+#
+# ## Environment check
+#
+# The course needs Python 3.10 or newer, PyTorch, NumPy and matplotlib, and runs on a CPU.
+
+# %%
+import platform
+import sys
+
+import matplotlib
+import numpy as np
+import torch
+
+import txlearn
+
+print(f"Python     {platform.python_version()}")
+print(f"PyTorch    {torch.__version__} (CUDA available: {torch.cuda.is_available()}, "
+      f"CPU threads: {torch.get_num_threads()})")
+print(f"NumPy      {np.__version__}")
+print(f"matplotlib {matplotlib.__version__}")
+print(f"txlearn    {txlearn.__version__}")
+assert sys.version_info >= (3, 10)
+assert int(torch.__version__.split(".")[0]) >= 2
+assert int(np.__version__.split(".")[0]) >= 1
+
+# %% [markdown]
+# A tiny attention, $\mathrm{softmax}(Q K^\top / \sqrt{d_k})\,V$ for one head with $T = 4$ tokens
+# and $d_k = 8$, computed with the course's own `txlearn.softmax` and compared with PyTorch's
+# built-in `scaled_dot_product_attention`. Its gradient must exist and be finite.
+
+# %%
+import torch.nn.functional as F
+
+from txlearn.softmax import scaled_scores, softmax
+
+torch.manual_seed(0)
+T, d_k = 4, 8
+Q = torch.randn(T, d_k, dtype=torch.float64, requires_grad=True)
+K = torch.randn(T, d_k, dtype=torch.float64)
+V = torch.randn(T, d_k, dtype=torch.float64)
+
+weights = softmax(scaled_scores(Q, K), dim=-1)          # (T, T): row i = how query i attends
+out = weights @ V                                       # (T, T) @ (T, d_k) -> (T, d_k)
+expected = F.scaled_dot_product_attention(Q, K, V)      # (T, d_k)
+gap = (out - expected).abs().max().item()
+out.sum().backward()
+
+print(f"attention output {tuple(out.shape)}, max |txlearn - torch| = {gap:.1e}")
+print(f"weights of query 0: {np.round(weights[0].detach().numpy(), 3)}")
+assert out.shape == (T, d_k)
+assert gap < 1e-12                                                  # float64 rounding
+assert torch.allclose(weights.sum(-1), torch.ones(T, dtype=torch.float64), atol=1e-12)
+assert Q.grad is not None and torch.isfinite(Q.grad).all()
+
+# %% [markdown]
+# All asserts passed: your environment is ready. Next, lesson 01 (`notebooks/01_softmax.ipynb`)
+# measures why the scores above are divided by $\sqrt{d_k}$. Its exercises are in
+# `work/01_softmax.ipynb`.

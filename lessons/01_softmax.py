@@ -1,0 +1,342 @@
+# %% [markdown]
+# # 01 · Softmax and the $1/\sqrt{d_k}$ scale
+#
+# Attention turns the scores of one query against all keys into weights with a softmax,
+#
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V
+# \qquad \text{(Vaswani et al. 2017, section 3.2.1, equation 1).}$$
+#
+# This lesson takes the two pieces in front of $V$ apart and *measures* why each is built the way
+# it is:
+#
+# 1. the softmax, its temperature, and its invariance to a shift;
+# 2. why $q \cdot k$ is divided by $\sqrt{d_k}$: its variance grows like $d_k$;
+# 3. what happens without the division: the softmax saturates (one weight near 1, entropy near 0);
+# 4. why saturation stalls learning: the softmax Jacobian vanishes;
+# 5. why every real softmax subtracts the maximum first: overflow in float32.
+#
+# Every function used here lives in `txlearn.softmax`; every claim ends in an `assert`.
+
+# %%
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+from txlearn.softmax import (entropy_np, log_softmax_np, naive_softmax_np, sample_scores_np,
+                             softmax, softmax_jacobian, softmax_jacobian_np, softmax_np)
+
+torch.manual_seed(0)
+rng = np.random.default_rng(0)
+
+# %% [markdown]
+# ## 1. The softmax
+#
+# $$\mathrm{softmax}(x)_i = \frac{e^{x_i/\tau}}{\sum_j e^{x_j/\tau}}$$
+#
+# turns any vector of real scores into positive weights that sum to 1. The temperature $\tau$
+# sets how peaked they are: $\tau \to \infty$ gives the uniform distribution, $\tau \to 0$ puts all
+# the weight on the largest score. Adding the same constant $c$ to every score changes nothing,
+# because $e^{x_i + c} = e^c e^{x_i}$ and $e^c$ cancels between numerator and denominator.
+
+# %%
+x = np.array([2.0, 1.0, 0.1, -1.0])
+for tau in (0.25, 1.0, 4.0):
+    print(f"tau = {tau:4}: {np.round(softmax_np(x, temperature=tau), 3)}")
+
+assert abs(softmax_np(x).sum() - 1) < 1e-12                                  # weights sum to 1
+assert np.abs(softmax_np(x + 1e4) - softmax_np(x)).max() < 1e-12             # shift invariance
+assert softmax_np(x, temperature=0.25).max() > softmax_np(x, temperature=4.0).max()
+assert np.abs(softmax_np(x, temperature=1e6) - 0.25).max() < 1e-5            # tau large: uniform
+
+# %% [markdown]
+# ## 2. The variance of $q \cdot k$ grows like $d_k$
+#
+# Take a query and a key with independent standard-normal entries (what a freshly initialised
+# layer roughly produces). Each term $q_i k_i$ of the dot product has mean 0 and variance
+# $E[q_i^2]\,E[k_i^2] = 1$, and the $d_k$ terms are independent, so
+#
+# $$\mathrm{Var}(q \cdot k) = d_k, \qquad \mathrm{Var}\!\left(\frac{q \cdot k}{\sqrt{d_k}}\right) = 1.$$
+#
+# The paper states this in its footnote 4. We measure it for $d_k = 1, 2, 4, \dots, 1024$ with
+# 4000 independent pairs each; the scaled scores are the same samples divided by $\sqrt{d_k}$.
+#
+# Tolerance: a sample variance over $n$ draws has relative standard error
+# $\sqrt{(2 + \kappa)/n}$, where $\kappa = 6/d_k$ is the excess kurtosis of $q \cdot k$ (heavy
+# tailed at $d_k = 1$). We accept every point within 5 standard errors.
+
+# %%
+d_ks = 2 ** np.arange(11)                    # 1, 2, 4, ..., 1024
+n_samples = 4000
+var_unscaled = np.array([sample_scores_np(int(d), n_samples, scaled=False, seed=int(d)).var()
+                         for d in d_ks])
+var_scaled = np.array([sample_scores_np(int(d), n_samples, scaled=True, seed=int(d)).var()
+                       for d in d_ks])
+slope, intercept = np.polyfit(np.log(d_ks), np.log(var_unscaled), 1)
+
+fig, ax = plt.subplots(figsize=(6, 4))
+ax.loglog(d_ks, d_ks, "k--", label="predicted: Var = $d_k$")
+ax.loglog(d_ks, var_unscaled, "o", label="measured, $q \\cdot k$")
+ax.loglog(d_ks, np.ones_like(d_ks), "k:", label="predicted: Var = 1")
+ax.loglog(d_ks, var_scaled, "s", label="measured, $q \\cdot k / \\sqrt{d_k}$")
+ax.set_xlabel("$d_k$")
+ax.set_ylabel("variance of the score")
+ax.set_title(f"Var(q.k) vs $d_k$: fitted log-log slope {slope:.3f}")
+ax.legend()
+plt.show()
+
+standard_error = np.sqrt((2 + 6 / d_ks) / n_samples)
+print(f"fitted slope of log Var vs log d_k: {slope:.3f} (predicted 1)")
+print(f"largest |Var/d_k - 1| = {np.abs(var_unscaled / d_ks - 1).max():.3f}, "
+      f"scaled variances in [{var_scaled.min():.3f}, {var_scaled.max():.3f}]")
+assert abs(slope - 1) < 0.02                                      # on the predicted line
+assert np.all(np.abs(var_unscaled / d_ks - 1) < 5 * standard_error)
+assert np.all(np.abs(var_scaled - 1) < 5 * standard_error)        # ~1 at every d_k
+
+# %% [markdown]
+# At $d_k = 64$ (a typical head width), unscaled scores have a standard deviation of 8: two keys
+# that are equally unrelated to the query routinely differ by 10 or more in score, and
+# $e^{10} \approx 22{,}000$.
+#
+# ## 3. Without the scale, the softmax saturates
+#
+# One query against $T = 16$ keys, all standard normal, 500 independent trials per $d_k$. We
+# record the largest attention weight and the entropy $H(p) = -\sum_i p_i \log p_i$ (in nats) of
+# each row, with and without the division by $\sqrt{d_k}$. Uniform weights over 16 keys have
+# entropy $\log 16 = 2.77$ nats; a one-hot row has entropy 0.
+
+# %%
+T, trials = 16, 500
+
+
+def score_rows(d_k, rng):
+    """Scores of `trials` queries against T keys each: (trials, T), unscaled."""
+    q = rng.standard_normal((trials, 1, d_k))               # (trials, 1, d_k)
+    K = rng.standard_normal((trials, T, d_k))               # (trials, T, d_k)
+    return (q @ np.swapaxes(K, -1, -2))[:, 0, :]            # (trials, 1, T) -> (trials, T)
+
+
+stats = {"unscaled": [], "scaled": []}   # per d_k: (mean max weight, mean entropy, J norms)
+for d_k in d_ks:
+    s = score_rows(int(d_k), rng)
+    for name, logits in (("unscaled", s), ("scaled", s / math.sqrt(d_k))):
+        p = softmax_np(logits, axis=-1)                                        # (trials, T)
+        J_norm = np.linalg.norm(softmax_jacobian_np(logits), ord=2, axis=(-2, -1))  # (trials,)
+        stats[name].append((p.max(-1).mean(), entropy_np(p).mean(), J_norm, p.max(-1)))
+
+max_w = {k: np.array([row[0] for row in v]) for k, v in stats.items()}
+H = {k: np.array([row[1] for row in v]) for k, v in stats.items()}
+
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+for name, marker in (("unscaled", "o-"), ("scaled", "s-")):
+    ax1.semilogx(d_ks, max_w[name], marker, base=2, label=name)
+    ax2.semilogx(d_ks, H[name], marker, base=2, label=name)
+ax1.axhline(1 / T, color="gray", ls=":", label="uniform, 1/T")
+ax2.axhline(math.log(T), color="gray", ls=":", label="uniform, log T")
+ax1.set(xlabel="$d_k$", ylabel="mean largest weight", title="largest attention weight")
+ax2.set(xlabel="$d_k$", ylabel="mean entropy (nats)", title="entropy of the weights")
+ax1.legend()
+ax2.legend()
+plt.show()
+
+print(f"d_k = 1024, unscaled: largest weight {max_w['unscaled'][-1]:.3f}, "
+      f"entropy {H['unscaled'][-1]:.3f} nats")
+print(f"scaled, over all d_k: largest weight in [{max_w['scaled'].min():.3f}, "
+      f"{max_w['scaled'].max():.3f}], entropy in [{H['scaled'].min():.3f}, {H['scaled'].max():.3f}]")
+assert max_w["unscaled"][-1] > 0.9 and H["unscaled"][-1] < 0.2      # nearly one-hot
+assert np.all(np.diff(max_w["unscaled"]) > 0)                        # saturates steadily
+assert np.ptp(max_w["scaled"]) < 0.08 and np.ptp(H["scaled"]) < 0.15  # flat in d_k
+assert H["scaled"].min() > 0.8 * math.log(T)                         # spread over the keys
+
+# %% [markdown]
+# With the scale, the weights look the same at every width; without it, a 1024-wide head puts
+# almost all of its weight on one key *before any training*, chosen by noise.
+#
+# ## 4. Saturation stalls learning: the softmax Jacobian
+#
+# The gradient that reaches the scores is the gradient at the weights multiplied by the Jacobian
+# of the softmax,
+#
+# $$J_{ij} = \frac{\partial s_i}{\partial x_j} = s_i(\delta_{ij} - s_j), \qquad
+#   J = \operatorname{diag}(s) - s s^\top .$$
+#
+# First, check the formula against PyTorch's autograd.
+
+# %%
+x_t = torch.randn(6, dtype=torch.float64)
+J_autograd = torch.autograd.functional.jacobian(lambda v: torch.softmax(v, -1), x_t)
+gap = (softmax_jacobian(x_t) - J_autograd).abs().max().item()
+print(f"max |J_formula - J_autograd| = {gap:.1e}")
+assert gap < 1e-15
+
+# %% [markdown]
+# Each row $i$ of $J$ has absolute values summing to $2 s_i (1 - s_i)$, so its largest singular
+# value (the most any gradient can be amplified) is at most
+# $\max_i 2 s_i (1 - s_i) \le 2 (1 - \max_i s_i)$ (Gershgorin). When one weight approaches 1, the
+# Jacobian, and with it every gradient into the scores, goes to 0.
+#
+# Scale one fixed vector of 16 standard-normal logits by $c$ from 0.01 to 100 and measure the
+# spectral norm $\lVert J \rVert_2$:
+
+# %%
+z = rng.standard_normal(T)
+cs = np.logspace(-2, 2, 41)
+J_norms = np.array([np.linalg.norm(softmax_jacobian_np(c * z), ord=2) for c in cs])
+bounds = np.array([2 * (1 - softmax_np(c * z).max()) for c in cs])
+c_peak = cs[J_norms.argmax()]
+
+fig, ax = plt.subplots(figsize=(6, 4))
+ax.loglog(cs, J_norms, "o-", label="$\\|J\\|_2$ measured")
+ax.loglog(cs, bounds, "k--", label="bound $2(1 - \\max_i s_i)$")
+ax.axhline(1 / T, color="gray", ls=":", label="uniform: $1/T$")
+ax.set(xlabel="logit scale $c$", ylabel="spectral norm of J",
+       title="softmax Jacobian vs logit scale (T = 16)")
+ax.legend()
+plt.show()
+
+print(f"||J|| = {J_norms[0]:.4f} at c = 0.01 (1/T = {1 / T:.4f}), peak {J_norms.max():.3f} "
+      f"at c = {c_peak:.1f}, {J_norms[-1]:.1e} at c = 100")
+assert np.all(J_norms <= bounds + 1e-12)               # the Gershgorin bound holds
+assert abs(J_norms[0] - 1 / T) < 0.01                  # near-uniform: ||J|| ~ 1/T
+assert J_norms[-1] < 1e-2 * J_norms.max()              # saturated: 100x smaller than the peak
+assert np.all(np.diff(J_norms[cs >= c_peak]) < 0)      # past the peak it only shrinks
+
+# %% [markdown]
+# Note what the curve does *not* say: "smaller logits always give bigger gradients" is false.
+# Near-uniform weights have a small Jacobian too ($\lVert J \rVert_2 \approx 1/T$); it peaks at a
+# moderate scale, where a few keys compete, and then decays exponentially. The $1/\sqrt{d_k}$
+# scale does not maximise the gradient; it keeps the logits at unit scale at every width, so the
+# network starts on the left of the collapse, whatever $d_k$ is.
+#
+# Now the same measurement in the attention setting of section 3: the median $\lVert J \rVert_2$
+# over 500 rows, scaled and unscaled.
+
+# %%
+J_median = {k: np.array([np.median(row[2]) for row in v]) for k, v in stats.items()}
+bound_ok = all(np.all(row[2] <= 2 * (1 - row[3]) + 1e-12) for v in stats.values() for row in v)
+
+fig, ax = plt.subplots(figsize=(6, 4))
+for name, marker in (("unscaled", "o-"), ("scaled", "s-")):
+    ax.loglog(d_ks, J_median[name], marker, base=2, label=name)
+ax.set(xlabel="$d_k$", ylabel="median $\\|J\\|_2$ (log scale)",
+       title="softmax Jacobian norm vs $d_k$ (T = 16)")
+ax.legend()
+plt.show()
+
+for d_k, u, s_ in zip(d_ks, J_median["unscaled"], J_median["scaled"]):
+    print(f"d_k = {d_k:5d}: median ||J|| unscaled {u:.2e}, scaled {s_:.3f}")
+assert bound_ok
+narrow, wide = (d_ks >= 2) & (d_ks <= 32), d_ks >= 64
+assert J_median["unscaled"][-1] < 1e-2 * J_median["scaled"][-1]       # 1024: gradient ~gone
+assert np.all(J_median["unscaled"][wide] < J_median["scaled"][wide])   # wide heads: smaller
+assert np.all(J_median["unscaled"][narrow] > J_median["scaled"][narrow])  # narrow: larger!
+assert np.ptp(J_median["scaled"]) < 0.06                              # scaled: flat in d_k
+
+# %% [markdown]
+# Measured, not assumed: at small widths ($2 \le d_k \le 32$ here) the *unscaled* scores actually
+# have the larger Jacobian, because unit-scale logits sit to the left of the peak above. The
+# damage begins at realistic head widths ($d_k = 64$: 0.12 vs 0.19) and is complete by
+# $d_k = 1024$ (a median of $2 \times 10^{-5}$, ten thousand times smaller).
+#
+# One more contrast: when a cross-entropy loss follows the softmax directly (a classifier or the
+# language-model head), the gradient at the logits is $s - y$, which does *not* vanish when the
+# softmax is confidently wrong; the log cancels the exponential. Saturation hurts where the softmax
+# output is used as weights, as in attention.
+
+# %%
+logits = torch.tensor(100 * z, requires_grad=True)
+wrong_target = int(np.argmin(z))
+loss = -torch.log_softmax(logits, -1)[wrong_target]
+loss.backward()
+ce_grad = logits.grad.norm().item()
+print(f"c = 100: ||J||_2 = {J_norms[-1]:.1e}, but ||d CE / d logits|| = {ce_grad:.3f}")
+assert ce_grad > 1.0 and J_norms[-1] < 1e-3
+
+# %% [markdown]
+# ## 5. Overflow, and the max-shift that fixes it
+#
+# Computed literally, $e^{x_i} / \sum_j e^{x_j}$ fails in floating point: float32 holds numbers
+# up to $3.4 \times 10^{38}$, so $e^{x}$ is `inf` for $x > \ln(3.4 \times 10^{38}) \approx 88.7$,
+# and `inf/inf` is NaN. At the other end, $e^x$ loses precision below $e^{-87.3}$ (subnormal
+# numbers) and becomes exactly 0 below about $e^{-103.3}$, and `0/0` is NaN too.
+#
+# The fix is the shift invariance of section 1 with $c = -\max_j x_j$: every exponent is then
+# $\le 0$ and the largest term is exactly $e^0 = 1$, so the sum lies in $[1, T]$. We evaluate
+# `[m, m-1, m-2]` in float32 for $m$ from -120 to 120, naive and shifted, against a float64
+# reference.
+
+# %%
+ms = np.arange(-120, 121)
+float32_tiny = np.finfo(np.float32).tiny
+err_naive, err_stable = [], []
+for m in ms:
+    x32 = np.array([m, m - 1, m - 2], dtype=np.float32)
+    reference = softmax_np(x32.astype(np.float64))
+    err_naive.append(np.abs(naive_softmax_np(x32) - reference).max())
+    err_stable.append(np.abs(softmax(torch.from_numpy(x32)).numpy() - reference).max())
+err_naive, err_stable = np.array(err_naive), np.array(err_stable)
+nan_naive = np.isnan(err_naive)
+
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.semilogy(ms, np.where(nan_naive, np.nan, np.maximum(err_naive, 1e-10)), label="naive float32")
+ax.semilogy(ms[nan_naive], np.full(nan_naive.sum(), 1.0), "rx", label="naive: NaN")
+ax.semilogy(ms, np.maximum(err_stable, 1e-10), label="max-shifted float32 (txlearn.softmax)")
+ax.set(xlabel="largest logit m", ylabel="max |error| vs float64 (floor 1e-10)",
+       title="softmax of [m, m-1, m-2] in float32")
+ax.legend()
+plt.show()
+
+first_overflow = ms[(ms > 0) & nan_naive].min()
+last_underflow = ms[(ms < 0) & nan_naive].max()
+print(f"naive float32: NaN from m = {first_overflow} (ln of float32 max = "
+      f"{math.log(np.finfo(np.float32).max):.2f}) and below m = {last_underflow + 1}")
+print(f"naive float32 at m = -100: error {err_naive[ms == -100][0]:.1e} (subnormal exp values, "
+      f"below {float32_tiny:.1e})")
+print(f"max-shifted: largest error over all m {err_stable.max():.1e}")
+assert first_overflow == 89 and np.all(nan_naive[ms >= 89])
+assert -106 <= last_underflow <= -103 and np.all(nan_naive[ms <= last_underflow])
+assert err_naive[ms == -100][0] > 1e-3                      # precision lost before the NaN
+assert np.all(err_naive[(ms >= -80) & (ms <= 88)] < 1e-6)   # fine in between
+assert err_stable.max() < 1e-6                              # the shift fixes every m
+
+# %% [markdown]
+# Float64 moves the cliffs (to $\ln(1.8 \times 10^{308}) \approx 709.8$), it does not remove them,
+# and logits of a few hundred are not exotic: unscaled scores at $d_k = 1024$ have a standard
+# deviation of 32, and masked positions are often set to $-10^4$ or $-\infty$.
+
+# %%
+with np.errstate(over="ignore", invalid="ignore"):
+    naive64 = naive_softmax_np(np.array([720.0, 719.0]))
+print(f"naive float64 softmax([720, 719]) = {naive64}; shifted = {softmax_np([720.0, 719.0])}")
+assert np.isnan(naive64).all()
+assert np.abs(softmax_np([720.0, 719.0]) - [0.731059, 0.268941]).max() < 1e-6
+
+# %% [markdown]
+# The same trick gives a log-softmax that never takes $\log 0$:
+# $\log \mathrm{softmax}(x)_i = z_i - \log \sum_j e^{z_j}$ with $z = x - \max_j x_j$.
+
+# %%
+with np.errstate(divide="ignore"):
+    log_of_softmax = np.log(softmax_np([0.0, -1000.0]))
+print(f"log(softmax([0, -1000])) = {log_of_softmax}, log_softmax = {log_softmax_np([0.0, -1000.0])}")
+assert np.isneginf(log_of_softmax[1])
+assert np.abs(log_softmax_np([0.0, -1000.0]) - [0.0, -1000.0]).max() < 1e-12
+
+# %% [markdown]
+# ## What we measured
+#
+# | claim | measured here |
+# |---|---|
+# | Var$(q \cdot k) = d_k$ for $q, k \sim N(0, I)$ | log-log slope within 0.02 of 1, $d_k = 1 \dots 1024$ |
+# | Var$(q \cdot k / \sqrt{d_k}) = 1$ | every $d_k$ within 5 standard errors of 1 |
+# | unscaled scores saturate the softmax | $d_k = 1024$, $T = 16$: largest weight > 0.9, entropy < 0.2 nats |
+# | scaled scores do not | largest weight and entropy flat across $d_k$ |
+# | saturation kills the gradient | $\lVert J \rVert_2 \le 2(1 - \max s)$; median $\lVert J \rVert_2$ unscaled at 1024 is < 1% of scaled |
+# | ...but smaller logits are not always better | near-uniform $\lVert J \rVert_2 \approx 1/T$; unscaled larger than scaled for $2 \le d_k \le 32$ |
+# | naive float32 softmax fails | NaN from a largest logit of 89 up, and for all logits below about -104 |
+# | the max-shift fixes it | error < $10^{-6}$ for every $m \in [-120, 120]$ |
+#
+# Exercises: `work/01_softmax.ipynb` (a stable softmax over any axis, the scaled scores, the
+# softmax Jacobian, a log-softmax). Next, lesson 02 puts the scores and the softmax together into
+# attention.
