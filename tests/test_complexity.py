@@ -292,3 +292,27 @@ def test_tiled_attention_memory_linear_in_T():
     assert 0.9 < cx.fit_loglog_slope(Ts, tiled) < 1.1
     assert 1.8 < cx.fit_loglog_slope(Ts, full) < 2.05
     assert tiled[-1] < full[-1] / 5
+
+
+# ---- path length ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("T", [2, 5, 40])
+def test_matmul_path_length_rnn_grows_attention_constant(T):
+    torch.manual_seed(0)
+    d = 4
+    x = torch.randn(1, T, d, requires_grad=True)
+    W_x, W_h, b = torch.randn(d, d), torch.randn(d, d), torch.zeros(d)
+    h = cx.recurrent_layer(x, W_x, W_h, b)
+    assert cx.matmul_path_length(h[:, -1], x) == T  # x W_x, then T - 1 steps of h W_h
+    Q, K, V = x @ W_x, x @ W_h, x @ W_x  # (1, T, d)
+    out = torch.softmax(Q @ K.transpose(-1, -2), dim=-1) @ V
+    assert cx.matmul_path_length(out[:, -1], x) == 3  # projection, scores, weighted sum
+
+
+def test_matmul_path_length_errors():
+    x = torch.randn(3, requires_grad=True)
+    y = torch.randn(3, requires_grad=True)
+    with pytest.raises(ValueError, match="does not depend"):
+        cx.matmul_path_length((y * 2).sum(), x)
+    with pytest.raises(ValueError, match="leaf"):
+        cx.matmul_path_length((x * 2).sum(), x * 2)

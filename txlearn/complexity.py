@@ -47,6 +47,7 @@ __all__ = [
     "measure",
     "fit_loglog_slope",
     "recurrent_layer",
+    "matmul_path_length",
     "online_softmax_update_np",
     "online_softmax_update",
     "tiled_attention_np",
@@ -400,6 +401,46 @@ def recurrent_layer(x: torch.Tensor, W_x: torch.Tensor, W_h: torch.Tensor,
     return torch.stack(states, dim=1)  # (B, T, d)
 
 
+_MATMUL_NODES = ("MmBackward", "BmmBackward", "AddmmBackward", "BaddbmmBackward", "MvBackward")
+
+
+def matmul_path_length(output: torch.Tensor, source: torch.Tensor) -> int:
+    """The most matrix products on any path from `source` to `output` in the autograd graph.
+
+    A measured "path length" (Vaswani et al. 2017, Table 1, maximum path length): how many
+    matrix products a signal from `source` (a leaf tensor with ``requires_grad=True``) passes
+    through before it reaches `output`. For an RNN it grows with the distance between positions;
+    for self-attention it is a constant. Counts the autograd nodes ``mm``, ``bmm``, ``addmm``,
+    ``baddbmm`` and ``mv``.
+
+    Returns an int >= 0. Raises ValueError when `source` is not a leaf that requires grad, or
+    when `output` does not depend on it. Source: lesson 08.
+    """
+    if not (source.requires_grad and source.is_leaf) or output.grad_fn is None:
+        raise ValueError("source must be a leaf with requires_grad=True and output must have "
+                         "been computed from it with gradients enabled")
+    best: dict = {}  # node -> most products from this node down to source (-1: unreachable)
+    stack = [(output.grad_fn, False)]
+    while stack:  # iterative post-order traversal (graphs of long loops are deep)
+        node, children_done = stack.pop()
+        if node in best:
+            continue
+        children = [child for child, _ in node.next_functions if child is not None]
+        if not children_done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if c not in best)
+            continue
+        own = int(type(node).__name__.startswith(_MATMUL_NODES))
+        if getattr(node, "variable", None) is source:
+            best[node] = 0
+        else:
+            reach = [best[c] for c in children if best.get(c, -1) >= 0]
+            best[node] = own + max(reach) if reach else -1
+    if best[output.grad_fn] < 0:
+        raise ValueError("output does not depend on source")
+    return best[output.grad_fn]
+
+
 # --------------------------------------------------------------------------------------------
 # 4. Tiled attention with an online softmax
 # --------------------------------------------------------------------------------------------
@@ -505,9 +546,10 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
     m = Q.new_full(Q.shape[:-1], -math.inf)  # (..., L)
     l = Q.new_zeros(Q.shape[:-1])  # (..., L)
     acc = Q.new_zeros(Q.shape[:-1] + V.shape[-1:])  # (..., L, d_v)
+    Q = Q / math.sqrt(d_k)  # scale the (L, d_k) queries once, not every (L, b) block of scores
     for start in range(0, S, block_size):
         stop = min(start + block_size, S)
-        scores = Q @ K[..., start:stop, :].transpose(-1, -2) / math.sqrt(d_k)  # (..., L, b)
+        scores = Q @ K[..., start:stop, :].transpose(-1, -2)  # (..., L, b)
         if mask is not None:
             scores = scores.masked_fill(~_mask_block(mask, start, stop), -math.inf)
         m, l, acc = online_softmax_update(m, l, acc, scores, V[..., start:stop, :])
