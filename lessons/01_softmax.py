@@ -90,14 +90,17 @@ standard_error = np.sqrt((2 + 6 / d_ks) / n_samples)
 print(f"fitted slope of log Var vs log d_k: {slope:.3f} (predicted 1)")
 print(f"largest |Var/d_k - 1| = {np.abs(var_unscaled / d_ks - 1).max():.3f}, "
       f"scaled variances in [{var_scaled.min():.3f}, {var_scaled.max():.3f}]")
+std_64 = math.sqrt(var_unscaled[d_ks == 64][0])
+print(f"standard deviation of unscaled scores at d_k = 64: {std_64:.2f} (predicted 8)")
 assert abs(slope - 1) < 0.02                                      # on the predicted line
+assert abs(std_64 - 8) < 0.4          # 5%: about 4 standard errors of a sample std (1.1%)
 assert np.all(np.abs(var_unscaled / d_ks - 1) < 5 * standard_error)
 assert np.all(np.abs(var_scaled - 1) < 5 * standard_error)        # ~1 at every d_k
 
 # %% [markdown]
-# At $d_k = 64$ (a typical head width), unscaled scores have a standard deviation of 8: two keys
-# that are equally unrelated to the query routinely differ by 10 or more in score, and
-# $e^{10} \approx 22{,}000$.
+# At $d_k = 64$ (a typical head width) the unscaled scores have a standard deviation of 8
+# (measured above): a key whose score is one standard deviation above another's gets
+# $e^8 \approx 3000$ times its weight, although both keys are random.
 #
 # ## 3. Without the scale, the softmax saturates
 #

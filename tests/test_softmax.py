@@ -190,6 +190,10 @@ def test_bad_axis_dtype_and_shapes_raise():
         softmax_jacobian_np(1.0)
     with pytest.raises(ValueError, match="probabilities"):
         entropy_np([0.5, -0.5, 1.0])
+    with pytest.raises(ValueError, match="temperature"):
+        softmax(torch.zeros(3), temperature=True)
+    np.testing.assert_allclose(softmax_np([0.0, 1.0], temperature=np.float32(2.0)),
+                               softmax_np([0.0, 0.5]), rtol=1e-15)
     with pytest.raises(ValueError, match="d_k=0"):
         sample_scores_np(0, 10, scaled=True)
 

@@ -18,6 +18,7 @@ footnote 4 for the 1/sqrt(d_k) scale); ``notebooks/01_softmax.ipynb``.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -32,8 +33,8 @@ __all__ = [
 # --------------------------------------------------------------------------- argument checks
 
 def _check_temperature(temperature: float) -> None:
-    if not (isinstance(temperature, (int, float)) and math.isfinite(temperature)
-            and temperature > 0):
+    if (isinstance(temperature, bool) or not isinstance(temperature, numbers.Real)
+            or not math.isfinite(temperature) or temperature <= 0):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
 
 
