@@ -180,6 +180,7 @@ fig, axes = plt.subplots(1, 4, figsize=(12, 2.8))
 for ax, (title, m) in zip(axes, panels):
     ax.imshow(m.numpy(), cmap="Greys", vmin=0, vmax=1)
     ax.set(title=title, xlabel="key", ylabel="sequence" if title.startswith("padding") else "query")
+fig.suptitle("dark = True = may attend", fontsize=9)
 plt.tight_layout()
 plt.show()
 assert causal_mask(6).sum().item() == 21                 # 6 * 7 / 2 allowed pairs
