@@ -173,3 +173,22 @@ def test_errors_name_the_shapes():
         attention_np(Q.numpy(), K[..., :5].numpy(), V.numpy())
     with pytest.raises(ValueError, match="boolean"):
         attention_np(Q.numpy(), K.numpy(), V.numpy(), np.zeros((3, 4)))
+
+
+def test_additive_float_mask_of_torch_equals_our_boolean_mask():
+    from txlearn.masks import to_additive
+    Q, K, V = _qkv(10, L=4, S=6)
+    mask = causal_mask(4, 6)
+    ref = F.scaled_dot_product_attention(Q, K, V, attn_mask=to_additive(mask, torch.float64))
+    torch.testing.assert_close(scaled_dot_product_attention(Q, K, V, mask), ref,
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_masked_softmax_in_bfloat16_stays_finite():
+    s = torch.randn(3, 5).to(torch.bfloat16) * 50
+    m = torch.ones(3, 5, dtype=torch.bool)
+    m[2] = False
+    w = masked_softmax(s, m)
+    assert w.dtype == torch.bfloat16 and torch.isfinite(w).all()
+    torch.testing.assert_close(w[:2].float().sum(-1), torch.ones(2), rtol=0, atol=1e-2)
+    assert (w[2] == 0).all()
