@@ -227,3 +227,16 @@ def test_kv_cache_bytes_errors():
         kv_cache_bytes(32, 32, 128, 0)
     with pytest.raises(ValueError, match="unknown dtype"):
         kv_cache_bytes(32, 32, 128, 4096, dtype="float12")
+
+
+def test_padding_invariance_of_module_with_gqa():
+    torch.manual_seed(5)
+    m = MultiHeadAttention(16, 4, 2).double()
+    x = torch.randn(1, 3, 16, dtype=torch.float64)
+    memory = torch.randn(1, 4, 16, dtype=torch.float64)
+    padded = torch.cat([memory, 100 * torch.randn(1, 3, 16, dtype=torch.float64)], dim=1)
+    out, w = m(x, padded, key_padding_mask=padding_mask([4], 7), return_weights=True)
+    torch.testing.assert_close(out, m(x, memory), rtol=1e-12, atol=1e-12)
+    assert (w[..., 4:] == 0).all()
+    torch.testing.assert_close(w.sum(-1), torch.ones(1, 4, 3, dtype=torch.float64),
+                               rtol=0, atol=1e-12)
