@@ -13,7 +13,7 @@ from txlearn.training import (ENV_SECONDS, CharTransformer, TrainConfig, UserErr
                               save_checkpoint, time_budget, train)
 
 TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
-                   max_steps=40, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
+                   max_steps=80, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
                    eval_windows=8, max_seconds=600.0)
 
 
@@ -83,13 +83,15 @@ def test_short_training_lowers_the_loss(trained, text):
     assert r.step == TINY.max_steps and r.stopped_by == "steps"
     assert r.train_losses[0] == pytest.approx(math.log(len(r.vocab)), abs=0.3)  # starts near ln V
     assert sum(r.train_losses[-5:]) / 5 < r.train_losses[0] - 1.0
-    assert r.val_nats < r.baselines["unigram"]        # measured: about 2.9 vs 3.2 nats
-    assert [h["step"] for h in r.history] == [10, 20, 30, 40]
+    # measured (seeded): 3.21 nats after 80 steps, against ln V = 4.52 and the unigram's 3.32
+    assert r.val_nats < r.baselines["uniform"] - 1.2
+    assert r.val_nats < r.baselines["unigram"] - 0.05
+    assert [h["step"] for h in r.history] == list(range(10, 81, 10))
 
 
 def test_checkpoint_round_trip_is_exact(trained, tmp_path):
     ckpt = load_checkpoint(trained.checkpoint)
-    assert ckpt["config"] == TINY and ckpt["vocab"] == trained.vocab and ckpt["step"] == 40
+    assert ckpt["config"] == TINY and ckpt["vocab"] == trained.vocab and ckpt["step"] == 80
     for (n1, p1), (n2, p2) in zip(trained.model.state_dict().items(),
                                   ckpt["model"].state_dict().items()):
         assert n1 == n2 and torch.equal(p1, p2), n1
@@ -168,6 +170,18 @@ def test_cached_greedy_sampling_equals_uncached(trained):
                        generate(trained.model, prompt, 20, temperature=0))
     with pytest.raises(ValueError, match="at least one character"):
         generate(trained.model, [], 3)
+
+
+def test_cached_sampling_on_an_untrained_model():
+    # near-uniform logits make the argmax sensitive to any error in cached positions or keys
+    torch.manual_seed(5)
+    model = CharTransformer(13, 16, 2, 2, 32, block_size=8)
+    prompt = torch.tensor([1, 2, 3])
+    for temperature in (0.0, 1.0):
+        cached = generate(model, prompt, 30, temperature=temperature, seed=2)
+        uncached = generate(model, prompt, 30, temperature=temperature, seed=2, use_cache=False)
+        assert torch.equal(cached, uncached), temperature
+    assert len(set(cached.tolist())) > 3
 
 
 def test_evaluate_matches_manual_cross_entropy(trained, text):
