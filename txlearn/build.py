@@ -287,8 +287,10 @@ def drift(layout: Layout = Layout()) -> list[str]:
 
 
 def solution_texts(path: Path) -> list[str]:
-    """The non-blank lines inside the solution regions of an exercise source (for leak tests)."""
-    lines, inside = [], False
+    """The non-blank lines of the solution regions of an exercise source that occur nowhere else in
+    it (a line whose text the source also gives outside them, such as the prose's
+    ``d_k = d_model // n_heads``, is no leak); for the test that student notebooks leak nothing."""
+    lines, outside, inside = [], [], False
     for line in path.read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
         if stripped == BEGIN:
@@ -297,7 +299,10 @@ def solution_texts(path: Path) -> list[str]:
             inside = False
         elif inside and stripped:
             lines.append(stripped)
-    return lines
+        else:
+            outside.append(line)
+    given = "\n".join(outside)
+    return [line for line in lines if line not in given]
 
 
 def release(dest: Path, layout: Layout = Layout()) -> list[Path]:
