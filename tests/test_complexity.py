@@ -181,6 +181,16 @@ def test_time_callable_counts_calls_and_returns_seconds():
     assert len(calls) == 6 and 0.0 <= t < 1.0
     with pytest.raises(ValueError, match="repeats"):
         cx.time_callable(lambda: None, repeats=0)
+    with pytest.raises(ValueError, match="reduce must be 'min' or 'median', got 'mean'"):
+        cx.time_callable(lambda: None, reduce="mean")
+
+
+def test_time_callable_min_and_median_with_a_fake_clock(monkeypatch):
+    # a fake clock: the warmup reads it once; the three timed calls take 3, 1, 2 "seconds"
+    ticks = iter([0, 10, 13, 20, 21, 30, 32] * 2)
+    monkeypatch.setattr(cx.time, "perf_counter", lambda: next(ticks))
+    assert cx.time_callable(lambda: None, repeats=3, warmup=1) == 1
+    assert cx.time_callable(lambda: None, repeats=3, warmup=1, reduce="median") == 2
 
 
 # ---- recurrent layer -------------------------------------------------------------------------

@@ -7,7 +7,7 @@ Four parts, in the order of the lesson:
    activations and of the attention matrix (the KV cache's is ``txlearn.heads.kv_cache_bytes``). FLOPs are ``2 x multiply-accumulates``
    of the matrix products; element-wise work (softmax, norms, activations, bias adds) is of lower
    order and is *not* counted (stated in each docstring).
-2. **Measuring.** Wall time (median of repeats, ``time.perf_counter``) and peak memory of a
+2. **Measuring.** Wall time (fastest of repeats, ``time.perf_counter``) and peak memory of a
    callable (the PyTorch profiler's memory events, which see PyTorch's own CPU allocations; the
    standard library's ``tracemalloc`` does not), over a range of T or d, with log-log slopes.
 3. **A recurrent layer** (Elman RNN), the sequential baseline of the paper's Table 1.
@@ -292,14 +292,21 @@ def format_table(rows: dict[str, float], unit: str = "", total: bool = True) -> 
 # 2. Measuring
 # --------------------------------------------------------------------------------------------
 
-def time_callable(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` in seconds (``time.perf_counter``), after `warmup` calls.
+def time_callable(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
+                  reduce: str = "min") -> float:
+    """Wall time of ``fn()`` in seconds (``time.perf_counter``) over `repeats` calls, after
+    `warmup` calls.
 
-    Runs under ``torch.inference_mode()`` (no autograd bookkeeping). Raises ValueError when
-    ``repeats < 1`` or ``warmup < 0``. Source: lesson 08.
+    ``reduce="min"`` (default) returns the fastest call: other processes on a shared machine only
+    ever add time, so the minimum is the steadiest estimate of the call's own cost;
+    ``reduce="median"`` returns the median. Runs under ``torch.inference_mode()`` (no autograd
+    bookkeeping). Raises ValueError when ``repeats < 1``, ``warmup < 0`` or `reduce` is unknown.
+    Source: lesson 08.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats ({repeats}) must be >= 1 and warmup ({warmup}) >= 0")
+    if reduce not in ("min", "median"):
+        raise ValueError(f"reduce must be 'min' or 'median', got {reduce!r}")
     times = []
     with torch.inference_mode():
         for i in range(warmup + repeats):
@@ -307,7 +314,7 @@ def time_callable(fn: Callable[[], object], repeats: int = 5, warmup: int = 1) -
             fn()
             if i >= warmup:
                 times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return min(times) if reduce == "min" else statistics.median(times)
 
 
 def peak_memory_bytes(fn: Callable[[], object]) -> int:
