@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from txlearn.complexity import fit_loglog_slope
 from txlearn.layer import TransformerLayer, TransformerStack
 from txlearn.masks import padding_mask
 from txlearn.norms import layer_norm_np
@@ -226,8 +227,6 @@ plt.xlabel("layers applied")
 plt.ylabel("RMS of the residual stream")
 plt.legend()
 plt.show()
-from txlearn.complexity import fit_loglog_slope
-
 depth = np.arange(1, 25)
 slope = fit_loglog_slope(depth[3:], pre[4:])  # layers 4..24
 print(f"post-LN RMS after 24 layers {post[-1]:.3f}; pre-LN {pre[0]:.2f} -> {pre[-1]:.2f}, "
