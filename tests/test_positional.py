@@ -146,3 +146,7 @@ def test_rope_gradcheck_and_bad_arguments():
         apply_rope(x, pairing="pairs")
     with pytest.raises(ValueError, match=r"3 positions.*\(5, 4\)"):
         apply_rope(x, torch.arange(3))
+    with pytest.raises(ValueError, match=r"\(..., T, d\), got shape \(4,\)"):
+        apply_rope(torch.randn(4))
+    with pytest.raises(ValueError, match=r"\(4,\)"):
+        apply_rope_np(np.ones(4))

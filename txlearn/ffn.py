@@ -294,7 +294,8 @@ def ffn_param_share(d_model: int, d_ff: int, n_heads: int | None = None,
 
 
 # Published sizes (d_model, n_heads, n_kv_heads, d_ff, context T, activation) of real models:
-# Vaswani 2017 table 3; Devlin 2019; Radford 2019; Brown 2020 table 2.1; Touvron 2023 (LLaMA 2).
+# Vaswani 2017 table 3 (base; the paper fixes no context length: T = 512 is only illustrative);
+# Devlin 2019 (BERT); Radford 2019 (GPT-2); Brown 2020 table 2.1 (GPT-3); Touvron 2023 (LLaMA 2).
 MODEL_SIZES = {
     "Transformer base (2017)": dict(d_model=512, n_heads=8, n_kv_heads=None, d_ff=2048, T=512, activation="relu"),
     "BERT-base": dict(d_model=768, n_heads=12, n_kv_heads=None, d_ff=3072, T=512, activation="gelu"),

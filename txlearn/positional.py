@@ -184,10 +184,12 @@ def _join_pairs(a, b, pairing: str):
 
 
 def _check_rope_args(x_shape, positions_len, pairing: str) -> None:
+    if len(x_shape) < 2:
+        raise ValueError(f"apply_rope: x must be (..., T, d), got shape {tuple(x_shape)}")
     if pairing not in PAIRINGS:
         raise ValueError(f"apply_rope: pairing must be one of {PAIRINGS}, got {pairing!r}")
     _check_even(x_shape[-1], "apply_rope")
-    if len(x_shape) < 2 or positions_len != x_shape[-2]:
+    if positions_len != x_shape[-2]:
         raise ValueError(f"apply_rope: {positions_len} positions for an input of shape "
                          f"{tuple(x_shape)}; need one position per row of the T axis (dim -2)")
 
@@ -206,7 +208,7 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
         ``apply_rope(q, m) . apply_rope(k, n)`` depends on m - n only.
     Raises: ValueError for an odd d, an unknown pairing, or len(positions) != T.
     """
-    T = x.shape[-2] if x.dim() >= 2 else -1
+    T = x.shape[-2] if x.dim() >= 2 else 0
     positions = torch.arange(T) if positions is None else torch.as_tensor(positions)
     _check_rope_args(tuple(x.shape), positions.numel(), pairing)
     angles = torch.tensor(rope_angles_np(positions.cpu().numpy(), x.shape[-1], base),
@@ -220,7 +222,7 @@ def apply_rope_np(x, positions=None, pairing: str = "interleaved",
                   base: float = 10000.0) -> np.ndarray:
     """float64 NumPy reference of :func:`apply_rope` (same arguments, returns float64)."""
     x = np.asarray(x, dtype=np.float64)
-    T = x.shape[-2] if x.ndim >= 2 else -1
+    T = x.shape[-2] if x.ndim >= 2 else 0
     positions = np.arange(T) if positions is None else np.asarray(positions)
     _check_rope_args(x.shape, positions.size, pairing)
     angles = rope_angles_np(positions, x.shape[-1], base)             # (T, d/2)
