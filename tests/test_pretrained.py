@@ -20,10 +20,10 @@ SENTENCES = [
     "Hi",                                                         # short
     "A cat sat on the mat.",
     "The quick brown fox jumps over the lazy dog, again and again!",
-    "Crème brûlée, façade, naïve, Ångström and São Paulo.",       # accents (stripped by BERT)
+    "Crème brûlée, façade, naïve, Ångström and São Paulo.",  # accents (BERT strips them)
     "Wait... what?!? (really) -- yes; [no] {maybe} #hashtag @user 42%",  # punctuation
-    "Snowman ☃, robot 🤖 and 𝔉𝔯𝔞𝔨𝔱𝔲𝔯: unknown characters.",        # [UNK] tokens
-    "東京は日本の首都です。",                                        # CJK, split per character
+    "Snowman ☃, robot 🤖 and 𝔉𝔯𝔞𝔨𝔱𝔲𝔯: unknown characters.",  # [UNK] tokens
+    "東京は日本の首都です。",  # CJK, split per character
     "   leading and trailing spaces   ",
     "def attention(Q, K, V): return softmax(Q @ K.T / sqrt(d_k)) @ V",
     "",                                                           # empty: [CLS] [SEP] only

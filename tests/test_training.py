@@ -1,4 +1,4 @@
-"""Tests of txlearn.training: the model, the schedule, training, checkpoints, resume, sampling, CLI."""
+"""Tests of txlearn.training: model, schedule, training, checkpoints, resume, sampling, CLI."""
 
 import dataclasses
 import math
@@ -119,7 +119,7 @@ def test_resume_continues_the_same_trajectory(text, tmp_path):
 def test_resume_with_other_config_or_text_fails_and_writes_nothing(trained, text):
     before = trained.checkpoint.read_bytes()
     other = dataclasses.replace(TINY, d_model=48)
-    with pytest.raises(UserError, match=r"does not match the checkpoint: d_model=32 \(this run: 48\)"):
+    with pytest.raises(UserError, match=r"not match the checkpoint: d_model=32 \(this run: 48\)"):
         train(other, text, checkpoint=trained.checkpoint, resume=True, progress=False, log=None)
     with pytest.raises(UserError, match="different text"):
         train(TINY, text[:-1] + "#", checkpoint=trained.checkpoint, resume=True, progress=False,

