@@ -34,10 +34,17 @@ threads_before = torch.get_num_threads()
 torch.set_num_threads(1)
 
 
+def measured_ticks(ax, x):
+    """Label the x axis of a log-log plot with the measured values only."""
+    ax.xaxis.set_minor_locator(plt.NullLocator())
+    ax.set_xticks(x, [str(v) for v in x])
+
+
 def loglog(ax, x, ys, title, ylabel):
     for label, y in ys.items():
         slope = cx.fit_loglog_slope(x, y)
         ax.loglog(x, y, "o-", label=f"{label} (slope {slope:.2f})")
+    measured_ticks(ax, x)
     ax.set_title(title)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
@@ -232,8 +239,8 @@ assert 0.9 < slope_rm_d < 1.1  # the states are T x d: memory is linear in d
 # ### Where attention and the RNN cross
 #
 # At d = 256: attention's $4T^2 d$ FLOPs equal the RNN's $4 T d^2$ exactly at T = d. The
-# measured times cross much later (on this machine at T of about 8d; the line printed below
-# says where): the RNN runs T small dependent steps, each too small to run at full speed,
+# measured times cross much later (on this machine between T = 4d and 8d; the line printed
+# below says where): the RNN runs T small dependent steps, each too small to run at full speed,
 # while attention does its work in a few large batched products.
 
 # %%
@@ -245,6 +252,7 @@ plt.figure(figsize=(6, 3.8))
 plt.loglog(Ts_x, a_x, "o-", label="attention (course's)")
 plt.loglog(Ts_x, r_x, "s-", label="RNN")
 plt.axvline(d_x, color="grey", ls=":", label="T = d (equal FLOPs)")
+measured_ticks(plt.gca(), Ts_x)
 plt.xlabel("T")
 plt.ylabel("time (s)")
 plt.title(f"d = {d_x}")
@@ -348,6 +356,7 @@ m_plain = m_T  # ordinary attention at the same T and d, measured in section 3
 plt.figure(figsize=(6, 3.8))
 plt.loglog(Ts_m, m_plain / 2**20, "o-", label=f"ordinary (slope {cx.fit_loglog_slope(Ts_m, m_plain):.2f})")
 plt.loglog(Ts_m, m_tiled / 2**20, "s-", label=f"tiled, block 256 (slope {cx.fit_loglog_slope(Ts_m, m_tiled):.2f})")
+measured_ticks(plt.gca(), Ts_m)
 plt.xlabel("T")
 plt.ylabel("peak memory (MiB)")
 plt.legend()

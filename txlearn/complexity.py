@@ -23,8 +23,11 @@ Table 3 (model sizes); Milakov & Gimelshein 2018 and Dao et al. 2022 (online sof
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
+import sys
 import time
 from typing import Callable, Iterable
 
@@ -317,6 +320,27 @@ def time_callable(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
     return min(times) if reduce == "min" else statistics.median(times)
 
 
+@contextlib.contextmanager
+def _silent_c_stderr():
+    """Send file descriptor 2 to /dev/null for a while: the profiler's C++ side logs a line on
+    every start and stop there, which would fill a notebook. Python's ``sys.stderr`` (warnings,
+    tracebacks) is flushed first and restored after."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no usable descriptor 2: nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def peak_memory_bytes(fn: Callable[[], object]) -> int:
     """Peak bytes that PyTorch allocated on the CPU during one call of ``fn()``, above the start.
 
@@ -325,13 +349,14 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
     events in time order gives the running total and its maximum. ``tracemalloc`` would miss
     these allocations (they are not made by the Python allocator), and NumPy arrays are not seen
     by this profiler either: measure PyTorch code only. The result of ``fn`` counts as allocated
-    (it is alive at the end). Runs under ``torch.inference_mode()``. Returns an int (bytes).
+    (it is alive at the end). Output that C code writes to file descriptor 2 during the call is
+    discarded (the profiler's own log lines); Python-level warnings are not affected. Runs under ``torch.inference_mode()``. Returns an int (bytes).
     Source: lesson 08.
     """
     from torch.profiler import ProfilerActivity, profile
 
-    with torch.inference_mode(), profile(activities=[ProfilerActivity.CPU],
-                                         profile_memory=True) as prof:
+    with _silent_c_stderr(), torch.inference_mode(), profile(activities=[ProfilerActivity.CPU],
+                                                             profile_memory=True) as prof:
         result = fn()
     del result
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
