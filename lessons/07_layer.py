@@ -31,7 +31,7 @@ from txlearn.softmax import softmax_np
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
 
-fig, axes = plt.subplots(1, 2, figsize=(8, 5))
+fig, axes = plt.subplots(1, 2, figsize=(16, 6))
 layer_diagram(norm_first=False, ax=axes[0])
 axes[0].set_title("post-LN (the paper)")
 layer_diagram(norm_first=True, ax=axes[1])
