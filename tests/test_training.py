@@ -116,6 +116,30 @@ def test_resume_continues_the_same_trajectory(text, tmp_path):
     assert second.val_nats == straight.val_nats
 
 
+def test_interrupted_run_resumes_from_its_last_interval(text, tmp_path, monkeypatch):
+    import txlearn.training as training
+
+    config = dataclasses.replace(TINY, max_steps=12, eval_interval=4)
+    straight = train(config, text, progress=False, log=None)
+    real_evaluate, calls = training.evaluate, []
+
+    def interrupt_second_eval(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:                     # at step 8, after the checkpoint of step 4
+            raise KeyboardInterrupt
+        return real_evaluate(*args, **kwargs)
+
+    path = tmp_path / "c.safetensors"
+    monkeypatch.setattr(training, "evaluate", interrupt_second_eval)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, text, checkpoint=path, progress=False, log=None)
+    monkeypatch.setattr(training, "evaluate", real_evaluate)
+    assert load_checkpoint(path)["step"] == 4
+    resumed = train(config, text, checkpoint=path, resume=True, progress=False, log=None)
+    assert resumed.train_losses == straight.train_losses[4:]
+    assert resumed.val_nats == straight.val_nats
+
+
 def test_resume_with_other_config_or_text_fails_and_writes_nothing(trained, text):
     before = trained.checkpoint.read_bytes()
     other = dataclasses.replace(TINY, d_model=48)

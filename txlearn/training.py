@@ -374,18 +374,20 @@ def train(config: TrainConfig | None = None, text: str | None = None, checkpoint
         torch.set_rng_state(ckpt["tensors"]["rng.torch"])
         data_generator.set_state(ckpt["tensors"]["rng.data"])
         step, history = ckpt["step"], ckpt["history"]
+    def save(at_step: int):
+        if checkpoint is not None:
+            return save_checkpoint(checkpoint, model, optimizer, config, vocab, at_step,
+                                   data_generator, history, fingerprint, base)
+
     _log_start(log, text, vocab, train_ids, val_ids, base, config, budget, step)
     losses, stopped_by, seconds = _loop(model, optimizer, config, train_ids, val_ids,
                                         data_generator, step, history, budget,
-                                        stop_after, progress)
+                                        stop_after, progress, save)
     step += len(losses)
     val = evaluate(model, val_ids, config.block_size)
     history.append({"step": step, "train": losses[-1] if losses else None, "val": val,
                     "lr": learning_rate(max(step - 1, 0), config)})
-    path = None
-    if checkpoint is not None:
-        path = save_checkpoint(checkpoint, model, optimizer, config, vocab, step, data_generator,
-                               history, fingerprint, base)
+    path = save(step)
     result = TrainResult(model.eval(), vocab, config, base, val, step, seconds, stopped_by,
                          history, losses, path)
     _log_end(log, result)
@@ -405,9 +407,11 @@ def _train_step(model, optimizer, config, x, y, lr) -> float:
 
 
 def _loop(model, optimizer, config, train_ids, val_ids, data_generator, step, history, budget,
-          stop_after, progress):
+          stop_after, progress, save):
     """Train until the last step, or until the next step would end past ``budget`` seconds.
 
+    Every ``eval_interval`` steps: a validation estimate, appended to ``history``, and
+    ``save(step)`` (a checkpoint to resume from if the run is interrupted).
     Returns (losses of this call, "steps" or "time", seconds)."""
     from tqdm.auto import tqdm
 
@@ -435,6 +439,8 @@ def _loop(model, optimizer, config, train_ids, val_ids, data_generator, step, hi
             val = evaluate(model, val_ids, config.block_size, config.eval_windows)
             history.append({"step": step, "train": losses[-1], "val": val,
                             "lr": learning_rate(step - 1, config)})
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", val=f"{val:.3f}", tok_s=f"{rate:,.0f}")
+            save(step)
             model.train()
     bar.close()
     return losses, stopped_by, time.perf_counter() - start
@@ -452,13 +458,12 @@ def _log_start(log, text, vocab, train_ids, val_ids, base, config, budget, step)
 
 
 def _log_end(log, r: TrainResult) -> None:
+    bigram = r.baselines["bigram"]
+    verdict = (f"{bigram - r.val_nats:.3f} nats/char below the bigram's {bigram:.3f}"
+               if r.val_nats < bigram else f"not yet below the bigram's {bigram:.3f}")
     log(f"model: validation {r.val_nats:.3f} nats/char = {r.val_bits:.3f} bits/char after "
-        f"{r.step} steps ({r.seconds:.1f} s this run, stopped by {r.stopped_by}); "
-        f"bigram {r.baselines['bigram']:.3f}, so {r.baselines['bigram'] - r.val_nats:+.3f} "
-        f"nats/char better" if r.val_nats < r.baselines["bigram"] else
-        f"model: validation {r.val_nats:.3f} nats/char = {r.val_bits:.3f} bits/char after "
-        f"{r.step} steps ({r.seconds:.1f} s, stopped by {r.stopped_by}); not yet below the "
-        f"bigram's {r.baselines['bigram']:.3f}")
+        f"{r.step} steps ({r.seconds:.1f} s of training in this run, stopped by "
+        f"{r.stopped_by}); {verdict}")
     if r.checkpoint is not None:
         log(f"checkpoint: {r.checkpoint}")
 
