@@ -10,8 +10,9 @@ Prints three markdown tables (copy them into benchmarks/README.md):
    inline (max-shift, exp, sum, divide), against inline code with the fused ``torch.softmax``, and
    against ``F.scaled_dot_product_attention`` (a fused kernel: a different algorithm on CPU);
 2. multi-head attention, d_model=512, 8 heads: ``txlearn.heads.MultiHeadAttention`` against
-   ``nn.MultiheadAttention`` with copied weights, with ``need_weights=True`` (the same algorithm:
-   explicit weights) and ``need_weights=False`` (its fused fast path); outputs checked equal;
+   ``nn.MultiheadAttention`` with copied weights: the teaching path returning its weights against
+   ``need_weights=True`` (the same algorithm: explicit weights), and the ``use_sdpa=True`` path
+   against ``need_weights=False`` (both fused); outputs checked equal;
 3. tiled attention with an online softmax (``txlearn.complexity.tiled_attention``, block 256)
    against ordinary attention: time and peak memory (PyTorch profiler allocation events) up to
    T = 8192.
@@ -96,21 +97,25 @@ def bench_multihead(Ts, repeats):
     torch.manual_seed(0)
     ref = nn.MultiheadAttention(512, 8, batch_first=True).eval()
     ours = MultiHeadAttention.from_torch(ref).eval()
+    fast = MultiHeadAttention.from_torch(ref).eval()
+    fast.use_sdpa = True
     rows = []
     for T in Ts:
         x = torch.randn(1, T, 512)
         with torch.inference_mode():
             expected, _ = ref(x, x, x, need_weights=False)
             torch.testing.assert_close(ours(x), expected, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-5)
         t = interleaved_times({
-            "ours": lambda: ours(x),
+            "ours": lambda: ours(x, return_weights=True),
             "weights": lambda: ref(x, x, x, need_weights=True, average_attn_weights=False),
+            "fast": lambda: fast(x),
             "fused": lambda: ref(x, x, x, need_weights=False)}, repeats)
-        t_ours, t_weights, t_fused = t["ours"], t["weights"], t["fused"]
-        rows.append((T, ms(t_ours), ms(t_weights), f"{t_ours / t_weights:.2f}", ms(t_fused),
-                     f"{t_ours / t_fused:.2f}"))
+        rows.append((T, ms(t["ours"]), ms(t["weights"]), f"{t['ours'] / t['weights']:.2f}",
+                     ms(t["fast"]), ms(t["fused"]), f"{t['fast'] / t['fused']:.2f}"))
         print(f"  multi-head T={T} done", flush=True)
-    return table(("T", "ours (ms)", "nn.MHA need_weights=True (ms)", "ratio",
+    return table(("T", "ours, teaching path, with weights (ms)",
+                  "nn.MHA need_weights=True (ms)", "ratio", "ours, use_sdpa=True (ms)",
                   "nn.MHA need_weights=False (ms)", "ratio"), rows)
 
 

@@ -240,3 +240,34 @@ def test_padding_invariance_of_module_with_gqa():
     assert (w[..., 4:] == 0).all()
     torch.testing.assert_close(w.sum(-1), torch.ones(1, 4, 3, dtype=torch.float64),
                                rtol=0, atol=1e-12)
+
+
+# --- the fast path (use_sdpa=True) equals the teaching path -----------------------------------
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_sdpa_path_equals_teaching_path_with_masks_and_gradients(n_kv_heads):
+    from txlearn.masks import causal_mask
+    torch.manual_seed(0)
+    teach = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads).double()
+    fast = MultiHeadAttention(16, 4, n_kv_heads=n_kv_heads, use_sdpa=True).double()
+    fast.load_state_dict(teach.state_dict())
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    mask = causal_mask(5, 5).clone()
+    mask[1] = False  # a query with no allowed key: output 0, finite gradients on both paths
+    kpm = torch.tensor([[True] * 5, [True, True, True, False, False]])
+    outs, grads = [], []
+    for module in (teach, fast):
+        xi = x.clone().requires_grad_(True)
+        out = module(xi, mask=mask, key_padding_mask=kpm)
+        out.square().sum().backward()
+        outs.append(out.detach())
+        grads.append(xi.grad)
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-10, atol=1e-12)
+    assert torch.isfinite(grads[1]).all()
+
+
+def test_sdpa_path_rejects_a_mask_that_does_not_broadcast():
+    fast = MultiHeadAttention(8, 2, use_sdpa=True)
+    with pytest.raises(ValueError, match=r"does not broadcast"):
+        fast(torch.randn(1, 3, 8), mask=torch.ones(4, 4, dtype=torch.bool))

@@ -49,7 +49,9 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
         w_ij = mask_ij exp(s_ij - m_i) / sum_j' mask_ij' exp(s_ij' - m_i),   m_i = max allowed s_ij
 
     Hidden entries get weight exactly 0. A row with no allowed entry gets all zeros (not NaN),
-    and its gradient is 0. The max-shift ``m_i`` (lesson 01) keeps ``exp`` from overflowing.
+    and its gradient is 0. The max-shift ``m_i`` (lesson 01) keeps ``exp`` from overflowing;
+    it is ``torch.softmax``'s fused kernel (tested equal to lesson 01's softmax and to the
+    float64 reference :func:`masked_softmax_np`), one pass instead of five over the T x T scores.
 
     Args:
         scores: float tensor ``(..., L, S)``.
@@ -62,15 +64,13 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     Raises:
         ValueError: `mask` is not boolean, or does not broadcast to `scores` (shapes named).
     """
-    if mask is not None:
-        _check_mask(mask, scores.shape, mask.dtype == torch.bool)
-        scores = scores.masked_fill(~mask, float("-inf"))
-    row_max = scores.amax(dim=dim, keepdim=True).detach()  # (..., L, 1)
-    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
-    e = torch.exp(scores - row_max)  # hidden entries: exp(-inf) = 0
-    denom = e.sum(dim=dim, keepdim=True)  # (..., L, 1); 0 for a fully masked row
-    denom = torch.where(denom > 0, denom, torch.ones_like(denom))  # 0 / 1 = 0, finite grads
-    return e / denom
+    if mask is None:
+        return torch.softmax(scores, dim=dim)  # the max-shifted softmax of lesson 01, one kernel
+    _check_mask(mask, scores.shape, mask.dtype == torch.bool)
+    empty = ~mask.any(dim=dim, keepdim=True)  # (..., L, 1) rows with no allowed key
+    scores = scores.masked_fill(~mask, float("-inf"))  # hidden entries: exp(-inf) = 0
+    scores = scores.masked_fill(empty, 0.0)  # an empty row: finite softmax, zeroed just below
+    return torch.softmax(scores, dim=dim).masked_fill(empty, 0.0)  # 0 weights, 0 gradient
 
 
 def scaled_dot_product_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,

@@ -18,7 +18,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from txlearn.attention import scaled_dot_product_attention
+import torch.nn.functional as F
+
+from txlearn.attention import _check_mask, scaled_dot_product_attention
 from txlearn.masks import combine_masks, key_padding_to_attn_mask
 
 __all__ = [
@@ -126,6 +128,12 @@ class MultiHeadAttention(nn.Module):
     Initialisation: Xavier-uniform weights, zero biases (like ``nn.MultiheadAttention``'s input
     projection).
 
+    Two paths, tested equal (masks, GQA, fully masked rows, gradients): by default the heads run
+    the course's own :func:`txlearn.attention.scaled_dot_product_attention` (the teaching path);
+    with ``use_sdpa=True`` a call that does not ask for the weights runs PyTorch's fused
+    ``F.scaled_dot_product_attention`` instead (the fast path, for training; see
+    ``benchmarks/``). Asking for the weights always takes the teaching path.
+
     Raises:
         ValueError: ``d_model`` not divisible by ``n_heads``, or ``n_heads`` not divisible by
             ``n_kv_heads`` (the numbers are named).
@@ -134,7 +142,7 @@ class MultiHeadAttention(nn.Module):
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 bias: bool = True) -> None:
+                 bias: bool = True, use_sdpa: bool = False) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads < 1 or d_model % n_heads != 0:
@@ -142,6 +150,7 @@ class MultiHeadAttention(nn.Module):
         if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.use_sdpa = use_sdpa
         self.d_k = d_model // n_heads
         d_kv = n_kv_heads * self.d_k
         self.W_Q = nn.Parameter(torch.empty(d_model, d_model))
@@ -205,6 +214,11 @@ class MultiHeadAttention(nn.Module):
         if key_padding_mask is not None:
             key_padding_mask = key_padding_to_attn_mask(key_padding_mask)  # (B, 1, 1, S)
         full_mask = combine_masks(mask, key_padding_mask)
+        if self.use_sdpa and not return_weights:
+            if full_mask is not None:  # the same errors as the teaching path
+                _check_mask(full_mask, (*Q.shape[:-1], K.shape[-2]), full_mask.dtype == torch.bool)
+            heads = F.scaled_dot_product_attention(Q, K, V, attn_mask=full_mask)  # (B, n_heads, L, d_k)
+            return self._project(merge_heads(heads), self.W_O, self.b_O)  # (B, L, d_model)
         heads, weights = scaled_dot_product_attention(Q, K, V, full_mask, return_weights=True)
         out = self._project(merge_heads(heads), self.W_O, self.b_O)  # (B, L, d_model)
         return (out, weights) if return_weights else out
