@@ -15,12 +15,12 @@ from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 __all__ = ["layer_boxes", "layer_diagram"]
 
 _GREY, _POS, _ATTN, _NORM, _FFN = "#dddddd", "#f4d7a1", "#a9cbe8", "#e8e3a9", "#b5e0b0"
-_EMBED = ("token embedding  (B, T) -> (B, T, d_model)", "09", _GREY)
+_EMBED = ("token embedding  (B, T) -> (B, T, d_model)", "07", _GREY)
 _POSENC = ("+ positional encoding  (T, d_model)", "04", _POS)
 _ATTENTION = ("multi-head attention  softmax(Q K^T / sqrt(d_k)) V", "01-03", _ATTN)
 _NORMBOX = ("LayerNorm  (or RMSNorm)", "06", _NORM)
 _FEEDFORWARD = ("feed-forward  d_model -> d_ff -> d_model", "05", _FFN)
-_HEAD = ("output head  (B, T, d_model) -> (B, T, vocab)", "09", _GREY)
+_HEAD = ("output head  (B, T, d_model) -> (B, T, vocab)", "07", _GREY)
 
 
 def layer_boxes(norm_first: bool = False) -> list[tuple[str, str, str]]:
