@@ -239,6 +239,15 @@ def test_cli_train_bad_text(tmp_path, capsys, content, message):
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
 
+def test_cli_train_bad_configuration(tmp_path, capsys):
+    out = tmp_path / "ck.safetensors"
+    assert main(["train", "--out", str(out), "--d-model", "30", "--n-heads", "4"]) == 2
+    assert "d_model 30 is not divisible by n_heads 4" in capsys.readouterr().err
+    assert main(["train", "--out", str(out), "--batch-size", "0", "--lr", "-1"]) == 2
+    assert "invalid configuration: batch_size=0, lr=-1.0" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_cli_train_and_sample(tmp_path, capsys, text, trained):
     src = tmp_path / "in.txt"
     src.write_text(text, encoding="utf-8")

@@ -328,9 +328,25 @@ class TrainResult:
         return nats_to_bits(self.val_nats)
 
 
-def _prepare(config: TrainConfig, text: str):
-    if config.val_fraction <= 0 or config.val_fraction >= 1:
+def _validate(config: TrainConfig) -> None:
+    """Raise ``UserError`` for a configuration no run can use (naming the numbers)."""
+    sizes = ("d_model", "n_heads", "n_layers", "d_ff", "block_size", "batch_size",
+             "eval_interval", "eval_windows")
+    bad = [f"{k}={getattr(config, k)}" for k in sizes if getattr(config, k) < 1]
+    bad += [f"{k}={getattr(config, k)}" for k in ("max_steps", "warmup_steps")
+            if getattr(config, k) < 0]
+    bad += [f"{k}={getattr(config, k)}" for k in ("lr", "max_seconds")
+            if not getattr(config, k) > 0]
+    if bad:
+        raise UserError(f"invalid configuration: {', '.join(bad)}")
+    if config.d_model % config.n_heads:
+        raise UserError(f"d_model {config.d_model} is not divisible by n_heads {config.n_heads}")
+    if not 0 < config.val_fraction < 1:
         raise UserError(f"val_fraction {config.val_fraction} must lie strictly between 0 and 1")
+
+
+def _prepare(config: TrainConfig, text: str):
+    _validate(config)
     if len(text) < min_chars(config.block_size, config.val_fraction):
         raise UserError(f"the text has {len(text)} characters; block_size {config.block_size} "
                         f"needs at least {min_chars(config.block_size, config.val_fraction)}")
