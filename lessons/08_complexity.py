@@ -350,12 +350,12 @@ assert diff < 1e-12
 Ts_m = Ts  # the lengths of section 3
 def tiled_call(T):
     Q, K, V = (torch.randn(1, T, 64) for _ in range(3))
-    return lambda: cx.tiled_attention(Q, K, V, block_size=256)
+    return lambda: cx.tiled_attention(Q, K, V, block_size=128)
 m_tiled = cx.measure(tiled_call, Ts_m, "memory")
 m_plain = m_T  # ordinary attention at the same T and d, measured in section 3
 plt.figure(figsize=(6, 3.8))
 plt.loglog(Ts_m, m_plain / 2**20, "o-", label=f"ordinary (slope {cx.fit_loglog_slope(Ts_m, m_plain):.2f})")
-plt.loglog(Ts_m, m_tiled / 2**20, "s-", label=f"tiled, block 256 (slope {cx.fit_loglog_slope(Ts_m, m_tiled):.2f})")
+plt.loglog(Ts_m, m_tiled / 2**20, "s-", label=f"tiled, block 128 (slope {cx.fit_loglog_slope(Ts_m, m_tiled):.2f})")
 measured_ticks(plt.gca(), Ts_m)
 plt.xlabel("T")
 plt.ylabel("peak memory (MiB)")
