@@ -96,6 +96,10 @@ print(before)
 # AdamW, a linear warm-up then cosine decay of the learning rate, gradient clipping at norm 1,
 # random windows of T characters. `train` is what `txlearn train` runs; here without a
 # checkpoint and without the progress bar.
+#
+# What is asserted depends on how far the run got: after 20 steps, a training loss down by 0.3
+# nats; after 30, a validation loss 0.8 nats below ln V; after 350 (a quiet 2-core CPU makes all
+# 500 default steps in the budget), a validation loss at least 0.3 nats below the bigram.
 
 # %%
 print(f"time budget: {time_budget(config):.0f} s")
@@ -120,6 +124,8 @@ plt.show()
 first, last = result.train_losses[0], np.mean(result.train_losses[-10:])
 print(f"train loss {first:.3f} -> {last:.3f}; validation {result.val_nats:.3f} nats/char; "
       f"bigram {base['bigram']:.3f}; margin {base['bigram'] - result.val_nats:+.3f}")
+seen = result.step * config.batch_size * config.block_size
+print(f"characters seen: {seen:,} = {seen / len(train_ids):.2f} passes over the training split")
 assert result.step >= 1 and np.isfinite(result.val_nats)
 if result.step >= 20:
     assert last < first - 0.3                                   # the loss went down
@@ -130,8 +136,8 @@ if full_run:
 
 # %% [markdown]
 # With the default budget the model goes well below the bigram: it uses more than one
-# character of context. (On this 2-core CPU, 500 steps of 24 windows of 128 characters see
-# about 1.5 million characters, three passes over the training split.)
+# character of context. It got there from little data: the number of characters it saw, and
+# the passes over the training split that makes, are printed above.
 #
 # ## 4. Samples, before and after
 #
@@ -159,7 +165,7 @@ def share_of_real_words(sample: str) -> float:
 real_before, real_after = share_of_real_words(before[4:]), share_of_real_words(after[4:])
 print(f"real words: before training {real_before:.0%}, after {real_after:.0%}")
 if full_run:
-    assert real_after > real_before + 0.3
+    assert real_after > real_before + 0.15    # measured: 0% -> 41% after 465 steps
 
 # %% [markdown]
 # Generation uses the key/value cache of lesson 03: each new character runs one position through
