@@ -45,6 +45,8 @@ __all__ = [
     "expect_close",
     "expect_shape",
     "expect_true",
+    "diagnose",
+    "as_array",
     "hidden_dir",
     "DEFAULT_TIME_LIMIT",
 ]
@@ -138,6 +140,37 @@ def _as_array(x: Any) -> np.ndarray:
             x = x.float()
         x = x.numpy()
     return np.asarray(x)
+
+
+def as_array(x: Any, dtype=None) -> np.ndarray | None:
+    """The learner's answer as a NumPy array (tensors detached; cast to `dtype` if given), or
+    ``None`` when it is not an array of numbers (or booleans)."""
+    try:
+        a = _as_array(x)
+        a = a if dtype is None else a.astype(dtype)
+    except (TypeError, ValueError):
+        return None
+    return None if a.dtype == object else a
+
+
+def diagnose(got: Any, mistakes, default: str, *, rtol: float = 1e-4, atol: float = 1e-6) -> str:
+    """The hint of the first catalogued mistake whose output `got` reproduces, else `default`.
+
+    `mistakes` is a sequence of ``(wrong_output, hint)`` pairs: what that mistake computes on the
+    case's inputs, and the hint aimed at it. Shapes must agree and values match within
+    ``atol + rtol * |wrong|`` (NaN matches NaN: a mistake that gives NaN is recognised by it).
+    A `got` that is not an array of numbers gets `default`.
+    """
+    try:
+        g = _as_array(got).astype(np.float64)
+    except (TypeError, ValueError):
+        return default
+    for wrong, hint in mistakes:
+        with np.errstate(all="ignore"):
+            w = np.asarray(wrong, dtype=np.float64)
+        if g.shape == w.shape and np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
+            return hint
+    return default
 
 
 def expect_shape(got: Any, shape: tuple, *, case: str, hint: str | None = None) -> None:

@@ -8,29 +8,8 @@ to choose the hint. Cases run from the most diagnostic to the most general.
 import numpy as np
 
 from txlearn.attention import attention_np
-from txlearn.checks import call, expect_close, expect_shape, expect_true, exercise
+from txlearn.checks import as_array, diagnose, call, expect_close, expect_shape, expect_true, exercise
 from txlearn.masks import causal_mask_np
-
-
-def _np(got):
-    """The learner's answer as a NumPy array (tensors detached), or None if it is not an array."""
-    try:
-        return np.asarray(got.detach().cpu() if hasattr(got, "detach") else got)
-    except (TypeError, ValueError):
-        return None
-
-
-def _hint_for(got, wrongs, default):
-    """The hint of the first catalogued wrong answer that `got` reproduces, else `default`."""
-    g = _np(got)
-    if g is None or g.dtype == object:
-        return default
-    g = g.astype(np.float64)
-    for wrong, hint in wrongs:
-        w = np.asarray(wrong, dtype=np.float64)
-        if g.shape == w.shape and np.allclose(g, w, rtol=1e-4, atol=1e-5, equal_nan=True):
-            return hint
-    return default
 
 
 # ---------------------------------------------------------------- exercise: causal_mask
@@ -61,13 +40,13 @@ def causal_mask(fn):
         L, S = args[0], args[-1]
         got = call(fn, *args, case=case)
         expect_shape(got, (L, S), case=case, hint="return one row per query and one column per key")
-        g = _np(got)
+        g = as_array(got)
         expect_true(g.dtype == np.bool_, case=case, message=f"dtype {g.dtype}, expected bool",
                     hint="return booleans (True = may attend), e.g. np.tril(np.ones((L, S), "
                          "dtype=bool), ...); 0/1 numbers are easy to add to scores by mistake")
         expect_close(g, causal_mask_np(L, S), case=case, atol=0,
-                     hint=_hint_for(g, _causal_wrongs(L, S),
-                                    "mask[i, j] must be True exactly when j <= i + (S - L)"))
+                     hint=diagnose(g, _causal_wrongs(L, S),
+                                    "mask[i, j] must be True exactly when j <= i + (S - L)", atol=1e-5))
 
 
 # ---------------------------------------------------------------- exercise: masked_attention
@@ -113,7 +92,7 @@ def masked_attention(fn):
     case = "scale, raw scores [4, 0], d_k = 4"
     expect_shape(w, (1, 2), case=case, hint="weights have shape (..., L, S)")
     expect_close(w, [[0.880797, 0.119203]], case=case, atol=1e-6,
-                 hint=_hint_for(w, scale_wrongs, "weights = softmax(Q K^T / sqrt(d_k)) over keys"))
+                 hint=diagnose(w, scale_wrongs, "weights = softmax(Q K^T / sqrt(d_k)) over keys", atol=1e-5))
     expect_close(out, [[0.880797, 0.119203]], case=case, atol=1e-6,
                  hint="out = weights @ V (here V is the identity, so out equals the weights)")
 
@@ -125,7 +104,7 @@ def masked_attention(fn):
     mask_wrongs = [(_softmax(np.array([[1.0, 1, 0]]), -1), ADDED_MASK),
                    (np.array([[0.0, 0, 1]]), FLIPPED)]
     expect_close(w, [[0.5, 0.5, 0.0]], case=case, atol=1e-6,
-                 hint=_hint_for(w, mask_wrongs, "hidden keys get weight exactly 0"))
+                 hint=diagnose(w, mask_wrongs, "hidden keys get weight exactly 0", atol=1e-5))
 
     # 3. a query that may attend to nothing
     case = "fully masked row (query 1 sees no key)"
@@ -133,7 +112,7 @@ def masked_attention(fn):
     Qe, Ke, Ve = rng.normal(size=(2, 4)), rng.normal(size=(3, 4)), rng.normal(size=(3, 5))
     mask_e = np.array([[True, False, True], [False, False, False]])
     out, w = _weights(fn, Qe, Ke, Ve, mask_e, case)
-    o, wt = _np(out), _np(w)
+    o, wt = as_array(out), as_array(w)
     hint = EMPTY_ROW_NAN if (o is not None and np.isnan(np.asarray(o, float)).any()) or \
         (wt is not None and np.isnan(np.asarray(wt, float)).any()) else EMPTY_ROW_UNIFORM
     ref_out, ref_w = attention_np(Qe, Ke, Ve, mask_e, return_weights=True)
@@ -149,7 +128,7 @@ def masked_attention(fn):
     expect_shape(out, (2, 3, 4, 5), case=case, hint="out has shape (..., L, d_v): weights @ V")
     axis_wrong = np.where(mask_b, Qb @ np.swapaxes(Kb, -1, -2) / np.sqrt(8), -np.inf)
     expect_close(w, ref_w, case=case, atol=1e-6,
-                 hint=_hint_for(w, [(_softmax(axis_wrong, -2), WRONG_AXIS)],
+                 hint=diagnose(w, [(_softmax(axis_wrong, -2), WRONG_AXIS)],
                                 "use K^T over the last two axes (np.swapaxes(K, -1, -2)) and the "
-                                "softmax over the last axis"))
+                                "softmax over the last axis", atol=1e-5))
     expect_close(out, ref_out, case=case, atol=1e-6, hint="out = weights @ V")

@@ -8,27 +8,8 @@ import math
 
 import numpy as np
 
-from txlearn.checks import CheckFailure, call, expect_close, expect_shape, exercise
+from txlearn.checks import diagnose, CheckFailure, call, expect_close, expect_shape, exercise
 from txlearn.ffn import feed_forward_np, gelu_np, relu_np
-
-
-def _np(got):
-    """The learner's answer as a float64 array (tensors detached), or None if it is not numeric."""
-    try:
-        return np.asarray(got.detach().cpu() if hasattr(got, "detach") else got, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-
-
-def _hint_for(got, wrongs, default):
-    """The hint of the first catalogued wrong answer that `got` reproduces, else `default`."""
-    g = _np(got)
-    if g is None:
-        return default
-    for wrong, hint in wrongs:
-        if g.shape == np.shape(wrong) and np.allclose(g, wrong, rtol=1e-4, atol=1e-6):
-            return hint
-    return default
 
 
 SHAPES = ("weights are (d_in, d_out): W_1 is (d_model, d_ff), W_2 is (d_ff, d_model); multiply on the "
@@ -65,7 +46,7 @@ def ffn_forward(fn):
                                      "not on the output"),
         ]
         expect_close(got, feed_forward_np(x, W_1, b_1, W_2, b_2), case=case, atol=1e-6,
-                     hint=_hint_for(got, wrongs, "FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, on every "
+                     hint=diagnose(got, wrongs, "FFN(x) = max(0, x W_1 + b_1) W_2 + b_2, on every "
                                                  "token (the last axis) alone"))
 
 
@@ -90,4 +71,4 @@ def gelu_exact(fn):
     ]
     # tolerance 1e-7: the tanh form differs from the exact GELU by up to about 3e-4 here
     expect_close(got, gelu_np(x), case="x in [-3, 3]", atol=1e-7, rtol=1e-7,
-                 hint=_hint_for(got, wrongs, "GELU(x) = 0.5 x (1 + erf(x / sqrt(2)))"))
+                 hint=diagnose(got, wrongs, "GELU(x) = 0.5 x (1 + erf(x / sqrt(2)))"))

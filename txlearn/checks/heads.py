@@ -11,28 +11,9 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.attention import attention_np
-from txlearn.checks import call, expect_close, expect_shape, expect_true, exercise
+from txlearn.checks import as_array, diagnose, call, expect_close, expect_shape, expect_true, exercise
 from txlearn.heads import MultiHeadAttention, kv_cache_bytes
 from txlearn.masks import causal_mask_np
-
-
-def _np(got):
-    try:
-        return np.asarray(got.detach().cpu() if hasattr(got, "detach") else got, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-
-
-def _hint_for(got, wrongs, default):
-    """The hint of the first catalogued wrong answer that `got` reproduces, else `default`."""
-    g = _np(got)
-    if g is None:
-        return default
-    for wrong, hint in wrongs:
-        w = np.asarray(wrong, dtype=np.float64)
-        if g.shape == w.shape and np.allclose(g, w, rtol=1e-4, atol=1e-5, equal_nan=True):
-            return hint
-    return default
 
 
 def _pair(result, case):
@@ -66,14 +47,14 @@ def split_merge_heads(split_heads, merge_heads):
     wrongs = [(x.reshape(1, 2, 3, 3), SPLIT_NO_TRANSPOSE),
               (x.reshape(1, 3, 3, 2).transpose(0, 3, 1, 2), SPLIT_STRIDED)]
     expect_close(got, _split_ref(x, 2), case=case, atol=0,
-                 hint=_hint_for(got, wrongs, "head h of position t holds x[b, t, h*d_k:(h+1)*d_k]"))
+                 hint=diagnose(got, wrongs, "head h of position t holds x[b, t, h*d_k:(h+1)*d_k]", atol=1e-5))
 
     case = "merge_heads of a (1, 2, 3, 3) split"
     got = call(merge_heads, _split_ref(x, 2), case=case)
     expect_shape(got, (1, 3, 6), case=case, hint="merge_heads returns (B, T, n_heads * d_k)")
     expect_close(got, x, case=case, atol=0,
-                 hint=_hint_for(got, [(_split_ref(x, 2).reshape(1, 3, 6), MERGE_NO_TRANSPOSE)],
-                                "merge_heads must undo split_heads"))
+                 hint=diagnose(got, [(_split_ref(x, 2).reshape(1, 3, 6), MERGE_NO_TRANSPOSE)],
+                                "merge_heads must undo split_heads", atol=1e-5))
 
     x = np.random.default_rng(0).normal(size=(2, 5, 12))
     for n_heads in (4, 1, 12):
@@ -81,7 +62,7 @@ def split_merge_heads(split_heads, merge_heads):
         heads = call(split_heads, x, n_heads, case=case)
         expect_close(heads, _split_ref(x, n_heads), case=case, atol=0,
                      hint="split_heads: reshape (B, T, n_heads, d_k), then swap axes 1 and 2")
-        expect_close(call(merge_heads, _np(heads), case=case), x, case=case, atol=0,
+        expect_close(call(merge_heads, as_array(heads, np.float64), case=case), x, case=case, atol=0,
                      hint=MERGE_NO_TRANSPOSE)
 
 
@@ -131,11 +112,11 @@ def multi_head_forward(multi_head_attention):
     case = "identity weights, d_model = 8, n_heads = 2, head 0 raw scores [4, 0]"
     out, w = _pair(call(multi_head_attention, x, eye, eye, eye, eye, 2, case=case), case)
     expect_shape(w, (1, 2, 2, 2), case=case, hint="weights are per head: (B, n_heads, T, T)")
-    row = _np(w)[0, 0, 0]  # head 0, query 0
+    row = as_array(w, np.float64)[0, 0, 0]  # head 0, query 0
     expect_close(row, [0.880797, 0.119203], case=case + ", weights[0, 0, 0]", atol=1e-6,
-                 hint=_hint_for(row, [([0.804430, 0.195570], SCALE_D_MODEL),
+                 hint=diagnose(row, [([0.804430, 0.195570], SCALE_D_MODEL),
                                       ([0.982014, 0.017986], NO_SCALE)],
-                                "weights = softmax(Q_h K_h^T / sqrt(d_k)) per head"))
+                                "weights = softmax(Q_h K_h^T / sqrt(d_k)) per head", atol=1e-5))
 
     # 2. random weights, causal mask
     rng = np.random.default_rng(1)
@@ -158,7 +139,7 @@ def multi_head_forward(multi_head_attention):
                       "the mask (True = may attend)")
     expect_shape(out, ref_out.shape, case=case, hint="out has shape (B, T, d_model)")
     expect_close(out, ref_out, case=case + ", out", atol=1e-6,
-                 hint=_hint_for(out, wrongs, "out = merge_heads(weights @ V) @ W_O"))
+                 hint=diagnose(out, wrongs, "out = merge_heads(weights @ V) @ W_O", atol=1e-5))
 
 
 # ---------------------------------------------------------------- exercise: grouped_query_attention
@@ -193,7 +174,7 @@ def grouped_query_attention(fn):
                    GQA_TILED),
                   (attention_np(Q, K[:, :1], V[:, :1], mask), GQA_ONE_HEAD)]
         expect_close(got, _gqa_ref(Q, K, V, mask), case=case, atol=1e-6,
-                     hint=_hint_for(got, wrongs, GQA_TILED))
+                     hint=diagnose(got, wrongs, GQA_TILED, atol=1e-5))
 
 
 # ---------------------------------------------------------------- exercise: kv_cache_memory
@@ -219,5 +200,5 @@ def kv_cache_memory(fn):
                   (expected * n_heads // n_kv_heads, KV_N_HEADS),
                   (expected * n_heads // n_kv_heads / 2, KV_N_HEADS + "; and " + KV_FACTOR_2)]
         expect_close(got, expected, case=case, rtol=0, atol=0.5,
-                     hint=_hint_for(got, wrongs, "bytes = 2 * n_layers * n_kv_heads * d_k * "
-                                                 "context * bytes_per_element"))
+                     hint=diagnose(got, wrongs, "bytes = 2 * n_layers * n_kv_heads * d_k * "
+                                                 "context * bytes_per_element", atol=1e-5))

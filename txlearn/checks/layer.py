@@ -8,21 +8,8 @@ mistakes (tests/catalogue/layer.py) to choose the hint. The most diagnostic case
 import numpy as np
 
 from txlearn.attention import attention_np
-from txlearn.checks import call, expect_close, expect_shape, expect_true, exercise
+from txlearn.checks import diagnose, call, expect_close, expect_shape, expect_true, exercise
 from txlearn.norms import layer_norm_np
-
-
-def _hint_for(got, wrongs, default):
-    """The hint of the first catalogued wrong answer that `got` reproduces, else `default`."""
-    try:
-        g = np.asarray(got.detach() if hasattr(got, "detach") else got, dtype=np.float64)
-    except (TypeError, ValueError):
-        return default
-    for wrong, hint in wrongs:
-        w = np.asarray(wrong, dtype=np.float64)
-        if g.shape == w.shape and np.allclose(g, w, rtol=1e-6, atol=1e-8):
-            return hint
-    return default
 
 
 # ---------------------------------------------------------------- exercise: post_ln_layer
@@ -108,8 +95,8 @@ def post_ln_layer(fn):
                      hint="the layer maps (T, d_model) to (T, d_model), so that layers stack")
         wrongs = [(_layer(x, p, n_heads, v), hint) for v, hint in _VARIANTS]
         expect_close(got, _layer(x, p, n_heads), case=case, rtol=1e-6, atol=1e-8,
-                     hint=_hint_for(got, wrongs, "follow h = LayerNorm_1(x + MultiHead(x)), "
-                                    "out = LayerNorm_2(h + FFN(h)), FFN = ReLU(h W_1 + b_1) W_2 + b_2"))
+                     hint=diagnose(got, wrongs, "follow h = LayerNorm_1(x + MultiHead(x)), "
+                                    "out = LayerNorm_2(h + FFN(h)), FFN = ReLU(h W_1 + b_1) W_2 + b_2", rtol=1e-6, atol=1e-8))
 
 
 # ---------------------------------------------------------------- exercise: layer_param_count

@@ -6,27 +6,8 @@ When the learner's answer differs, it is compared with the catalogued mistakes
 
 import numpy as np
 
-from txlearn.checks import call, expect_close, expect_shape, exercise
+from txlearn.checks import diagnose, call, expect_close, expect_shape, exercise
 from txlearn.norms import layer_norm_np, rms_norm_np
-
-
-def _np(got):
-    """The learner's answer as a float64 array (tensors detached), or None if it is not numeric."""
-    try:
-        return np.asarray(got.detach().cpu() if hasattr(got, "detach") else got, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-
-
-def _hint_for(got, wrongs, default):
-    """The hint of the first catalogued wrong answer that `got` reproduces, else `default`."""
-    g = _np(got)
-    if g is None:
-        return default
-    for wrong, hint in wrongs:
-        if g.shape == np.shape(wrong) and np.allclose(g, wrong, rtol=1e-4, atol=1e-6):
-            return hint
-    return default
 
 
 UNBIASED = ("use the biased variance, mean((x - mu)^2), dividing by d (np.var's default ddof=0), "
@@ -70,7 +51,7 @@ def layer_norm(fn):
         got = call(fn, x.copy(), gamma.copy(), beta.copy(), case=case)
         expect_shape(got, x.shape, case=case, hint="LayerNorm keeps the shape of x")
         expect_close(got, expected, case=case, atol=1e-6,
-                     hint=_hint_for(got, _layer_norm_wrongs(x, gamma, beta, 1e-5),
+                     hint=diagnose(got, _layer_norm_wrongs(x, gamma, beta, 1e-5),
                                     "gamma * (x - mean) / sqrt(biased var + eps) + beta over the "
                                     "last axis, eps = 1e-5"))
 
@@ -108,7 +89,7 @@ def rms_norm(fn):
         got = call(fn, x.copy(), gamma.copy(), case=case)
         expect_shape(got, x.shape, case=case, hint="RMSNorm keeps the shape of x")
         expect_close(got, expected, case=case, atol=1e-6,
-                     hint=_hint_for(got, _rms_norm_wrongs(x, gamma, 1e-6),
+                     hint=diagnose(got, _rms_norm_wrongs(x, gamma, 1e-6),
                                     "gamma * x / sqrt(mean(x^2) + eps) over the last axis, eps = 1e-6"))
 
 
@@ -142,4 +123,4 @@ def residual_sublayer(fn):
             (norm(x) + sublayer(norm(x)), "add the un-normalised x: x + sublayer(norm(x))"),
         ]
         expect_close(got, right[order], case=case, atol=1e-6,
-                     hint=_hint_for(got, wrongs, "post: norm(x + sublayer(x)); pre: x + sublayer(norm(x))"))
+                     hint=diagnose(got, wrongs, "post: norm(x + sublayer(x)); pre: x + sublayer(norm(x))"))

@@ -6,27 +6,8 @@ differs, compares it with the catalogued mistakes (tests/catalogue/positional.py
 
 import numpy as np
 
-from txlearn.checks import call, expect_close, expect_shape, exercise
+from txlearn.checks import as_array, diagnose, call, expect_close, expect_shape, exercise
 from txlearn.positional import apply_rope_np, sinusoidal_encoding_np
-
-
-def _np(got):
-    """The learner's answer as a float64 array (tensors detached), or None if it is not numeric."""
-    try:
-        return np.asarray(got.detach().cpu() if hasattr(got, "detach") else got, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-
-
-def _hint_for(got, wrongs, default):
-    """The hint of the first catalogued wrong answer that `got` reproduces, else `default`."""
-    g = _np(got)
-    if g is None:
-        return default
-    for wrong, hint in wrongs:
-        if g.shape == np.shape(wrong) and np.allclose(g, wrong, rtol=1e-4, atol=1e-5):
-            return hint
-    return default
 
 
 SIN_COS_LAYOUT = ("interleave them: sin at the even feature indices 0, 2, 4, ... and cos at the odd "
@@ -66,13 +47,13 @@ def sinusoidal_encoding(fn):
         expected = sinusoidal_encoding_np(T, d)
         if T == 2:  # the golden row of the exercise text: position 1, d_model = 4
             expected_row = [0.841471, 0.540302, 0.010000, 0.999950]
-            expect_close(_np(got)[1], expected_row,
+            expect_close(as_array(got, np.float64)[1], expected_row,
                          case=case + ", position 1", atol=1e-6,
-                         hint=_hint_for(got, wrongs, "position 1 is [sin(1 * omega_0), cos(1 * omega_0), "
-                                                     "sin(1 * omega_1), cos(1 * omega_1)]; " + FREQUENCY))
+                         hint=diagnose(got, wrongs, "position 1 is [sin(1 * omega_0), cos(1 * omega_0), "
+                                                     "sin(1 * omega_1), cos(1 * omega_1)]; " + FREQUENCY, atol=1e-5))
         expect_close(got, expected, case=case, atol=1e-6,
-                     hint=_hint_for(got, wrongs, "compare row 0 (all sin 0 = 0 and cos 0 = 1) and "
-                                                 "row 1 with the formula; " + FREQUENCY))
+                     hint=diagnose(got, wrongs, "compare row 0 (all sin 0 = 0 and cos 0 = 1) and "
+                                                 "row 1 with the formula; " + FREQUENCY, atol=1e-5))
 
 
 ROPE_SIGN = ("rotate by +m*theta_i: (a, b) -> (a cos - b sin, a sin + b cos); your rotation goes the "
@@ -118,5 +99,5 @@ def rope_rotation(fn):
             (_rope_wrong_frequency(x, positions), ROPE_FREQUENCY),
         ]
         expect_close(got, apply_rope_np(x, positions), case=case, atol=1e-6,
-                     hint=_hint_for(got, wrongs, "rotate each pair (x[2i], x[2i+1]) by the angle "
-                                                 "positions[t] * theta_i; " + ROPE_FREQUENCY))
+                     hint=diagnose(got, wrongs, "rotate each pair (x[2i], x[2i+1]) by the angle "
+                                                 "positions[t] * theta_i; " + ROPE_FREQUENCY, atol=1e-5))
