@@ -150,8 +150,12 @@ class CharTransformer(nn.Module):
         mask = causal_mask(T, S)                                  # (T, S) bottom-right
         weights = []
         for l, layer in enumerate(self.layers):
-            x, w = layer(x, mask=mask, cache=caches[l] if caches else None, return_weights=True)
-            weights.append(w)                                     # (B, n_heads, T, S)
+            cache = caches[l] if caches else None
+            if return_weights:
+                x, w = layer(x, mask=mask, cache=cache, return_weights=True)
+                weights.append(w)                                 # (B, n_heads, T, S)
+            else:
+                x = layer(x, mask=mask, cache=cache)
         logits = self.norm(x) @ self.E.T                          # (B, T, V)
         return (logits, weights) if return_weights else logits
 
