@@ -1,4 +1,4 @@
-"""The ``txlearn`` command: build, release and grade the course's notebooks; train and sample.
+"""The txlearn command: build, release and grade the course's notebooks; train and sample.
 
 Run ``txlearn --help`` or ``txlearn COMMAND --help``.
 """
