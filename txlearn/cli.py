@@ -40,7 +40,8 @@ def _cmd_build(args) -> int:
             print("txlearn build --check: generated notebooks are out of date:", file=sys.stderr)
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
-            print("run `txlearn build` and commit the result", file=sys.stderr)
+            print("run `txlearn build` and commit the result (a learner who saved executed "
+                  "lessons restores them with `git checkout notebooks/`)", file=sys.stderr)
             return 1
         print("txlearn build --check: every generated notebook matches its source")
         return 0
