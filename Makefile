@@ -36,10 +36,12 @@ work: $(STAMP)
 		[ -e "$(WORK)/$$(basename $$nb)" ] || { cp "$$nb" $(WORK)/ && echo "new exercise notebook: $(WORK)/$$(basename $$nb)"; }; \
 	done
 
-# JupyterLab refuses to run as root unless told; containers often are root.
+# The server's root is the repository (lessons in notebooks/, answers in work/), opened at lesson
+# 00. JupyterLab refuses to run as root unless told; containers often are root.
 lab: work
-	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(LAB_ARGS) \
-		$$(ls notebooks/00_*.ipynb | head -n 1)
+	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
+		--ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url="/lab/tree/$$(ls notebooks/00_*.ipynb | head -n 1)" $(LAB_ARGS)
 
 test: $(STAMP)
 	$(VENV)/bin/txlearn build --check
