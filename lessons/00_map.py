@@ -24,7 +24,8 @@
 #    position separately (lesson 05), followed by another add & norm.
 # 5. Steps 2-4 form one **layer**, shape in = shape out = `(B, T, d_model)` (lesson 07); a model
 #    stacks `N` of them, and an **output head** maps the last one to `(B, T, vocab)` scores
-#    (lesson 09). Lesson 08 measures what all of this costs as `T` and `d_model` grow.
+#    (both defined in lesson 07, trained in lesson 09). Lesson 08 measures what all of this
+#    costs as `T` and `d_model` grow.
 #
 # ## The layer as a figure
 #
@@ -136,4 +137,4 @@ assert Q.grad is not None and torch.isfinite(Q.grad).all()
 # %% [markdown]
 # All asserts passed: your environment is ready. Next, lesson 01 (`notebooks/01_softmax.ipynb`)
 # measures why the scores above are divided by $\sqrt{d_k}$. Its exercises are in
-# `work/01_softmax.ipynb`.
+# [`work/01_softmax.ipynb`](../work/01_softmax.ipynb).

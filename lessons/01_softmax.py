@@ -340,6 +340,6 @@ assert np.abs(log_softmax_np([0.0, -1000.0]) - [0.0, -1000.0]).max() < 1e-12
 # | naive float32 softmax fails | NaN from a largest logit of 89 up, and for all logits below about -104 |
 # | the max-shift fixes it | error < $10^{-6}$ for every $m \in [-120, 120]$ |
 #
-# Exercises: `work/01_softmax.ipynb` (a stable softmax over any axis, the scaled scores, the
+# Exercises: [`work/01_softmax.ipynb`](../work/01_softmax.ipynb) (a stable softmax over any axis, the scaled scores, the
 # softmax Jacobian, a log-softmax). Next, lesson 02 puts the scores and the softmax together into
 # attention.

@@ -318,4 +318,4 @@ assert table["nn.MultiheadAttention, key_padding_mask"] == "True = hidden"
 #   aligned when $L \ne S$ (SDPA's `is_causal=True` is not); an empty row gives 0, not NaN.
 # - Without positions, attention is permutation-equivariant.
 #
-# **Exercises:** `work/02_attention.ipynb` (the causal mask; attention with a mask).
+# **Exercises:** [`work/02_attention.ipynb`](../work/02_attention.ipynb) (the causal mask; attention with a mask).

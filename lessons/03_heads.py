@@ -270,5 +270,5 @@ assert abs(1 - w_gqa / w_mha - 0.4375) < 1e-12
 #   cache shrinks by $n_{heads} / n_{kv\_heads}$: 2 GiB for Llama-2-7B vs 1.25 GiB for
 #   Llama-2-70B at 4k tokens in bf16.
 #
-# **Exercises:** `work/03_heads.ipynb` (split/merge heads; a multi-head forward pass; sharing
+# **Exercises:** [`work/03_heads.ipynb`](../work/03_heads.ipynb) (split/merge heads; a multi-head forward pass; sharing
 # keys and values across query heads; KV-cache memory).

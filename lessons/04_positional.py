@@ -196,4 +196,4 @@ assert mixed.abs().max().item() > 1.0   # mixing pairings without converting giv
 # - Encoding similarity depends on the offset only and peaks at 0, but does not decrease monotonically.
 # - A learned table stops at `max_len`; RoPE makes the query-key score a function of $m - n$.
 #
-# Exercises: `work/04_positional.ipynb` (the sinusoidal table, a RoPE rotation).
+# Exercises: [`work/04_positional.ipynb`](../work/04_positional.ipynb) (the sinusoidal table, a RoPE rotation).

@@ -242,4 +242,4 @@ print(f"the FFN falls below half of the FLOPs past T = 2 d_model = {2 * d:,} tok
 #   its ceiling with $d_{ff} = 4d$ and full attention is 2/3. GQA models such as LLaMA-2 70B come
 #   closer (76%).
 #
-# Exercises: `work/05_ffn.ipynb` (the FFN forward pass, the exact GELU).
+# Exercises: [`work/05_ffn.ipynb`](../work/05_ffn.ipynb) (the FFN forward pass, the exact GELU).

@@ -236,4 +236,4 @@ assert final[(True, False)] < 0.6                            # pre-LN trains wit
 # - At initialisation post-LN's last-layer gradients are larger than pre-LN's; pre-LN's fall with depth.
 # - At a high learning rate, post-LN needs warm-up; pre-LN does not.
 #
-# Exercises: `work/06_norms.ipynb` (LayerNorm, RMSNorm, the residual sub-layer).
+# Exercises: [`work/06_norms.ipynb`](../work/06_norms.ipynb) (LayerNorm, RMSNorm, the residual sub-layer).

@@ -244,4 +244,4 @@ assert 0.3 < slope < 0.8  # roughly like sqrt(depth)
 # - The layer keeps the shape `(B, T, d_model)`, so layers stack.
 # - Post-LN keeps the residual stream at RMS 1; pre-LN lets it grow with depth.
 #
-# Lesson 08 asks what one layer costs. Exercises: `work/07_layer.ipynb`.
+# Lesson 08 asks what one layer costs. Exercises: [`work/07_layer.ipynb`](../work/07_layer.ipynb).

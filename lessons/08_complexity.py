@@ -381,7 +381,7 @@ assert m_tiled[-1] < m_plain[-1] / 10
 #   linearly in T.
 #
 # Speed against PyTorch's built-ins (SDPA, `nn.MultiheadAttention`) is measured in
-# `benchmarks/run.py`. Exercises: `work/08_complexity.ipynb`.
+# `benchmarks/run.py`. Exercises: [`work/08_complexity.ipynb`](../work/08_complexity.ipynb).
 
 # %%
 torch.set_num_threads(threads_before)  # give the kernel its threads back

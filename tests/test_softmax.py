@@ -305,3 +305,4 @@ def test_layer_diagram_shows_every_component_in_order():
     pre = [b[0].split()[0] for b in layer_boxes(True)]
     assert post[2:6] == ["multi-head", "LayerNorm", "feed-forward", "LayerNorm"]
     assert pre[2:6] == ["LayerNorm", "multi-head", "LayerNorm", "feed-forward"]
+    assert pre[6:] == ["final", "output"] and post[6:] == ["output"]

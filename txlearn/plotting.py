@@ -20,6 +20,7 @@ _POSENC = ("+ positional encoding  (T, d_model)", "04", _POS)
 _ATTENTION = ("multi-head attention  softmax(Q K^T / sqrt(d_k)) V", "01-03", _ATTN)
 _NORMBOX = ("LayerNorm  (or RMSNorm)", "06", _NORM)
 _FEEDFORWARD = ("feed-forward  d_model -> d_ff -> d_model", "05", _FFN)
+_FINAL_NORM = ("final LayerNorm  (pre-LN stacks need it)", "06", _NORM)
 _HEAD = ("output head  (B, T, d_model) -> (B, T, vocab)", "07", _GREY)
 
 
@@ -28,13 +29,13 @@ def layer_boxes(norm_first: bool = False) -> list[tuple[str, str, str]]:
 
     Post-LN (the paper, ``norm_first=False``): ``x = norm(x + sublayer(x))``, so each norm
     follows its sub-layer. Pre-LN (``norm_first=True``): ``x = x + sublayer(norm(x))``, so each
-    norm precedes it. Either way the residual addition sits right after each sub-layer.
+    norm precedes it, and the stack needs one more norm before the output head (its residual
+    stream is never normalised otherwise). Either way the residual addition sits right after each
+    sub-layer.
     """
     if norm_first:
-        block = [_NORMBOX, _ATTENTION, _NORMBOX, _FEEDFORWARD]
-    else:
-        block = [_ATTENTION, _NORMBOX, _FEEDFORWARD, _NORMBOX]
-    return [_EMBED, _POSENC, *block, _HEAD]
+        return [_EMBED, _POSENC, _NORMBOX, _ATTENTION, _NORMBOX, _FEEDFORWARD, _FINAL_NORM, _HEAD]
+    return [_EMBED, _POSENC, _ATTENTION, _NORMBOX, _FEEDFORWARD, _NORMBOX, _HEAD]
 
 
 def _box(ax, y: float, label: str, lesson: str, colour: str) -> None:
