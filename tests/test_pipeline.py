@@ -121,6 +121,8 @@ def graded(tmp_path_factory):
                        ("stable_softmax", "import numpy as np\n" + SOFTMAX_NO_SHIFT),
                        drop_checks=True,
                        extra="def check(name, *a):\n    print(f'PASSED: {name}')"),
+        "syntax": _edit(sol01, tmp / "syntax" / "01_softmax.ipynb",
+                        ("stable_softmax", "def softmax(x, axis=-1):\n    return x /")),
         "imported": _edit(sol01, tmp / "imported" / "01_softmax.ipynb",
                           ("stable_softmax", "from txlearn.softmax import softmax_np as softmax")),
     }
@@ -171,6 +173,13 @@ def test_deleted_or_faked_check_cells_change_nothing(graded):
     assert cheat["stable_softmax"].status == "FAIL"
 
 
+def test_syntax_error_is_named_with_its_line(graded):
+    results = _statuses(graded, graded["tampered"]["syntax"])
+    assert results["stable_softmax"].status == "FAIL"
+    assert results["stable_softmax"].feedback.startswith("SyntaxError in your answer cell, line 2")
+    assert all(r.status == "PASS" for n, r in results.items() if n != "stable_softmax")
+
+
 def test_importing_the_package_answer_is_flagged(graded):
     results = _statuses(graded, graded["tampered"]["imported"])
     assert "softmax" in results["stable_softmax"].flagged
@@ -190,6 +199,7 @@ def test_reports_table_csv_json(graded, tmp_path):
     subs = graded["subs"]
     text = grading.table(subs)
     assert "score noshift/01_softmax.ipynb:" in text
+    assert "\n" + " " * 20 in text and "Hint: " in text  # hints on lines of their own
     grading.write_csv(subs, tmp_path / "g.csv")
     rows = list(csv.DictReader(open(tmp_path / "g.csv")))
     assert set(rows[0]) >= {"student", "notebook", "exercise", "status", "points", "max_points",

@@ -54,6 +54,7 @@ class Result:
     max_points: int = 1
     feedback: str = ""
     flagged: str = ""  # e.g. "imports txlearn's own softmax"
+    syntax_error: str = ""  # a SyntaxError in the exercise's answer cell, reported as feedback
 
 
 @dataclass
@@ -105,6 +106,18 @@ def _package_bindings(cells) -> set[str]:
     return bound
 
 
+def _syntax_error(source: str) -> str:
+    """``"SyntaxError in your answer cell, line N: ..."`` when the cell does not compile (IPython
+    magics allowed), else ``""``."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    try:
+        compile(TransformerManager().transform_cell(source), "<answer cell>", "exec")
+    except SyntaxError as err:
+        return f"{type(err).__name__} in your answer cell, line {err.lineno}: {err.msg}"
+    return ""
+
+
 def prepare(path: Path, student: str, dest: Path) -> Submission:
     """Write the gradeable copy of the notebook `path` into `dest`; return its Submission.
 
@@ -140,9 +153,11 @@ def prepare(path: Path, student: str, dest: Path) -> Submission:
         position = answers[-1] + 1 if answers else len(cells)
         cells.insert(position, checks[name])
         flagged = sorted(_graded_names(checks[name]) & bound)
+        errors = [e for e in (_syntax_error(cells[i].source) for i in answers) if e]
         sub.results.append(Result(
             student, path.name, name,
-            flagged=f"uses txlearn's own {', '.join(flagged)}" if flagged else ""))
+            flagged=f"uses txlearn's own {', '.join(flagged)}" if flagged else "",
+            syntax_error=errors[0] if errors else ""))
     nb.cells = cells
     code_cells = [c for c in cells if c.cell_type == "code"]  # nbval numbers code cells only
     for index, cell in enumerate(code_cells):
@@ -203,7 +218,7 @@ def _run(subs: list[Submission], workdir: Path, hidden: Path | None, cell_timeou
             elif report["outcome"] == "passed":
                 result.status, result.points, result.feedback = "PASS", result.max_points, ""
             else:
-                result.feedback = _feedback(report["text"])
+                result.feedback = result.syntax_error or _feedback(report["text"])
 
 
 def grade(paths: list[Path], hidden: Path | None = None, cell_timeout: int = 300
@@ -235,15 +250,29 @@ def results(subs: list[Submission]) -> list[Result]:
 
 
 def table(subs: list[Submission]) -> str:
-    """A plain-text table (student, notebook, exercise, status, feedback) and scores."""
+    """A plain-text table (student, notebook, exercise, status, feedback) and scores.
+
+    The feedback column holds the feedback's first line (what went wrong, in which case); its hint,
+    when it has one, follows on a line of its own.
+    """
     rows = [("student", "notebook", "exercise", "status", "feedback")]
+    hints = {}
     for r in results(subs):
-        first = r.feedback.splitlines()[0] if r.feedback else ""
+        lines = r.feedback.splitlines()
+        first = lines[0] if lines else ""
         if r.flagged:
             first = f"[{r.flagged}] {first}".strip()
-        rows.append((r.student, r.notebook, r.exercise, r.status, first[:100]))
+        rows.append((r.student, r.notebook, r.exercise, r.status, first))
+        hint = next((line for line in lines[1:] if line.startswith("Hint:")), "")
+        if hint:
+            hints[len(rows) - 1] = hint
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4] for row in rows]
+    indent = " " * (sum(widths) + 2 * 4)
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + "  " + row[4])
+        if i in hints:
+            lines.append(indent + hints[i])
     lines.insert(1, "-" * min(120, max(len(line) for line in lines)))
     lines.append("")
     for s in subs:
@@ -262,14 +291,15 @@ def write_csv(subs: list[Submission], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for r in results(subs):
-            writer.writerow(asdict(r))
+            writer.writerow({k: v for k, v in asdict(r).items() if k in CSV_FIELDS})
 
 
 def write_json(subs: list[Submission], path: Path) -> None:
     data = [{"student": s.student, "notebook": s.path.name, "path": str(s.path),
              "points": sum(r.points for r in s.results),
              "max_points": sum(r.max_points for r in s.results),
-             "exercises": [{k: v for k, v in asdict(r).items() if k not in ("student", "notebook")}
+             "exercises": [{k: v for k, v in asdict(r).items()
+                            if k not in ("student", "notebook", "syntax_error")}
                            for r in s.results]}
             for s in subs]
     Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
