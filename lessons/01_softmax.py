@@ -293,7 +293,7 @@ plt.show()
 first_overflow = ms[(ms > 0) & nan_naive].min()
 last_underflow = ms[(ms < 0) & nan_naive].max()
 print(f"naive float32: NaN from m = {first_overflow} (ln of float32 max = "
-      f"{math.log(np.finfo(np.float32).max):.2f}) and below m = {last_underflow + 1}")
+      f"{math.log(np.finfo(np.float32).max):.2f}) up, and for m <= {last_underflow}")
 print(f"naive float32 at m = -100: error {err_naive[ms == -100][0]:.1e} (subnormal exp values, "
       f"below {float32_tiny:.1e})")
 print(f"max-shifted: largest error over all m {err_stable.max():.1e}")

@@ -247,7 +247,8 @@ assert abs(slope - 1.0) < 1e-9
 
 # %% [markdown]
 # GQA also shrinks $W_K$ and $W_V$ to `(d_model, n_kv_heads * d_k)`. For a 70B layer's attention
-# that is a modest saving, the memory of the cache is the point:
+# that saves a good share of the attention's parameters (printed below), but the memory of the
+# cache is the bigger point:
 
 # %%
 d, dk = 8192, 128

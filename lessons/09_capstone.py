@@ -133,11 +133,18 @@ if result.step >= 30:
     assert result.val_nats < base["uniform"] - 0.8              # learned the character frequencies
 if full_run:
     assert result.val_nats < base["bigram"] - 0.3               # clearly beats the bigram
+if result.val_nats < base["bigram"]:
+    print(f"verdict: {base['bigram'] - result.val_nats:.2f} nats/char below the bigram: the model "
+          "uses more than one character of context")
+else:
+    print(f"verdict: not below the bigram yet: the time budget ended the run after "
+          f"{result.step} of {config.max_steps} steps (a busy CPU, or a shortened budget)")
 
 # %% [markdown]
-# With the default budget the model goes well below the bigram: it uses more than one
-# character of context. It got there from little data: the number of characters it saw, and
-# the passes over the training split that makes, are printed above.
+# The verdict above says how this run did. With the full default budget on a quiet 2-core CPU
+# (all 500 steps) the model goes well below the bigram (about 0.6 nats/char in our runs): it
+# uses more than one character of context. It gets there from little data: the number of
+# characters it saw, and the passes over the training split that makes, are printed above.
 #
 # ## 4. Samples, before and after
 #
@@ -348,8 +355,8 @@ print(f"pretrained encoder: max |ours - sentence-transformers| = {diff:.1e} over
 #
 # - On the Python language reference, the validation baselines are ln V = 4.63, unigram 3.24 and
 #   bigram 2.32 nats per character; the untrained model sits at ln V.
-# - With the default budget, the course's own layers trained on a 2-core CPU go clearly below
-#   the bigram (the number is printed above and in the README).
+# - With the full default budget, the course's own layers trained on a 2-core CPU go clearly
+#   below the bigram (this run's verdict is printed above; our figures are in the README).
 # - Cached and uncached greedy generation give the same characters.
 # - all-MiniLM-L6-v2, rebuilt from `TransformerLayer`, `LayerNorm` and
 #   `LearnedPositionalEmbedding`, reproduces `sentence-transformers` to about 1e-7.

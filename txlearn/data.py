@@ -59,6 +59,8 @@ def load_corpus(path: str | Path | None = None) -> str:
         from pydoc_data import topics
         return "\n".join(topics.topics[k] for k in sorted(topics.topics))
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder; give a text file")
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     data = path.read_bytes()

@@ -260,8 +260,12 @@ def reference_model():
     install) when the model package is missing.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     directory = model_dir()
     from sentence_transformers import SentenceTransformer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no "Loading weights" bar in a learner's notebook
 
     return SentenceTransformer(str(directory), device="cpu")
 

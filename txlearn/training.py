@@ -433,7 +433,7 @@ def _loop(model, optimizer, config, train_ids, val_ids, data_generator, step, hi
     Every ``eval_interval`` steps: a validation estimate, appended to ``history``, and
     ``save(step)`` (a checkpoint to resume from if the run is interrupted).
     Returns (losses of this call, "steps" or "time", seconds)."""
-    from tqdm.auto import tqdm
+    from tqdm import tqdm  # the text bar: tqdm.auto warns in kernels without ipywidgets
 
     model.train()
     losses, start = [], time.perf_counter()
@@ -608,9 +608,10 @@ def add_sample_parser(subparsers) -> None:
 
 
 def _run_sample(args) -> int:
-    if args.length < 0 or args.temperature < 0 or args.top_k < 1:
-        raise UserError(f"--length {args.length} and --temperature {args.temperature} must be "
-                        f">= 0 and --top-k {args.top_k} >= 1")
+    for option, value, least in (("--length", args.length, 0),
+                                 ("--temperature", args.temperature, 0), ("--top-k", args.top_k, 1)):
+        if value < least:
+            raise UserError(f"{option} must be >= {least}, got {value}")
     print(sample_text(args.checkpoint, args.prompt, args.length, args.temperature, args.top_k,
                       args.seed, not args.no_cache))
     return 0

@@ -180,6 +180,14 @@ def expect_shape(got: Any, shape: tuple, *, case: str, hint: str | None = None) 
         raise _fail(case, f"shape {got_shape}, expected {tuple(shape)}", hint)
 
 
+def _fmt(value: float) -> str:
+    """A number for feedback: large whole numbers (bytes, FLOPs) with thousands separators."""
+    value = float(value)
+    if np.isfinite(value) and value.is_integer() and abs(value) >= 1e4:
+        return f"{int(value):,}"
+    return f"{value:.6g}"
+
+
 def expect_close(got: Any, expected: Any, *, case: str, hint: str | None = None,
                  rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Fail unless `got` equals `expected` elementwise within ``atol + rtol * |expected|``.
@@ -200,10 +208,12 @@ def expect_close(got: Any, expected: Any, *, case: str, hint: str | None = None,
         idx = tuple(int(i) for i in np.argwhere(bad_finite)[0])
         raise _fail(case, f"got {g[idx]} at index {idx}, expected {e[idx]:.6g}", hint)
     wrong = ~np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
+    if wrong.any() and g.ndim == 0:
+        raise _fail(case, f"got {_fmt(g)}, expected {_fmt(e)}", hint)
     if wrong.any():
         idx = tuple(int(i) for i in np.argwhere(wrong)[0])
-        raise _fail(case, f"first difference at index {idx}: got {g[idx]:.6g}, expected "
-                          f"{e[idx]:.6g} ({int(wrong.sum())} of {wrong.size} values differ)", hint)
+        raise _fail(case, f"first difference at index {idx}: got {_fmt(g[idx])}, expected "
+                          f"{_fmt(e[idx])} ({int(wrong.sum())} of {wrong.size} values differ)", hint)
 
 
 def expect_true(condition: bool, *, case: str, message: str, hint: str | None = None) -> None:
