@@ -11,8 +11,9 @@ Prints three markdown tables (copy them into benchmarks/README.md):
    against ``F.scaled_dot_product_attention`` (a fused kernel: a different algorithm on CPU);
 2. multi-head attention, d_model=512, 8 heads: ``txlearn.heads.MultiHeadAttention`` against
    ``nn.MultiheadAttention`` with copied weights: the teaching path returning its weights against
-   ``need_weights=True`` (the same algorithm: explicit weights), and the ``use_sdpa=True`` path
-   against ``need_weights=False`` (both fused); outputs checked equal;
+   ``need_weights=True`` on its explicit path (the same algorithm: bmm, softmax, bmm; its fast
+   path switched off) and on its native fused kernel (what inference mode picks), and the
+   ``use_sdpa=True`` path against ``need_weights=False`` (both fused); outputs checked equal;
 3. tiled attention with an online softmax (``txlearn.complexity.tiled_attention``, block 256)
    against ordinary attention: time and peak memory (PyTorch profiler allocation events) up to
    T = 8192.
@@ -93,6 +94,15 @@ def bench_attention(Ts, repeats):
                   "ratio", "F.sdpa (ms)", "ratio"), rows)
 
 
+def _explicit_mha(ref, x):
+    """nn.MultiheadAttention's explicit (non-fused) path: the same algorithm as ours."""
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        return ref(x, x, x, need_weights=True, average_attn_weights=False)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(True)
+
+
 def bench_multihead(Ts, repeats):
     torch.manual_seed(0)
     ref = nn.MultiheadAttention(512, 8, batch_first=True).eval()
@@ -106,17 +116,21 @@ def bench_multihead(Ts, repeats):
             expected, _ = ref(x, x, x, need_weights=False)
             torch.testing.assert_close(ours(x), expected, rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(fast(x), expected, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(_explicit_mha(ref, x)[0], expected, rtol=1e-4, atol=1e-5)
         t = interleaved_times({
             "ours": lambda: ours(x, return_weights=True),
+            "explicit": lambda: _explicit_mha(ref, x),
             "weights": lambda: ref(x, x, x, need_weights=True, average_attn_weights=False),
             "fast": lambda: fast(x),
             "fused": lambda: ref(x, x, x, need_weights=False)}, repeats)
-        rows.append((T, ms(t["ours"]), ms(t["weights"]), f"{t['ours'] / t['weights']:.2f}",
+        rows.append((T, ms(t["ours"]), ms(t["explicit"]), f"{t['ours'] / t['explicit']:.2f}",
+                     ms(t["weights"]), f"{t['ours'] / t['weights']:.2f}",
                      ms(t["fast"]), ms(t["fused"]), f"{t['fast'] / t['fused']:.2f}"))
         print(f"  multi-head T={T} done", flush=True)
     return table(("T", "ours, teaching path, with weights (ms)",
-                  "nn.MHA need_weights=True (ms)", "ratio", "ours, use_sdpa=True (ms)",
-                  "nn.MHA need_weights=False (ms)", "ratio"), rows)
+                  "nn.MHA explicit path, with weights (ms)", "ratio",
+                  "nn.MHA native fused, with weights (ms)", "ratio",
+                  "ours, use_sdpa=True (ms)", "nn.MHA need_weights=False (ms)", "ratio"), rows)
 
 
 def bench_tiled(Ts, repeats):
