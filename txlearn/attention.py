@@ -101,6 +101,7 @@ def scaled_dot_product_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tens
     # (L x S numbers): the same product, one pass fewer over the large matrix.
     scores = (Q / math.sqrt(d_k)) @ K.transpose(-2, -1)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
     weights = masked_softmax(scores, mask, dim=-1)  # (..., L, S)
+    del scores  # free the L x S scores before the next product (peak memory: one matrix fewer)
     out = weights @ V  # (..., L, S) @ (..., S, d_v) -> (..., L, d_v)
     return (out, weights) if return_weights else out
 
