@@ -124,6 +124,22 @@ REFERENCE = {
     "kv_cache_memory": (kv_ref,),
 }
 
+def _with_broken_split():
+    """The reference multi-head answer, defined beside a wrong split_heads that it calls (as in a
+    learner's notebook, where exercise 2 uses exercise 1's functions)."""
+    namespace = {"np": np, "merge_heads": merge_ref, "split_heads": split_no_transpose}
+    exec(
+        "def multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads, mask=None):\n"
+        "    Q, K, V = (split_heads(x @ W, n_heads) for W in (W_Q, W_K, W_V))\n"
+        "    s = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n"
+        "    if mask is not None:\n"
+        "        s = np.where(mask, s, -np.inf)\n"
+        "    w = np.exp(s - s.max(-1, keepdims=True))\n"
+        "    w = w / w.sum(-1, keepdims=True)\n"
+        "    return merge_heads(w @ V) @ W_O, w\n", namespace)
+    return namespace["multi_head_attention"]
+
+
 WRONG = {
     "split_merge_heads": [
         ("split reshapes straight to (B, h, T, d_k)", (split_no_transpose, merge_ref),
@@ -137,6 +153,7 @@ WRONG = {
         ("W_O forgotten", (mha_no_W_O,), "project with W_O"),
         ("heads merged in the wrong order", (mha_wrong_merge,), "mixes positions"),
         ("weights not returned", (mha_output_only,), "return out, weights"),
+        ("its own split_heads is wrong", (_with_broken_split(),), "fix exercise 1 first"),
     ],
     "grouped_query_attention": [
         ("kv heads tiled instead of repeated", (gqa_tiled,), "np.tile"),

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.attention import attention_np
-from txlearn.checks import as_array, diagnose, call, expect_close, expect_shape, expect_true, exercise
+from txlearn.checks import CheckFailure, as_array, diagnose, call, expect_close, expect_shape, expect_true, exercise
 from txlearn.heads import MultiHeadAttention, kv_cache_bytes
 from txlearn.masks import causal_mask_np
 
@@ -102,8 +102,35 @@ def _mha_variant(x, W_Q, W_K, W_V, W_O, n_heads, mask, scale, merge_ok=True, use
     return (merged @ W_O if use_W_O else merged), w
 
 
+def _broken_split_merge(fn) -> str:
+    """A hint naming exercise 1 when the learner's own split_heads/merge_heads, which their
+    multi-head answer calls, are still wrong (else ``""``): the root cause, not this answer."""
+    helpers = getattr(fn, "__globals__", {})
+    split, merge = helpers.get("split_heads"), helpers.get("merge_heads")
+    if split is None or merge is None:
+        return ""
+    x = np.arange(24.0).reshape(1, 3, 8)
+    try:
+        ok = (np.allclose(as_array(call(split, x.copy(), 2, case="split"), np.float64), _split_ref(x, 2))
+              and np.allclose(as_array(call(merge, _split_ref(x, 2), case="merge"), np.float64), x))
+    except (CheckFailure, TypeError, ValueError):
+        ok = False
+    return "" if ok else ("your split_heads / merge_heads (exercise 1) do not pass yet and this "
+                          "answer uses them: fix exercise 1 first")
+
+
 @exercise("multi_head_forward")
 def multi_head_forward(multi_head_attention):
+    try:
+        _multi_head_forward(multi_head_attention)
+    except CheckFailure as err:
+        root = _broken_split_merge(multi_head_attention)
+        if not root:
+            raise
+        raise CheckFailure(str(err).split("\nHint:")[0] + "\nHint: " + root) from None
+
+
+def _multi_head_forward(multi_head_attention):
     # 1. identity weights, d_model = 8, n_heads = 2: head 0's raw scores for query 0 are [4, 0]
     x = np.zeros((1, 2, 8))
     x[0, 0, :4] = 1.0
