@@ -234,3 +234,11 @@ def test_hidden_cases_are_added_to_the_same_check(tmp_path):
     assert results["stable_softmax"].status == "FAIL"
     assert "hidden case" in results["stable_softmax"].feedback
     assert all(r.status == "PASS" for n, r in results.items() if n != "stable_softmax")
+
+
+def test_build_and_grade_commands_do_not_import_torch():
+    code = ("import sys\nfrom txlearn.cli import main\n"
+            "assert main(['build', '--check']) == 0\n"
+            "assert 'torch' not in sys.modules, 'txlearn build imported torch'\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr

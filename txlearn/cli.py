@@ -98,7 +98,7 @@ def _cmd_grade(args) -> int:
     return 1 if errors or len(paths) < len(args.notebooks) or not subs else 0
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(with_training: bool = True) -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="txlearn", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -124,18 +124,30 @@ def parser() -> argparse.ArgumentParser:
                    help="nbval's limit per cell (each check also limits the learner's function)")
     p.set_defaults(func=_cmd_grade)
 
-    try:
-        from txlearn import training
-    except ImportError:
-        training = None
-    if training is not None and hasattr(training, "add_train_parser"):
+    if with_training:
+        from txlearn import training  # imports torch: only for the commands that need it
+
         training.add_train_parser(sub)
         training.add_sample_parser(sub)
+    else:
+        for name in _TRAINING_COMMANDS:
+            sub.add_parser(name)  # listed among the choices; never parsed on this path
     return top
 
 
+_TRAINING_COMMANDS = ("train", "sample")
+
+
+def _needs_training(argv: list[str]) -> bool:
+    """Whether the command line names train/sample or shows the top-level help (which lists
+    them): only then is torch imported, so build, release and grade start fast."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    return command is None or command in _TRAINING_COMMANDS
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser(with_training=_needs_training(argv)).parse_args(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:
