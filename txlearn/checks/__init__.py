@@ -107,8 +107,9 @@ def _time_limit(seconds: float | None):
 
 
 def call(fn: Callable, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME_LIMIT,
-         **kwargs: Any) -> Any:
-    """Call the learner's `fn(*args, **kwargs)` under a time limit (seconds).
+         hint: str | None = None, **kwargs: Any) -> Any:
+    """Call the learner's `fn(*args, **kwargs)` under a time limit (seconds); `hint` is added to
+    the feedback when the function raises (e.g. what the input looks like in this case).
 
     Raises:
         CheckFailure: the function is still a stub (``NotImplementedError``), ran past
@@ -130,7 +131,7 @@ def call(fn: Callable, *args: Any, case: str, time_limit: float | None = DEFAULT
     except CheckFailure:
         raise
     except Exception as err:  # the learner's code raised: report it as feedback
-        raise _fail(case, f"your function raised {type(err).__name__}: {err}") from err
+        raise _fail(case, f"your function raised {type(err).__name__}: {err}", hint) from err
 
 
 def _as_array(x: Any) -> np.ndarray:
@@ -157,7 +158,8 @@ def diagnose(got: Any, mistakes, default: str, *, rtol: float = 1e-4, atol: floa
     """The hint of the first catalogued mistake whose output `got` reproduces, else `default`.
 
     `mistakes` is a sequence of ``(wrong_output, hint)`` pairs: what that mistake computes on the
-    case's inputs, and the hint aimed at it. Shapes must agree and values match within
+    case's inputs (an array, or a function of no arguments that computes it), and the hint aimed
+    at it. Shapes must agree and values match within
     ``atol + rtol * |wrong|`` (NaN matches NaN: a mistake that gives NaN is recognised by it).
     A `got` that is not an array of numbers gets `default`.
     """
@@ -166,8 +168,8 @@ def diagnose(got: Any, mistakes, default: str, *, rtol: float = 1e-4, atol: floa
     except (TypeError, ValueError):
         return default
     for wrong, hint in mistakes:
-        with np.errstate(all="ignore"):
-            w = np.asarray(wrong, dtype=np.float64)
+        with np.errstate(all="ignore"):  # a mistake may overflow: that is the mistake
+            w = np.asarray(wrong() if callable(wrong) else wrong, dtype=np.float64)
         if g.shape == w.shape and np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
             return hint
     return default

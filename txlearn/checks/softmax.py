@@ -14,49 +14,11 @@ import math
 
 import numpy as np
 
-from txlearn.checks import CheckFailure, call, exercise, expect_close, expect_shape, expect_true
+from txlearn.checks import (as_array, call, diagnose, exercise, expect_close, expect_shape,
+                            expect_true)
 from txlearn.softmax import log_softmax_np, softmax_jacobian_np, softmax_np
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def _array(x):
-    """The learner's output as a float64 array, or None when it is not an array of numbers."""
-    if hasattr(x, "detach"):
-        x = x.detach().cpu().double().numpy()
-    try:
-        return np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        return None
-
-
-def _matches(got, candidate) -> bool:
-    g = _array(got)
-    return (g is not None and g.shape == candidate.shape
-            and bool(np.allclose(g, candidate, rtol=1e-5, atol=1e-6, equal_nan=True)))
-
-
-def _diagnose(got, mistakes, default: str) -> str:
-    """The hint of the first mistake whose output equals `got`, else `default`.
-
-    `mistakes` is a list of (hint, function of no arguments returning what that mistake gives).
-    """
-    for hint, wrong_output in mistakes:
-        with np.errstate(all="ignore"):
-            candidate = np.asarray(wrong_output(), dtype=np.float64)
-        if _matches(got, candidate):
-            return hint
-    return default
-
-
-def _call(fn, *args, case: str, hint: str, **kwargs):
-    """`call`, with `hint` added when the learner's function raised an exception."""
-    try:
-        return call(fn, *args, case=case, **kwargs)
-    except CheckFailure as err:
-        if "your function raised" in str(err) and "Hint:" not in str(err):
-            raise CheckFailure(f"{err}\nHint: {hint}") from None
-        raise
 
 
 def _expect_unchanged(before, after, *, case: str, name: str) -> None:
@@ -117,23 +79,23 @@ def stable_softmax(softmax):
     ]
     for case, x, expected, hint in golden:
         x = np.array(x)
-        got = _call(softmax, x.copy(), case=case, hint="x is a 1-D NumPy array of floats here")
-        hint = _diagnose(got, [
-            (hint, lambda: _softmax_clamped(x, -1)),
-            (hint, lambda: np.exp(x) / np.exp(x).sum()),
-        ], "softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), with m = max(x)")
+        got = call(softmax, x.copy(), case=case, hint="x is a 1-D NumPy array of floats here")
+        hint = diagnose(got, [
+            (lambda: _softmax_clamped(x, -1), hint),
+            (lambda: np.exp(x) / np.exp(x).sum(), hint),
+        ], "softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), with m = max(x)", rtol=1e-5)
         expect_close(got, expected, case=case, hint=hint, rtol=0, atol=1e-6)
 
     case = "row-wise, axis=-1: [[0, 1], [1000, 1001]]"
     x = np.array([[0.0, 1.0], [1000.0, 1001.0]])
-    got = _call(softmax, x.copy(), axis=-1, case=case, hint=HINT_KEEPDIMS)
-    hint = _diagnose(got, [
-        (HINT_GLOBAL_MAX, lambda: _softmax_global_max(x, -1)),
-        (HINT_WRONG_AXIS, lambda: softmax_np(x, axis=0)),
-        (HINT_KEEPDIMS, lambda: _softmax_no_keepdims(x, -1)),
-        (HINT_GLOBAL_SUM, lambda: _softmax_global_sum(x, -1)),
-        (HINT_NO_SHIFT, lambda: np.exp(x) / np.exp(x).sum(-1, keepdims=True)),
-    ], "each row of a 2-D input is its own distribution")
+    got = call(softmax, x.copy(), axis=-1, case=case, hint=HINT_KEEPDIMS)
+    hint = diagnose(got, [
+        (lambda: _softmax_global_max(x, -1), HINT_GLOBAL_MAX),
+        (lambda: softmax_np(x, axis=0), HINT_WRONG_AXIS),
+        (lambda: _softmax_no_keepdims(x, -1), HINT_KEEPDIMS),
+        (lambda: _softmax_global_sum(x, -1), HINT_GLOBAL_SUM),
+        (lambda: np.exp(x) / np.exp(x).sum(-1, keepdims=True), HINT_NO_SHIFT),
+    ], "each row of a 2-D input is its own distribution", rtol=1e-5)
     expect_close(got, [[0.268941, 0.731059], [0.268941, 0.731059]], case=case, hint=hint,
                  rtol=0, atol=1e-6)
 
@@ -141,14 +103,14 @@ def stable_softmax(softmax):
     for axis in (0, 1, 2, -2):
         case = f"3-D input of shape (2, 3, 4), axis={axis}"
         before = x.copy()
-        got = _call(softmax, x, axis=axis, case=case, hint=HINT_KEEPDIMS)
+        got = call(softmax, x, axis=axis, case=case, hint=HINT_KEEPDIMS)
         _expect_unchanged(before, x, case=case, name="x")
         expect_shape(got, x.shape, case=case, hint=HINT_KEEPDIMS)
-        hint = _diagnose(got, [
-            (HINT_WRONG_AXIS + " (you always used the last axis)", lambda: softmax_np(x, -1)),
-            (HINT_WRONG_AXIS, lambda: softmax_np(x, 0)),
-            (HINT_GLOBAL_SUM, lambda: _softmax_global_sum(x, axis)),
-        ], f"the values must sum to 1 along axis {axis}")
+        hint = diagnose(got, [
+            (lambda: softmax_np(x, -1), HINT_WRONG_AXIS + " (you always used the last axis)"),
+            (lambda: softmax_np(x, 0), HINT_WRONG_AXIS),
+            (lambda: _softmax_global_sum(x, axis), HINT_GLOBAL_SUM),
+        ], f"the values must sum to 1 along axis {axis}", rtol=1e-5)
         expect_close(got, softmax_np(x, axis=axis), case=case, hint=hint)
 
 
@@ -174,10 +136,10 @@ def scaled_scores(scaled_scores):
         K = rng.normal(size=(*batch, S, d_k))
         case = f"Q {Q.shape}, K {K.shape}"
         Q0, K0 = Q.copy(), K.copy()
-        got = _call(scaled_scores, Q, K, case=case, hint=HINT_BATCH_T)
+        got = call(scaled_scores, Q, K, case=case, hint=HINT_BATCH_T)
         _expect_unchanged(Q0, Q, case=case, name="Q")
         _expect_unchanged(K0, K, case=case, name="K")
-        g = _array(got)
+        g = as_array(got, np.float64)
         expect_true(g is not None, case=case, message=f"expected an array of numbers, got "
                     f"{type(got).__name__}", hint="return Q @ K^T / sqrt(d_k) as an array")
         shape_hint = {(*batch, S, L): "scores[l, s] = q_l . k_s has shape (L, S): compute "
@@ -186,14 +148,14 @@ def scaled_scores(scaled_scores):
                                           "d_k"}.get(g.shape, HINT_BATCH_T)
         expect_shape(g, (*batch, L, S), case=case, hint=shape_hint)
         dots = Q @ np.swapaxes(K, -1, -2)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
-        hint = _diagnose(g, [
-            (HINT_NO_SCALE, lambda: dots),
-            (HINT_BY_D_K, lambda: dots / d_k),
-            (HINT_TIMES, lambda: dots * math.sqrt(d_k)),
-            (HINT_WRONG_D, lambda: dots / math.sqrt(L)),
-            (HINT_WRONG_D, lambda: dots / math.sqrt(S)),
-            (HINT_SOFTMAX, lambda: softmax_np(dots / math.sqrt(d_k), axis=-1)),
-        ], "scores[..., l, s] = q_l . k_s / sqrt(d_k)")
+        hint = diagnose(g, [
+            (lambda: dots, HINT_NO_SCALE),
+            (lambda: dots / d_k, HINT_BY_D_K),
+            (lambda: dots * math.sqrt(d_k), HINT_TIMES),
+            (lambda: dots / math.sqrt(L), HINT_WRONG_D),
+            (lambda: dots / math.sqrt(S), HINT_WRONG_D),
+            (lambda: softmax_np(dots / math.sqrt(d_k), axis=-1), HINT_SOFTMAX),
+        ], "scores[..., l, s] = q_l . k_s / sqrt(d_k)", rtol=1e-5)
         expect_close(g, dots / math.sqrt(d_k), case=case, hint=hint)
 
 
@@ -223,15 +185,15 @@ def softmax_jacobian(softmax_jacobian):
         expect_shape(got, (n, n), case=case,
                      hint="return the full (n, n) matrix J[i, j] = d s_i / d x_j")
         s = softmax_np(x)
-        hint = _diagnose(got, [
-            (HINT_NO_DIAG, lambda: -np.outer(s, s)),
-            (HINT_NO_OUTER, lambda: np.diag(s)),
-            (HINT_DIAG_ONLY, lambda: np.diag(s * (1 - s))),
-            (HINT_SIGN, lambda: np.outer(s, s) - np.diag(s)),
-            (HINT_LOGITS, lambda: np.diag(x) - np.outer(x, x)),
-            (HINT_ELEMENTWISE, lambda: np.diag(s) - s * s),
-            (HINT_DELTA, lambda: np.outer(s, 1 - s)),
-        ], HINT_NO_SHIFT if case.startswith("large") else "J = diag(s) - s s^T, s = softmax(x)")
+        hint = diagnose(got, [
+            (lambda: -np.outer(s, s), HINT_NO_DIAG),
+            (lambda: np.diag(s), HINT_NO_OUTER),
+            (lambda: np.diag(s * (1 - s)), HINT_DIAG_ONLY),
+            (lambda: np.outer(s, s) - np.diag(s), HINT_SIGN),
+            (lambda: np.diag(x) - np.outer(x, x), HINT_LOGITS),
+            (lambda: np.diag(s) - s * s, HINT_ELEMENTWISE),
+            (lambda: np.outer(s, 1 - s), HINT_DELTA),
+        ], HINT_NO_SHIFT if case.startswith("large") else "J = diag(s) - s s^T, s = softmax(x)", rtol=1e-5)
         expect_close(got, softmax_jacobian_np(x), case=case, hint=hint, rtol=1e-5, atol=1e-7)
 
 
@@ -256,17 +218,17 @@ def log_softmax(log_softmax):
               np.random.default_rng(2).normal(scale=3.0, size=(2, 3, 4)), 1)]
     for case, x, axis in cases:
         before = x.copy()
-        got = _call(log_softmax, x, axis=axis, case=case, hint=HINT_KEEPDIMS)
+        got = call(log_softmax, x, axis=axis, case=case, hint=HINT_KEEPDIMS)
         _expect_unchanged(before, x, case=case, name="x")
         expect_shape(got, x.shape, case=case, hint=HINT_KEEPDIMS)
         m = x.max(axis=axis, keepdims=True)
-        hint = _diagnose(got, [
-            (HINT_LOG_OF_SOFTMAX, lambda: np.log(softmax_np(x, axis=axis))),
-            (HINT_LSE_NO_SHIFT, lambda: x - np.log(np.exp(x).sum(axis=axis, keepdims=True))),
-            (HINT_FORGOT_SHIFT_BACK,
-             lambda: x - np.log(np.exp(x - m).sum(axis=axis, keepdims=True))),
-            (HINT_WRONG_AXIS, lambda: log_softmax_np(x, axis=0)),
-            (HINT_KEEPDIMS, lambda: _log_softmax_no_keepdims(x, axis)),
-        ], "log_softmax(x) = z - log(sum(exp(z))), z = x - max(x) along `axis`")
+        hint = diagnose(got, [
+            (lambda: np.log(softmax_np(x, axis=axis)), HINT_LOG_OF_SOFTMAX),
+            (lambda: x - np.log(np.exp(x).sum(axis=axis, keepdims=True)), HINT_LSE_NO_SHIFT),
+            (lambda: x - np.log(np.exp(x - m).sum(axis=axis, keepdims=True)),
+             HINT_FORGOT_SHIFT_BACK),
+            (lambda: log_softmax_np(x, axis=0), HINT_WRONG_AXIS),
+            (lambda: _log_softmax_no_keepdims(x, axis), HINT_KEEPDIMS),
+        ], "log_softmax(x) = z - log(sum(exp(z))), z = x - max(x) along `axis`", rtol=1e-5)
         expect_close(got, log_softmax_np(x, axis=axis), case=case, hint=hint, rtol=1e-6,
                      atol=1e-6)
