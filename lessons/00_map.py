@@ -23,7 +23,7 @@
 # 4. **Feed-forward.** The same two-layer network, `d_model -> d_ff -> d_model`, runs on every
 #    position separately (lesson 05), followed by another add & norm.
 # 5. Steps 2-4 form one **layer**, shape in = shape out = `(B, T, d_model)` (lesson 07); a model
-#    stacks `N` of them, and an **output head** maps the last one to `(B, T, vocab)` scores
+#    stacks `n_layers` of them, and an **output head** maps the last one to `(B, T, n_vocab)` scores
 #    (both defined in lesson 07, trained in lesson 09). Lesson 08 measures what all of this
 #    costs as `T` and `d_model` grow.
 #
@@ -44,10 +44,46 @@ layer_diagram(norm_first=True, ax=ax_pre)
 plt.show()
 
 texts = [t.get_text() for t in ax_post.texts]
-boxes = [t for t in texts if not t.startswith("lesson") and t not in ("+", "x N layers")]
+boxes = [t for t in texts if not t.startswith("lesson") and t not in ("+", "x n_layers")]
 print(" -> ".join(label.split("  ")[0] for label in boxes))
 assert boxes == [label for label, lesson, colour in layer_boxes(norm_first=False)]
 assert texts.count("+") == 2  # two residual additions per layer: attention and FFN
+
+# %% [markdown]
+# ## Notation
+#
+# Every lesson, docstring and exercise uses these symbols, and only in these meanings. Code uses
+# the same names (`d_model`, `n_heads`, ...), so an equation and the line below it read alike.
+#
+# | symbol | meaning | example |
+# |---|---|---|
+# | $B$ | batch size: sequences processed at once | `x: (B, T, d_model)` |
+# | $T$ | sequence length: tokens in one forward pass | lesson 08's "time against $T$" |
+# | $L$ | number of **queries** (rows of an attention matrix); $L = T$ in self-attention | `causal_mask(L, S)` |
+# | $S$ | number of **keys and values** (columns); $S = T$ without a cache, $S$ = cached + new with one | `scores: (B, n_heads, L, S)` |
+# | $d_{model}$ | width of a token vector, the residual stream (never a bare $d$) | 512 in the paper's base model |
+# | $n_{heads}$ | attention (query) heads per layer | 8 |
+# | $n_{kv\_heads}$ | key/value heads (grouped-query attention): $n_{heads}$ for MHA, 1 for MQA | 8 of 64 in a 70B model |
+# | $d_k$ | per-head width of queries and keys, $d_{model} / n_{heads}$ | 64 |
+# | $d_v$ | per-head width of values ($= d_k$ here) | 64 |
+# | $d_{ff}$ | inner width of the feed-forward network | $4\,d_{model}$ |
+# | $n_{layers}$ | depth: layers in a stack (the paper's $N$) | 6 |
+# | $n_{vocab}$ | vocabulary size (never $V$) | 103 characters in lesson 09 |
+# | $Q, K, V$ | queries, keys, values: $(\dots, L, d_k)$, $(\dots, S, d_k)$, $(\dots, S, d_v)$ | |
+# | $W_Q, W_K, W_V, W_O$ | attention projections, shape $(d_{in}, d_{out})$, applied on the right: $x W$ | `mha.W_Q` |
+# | $W_1, W_2, W_3$ | FFN weights; $W_3$ is SwiGLU's gate | `ffn.W_1: (d_model, d_ff)` |
+# | $E$ | token embedding table, $(n_{vocab}, d_{model})$ | `E[ids]` |
+# | $x$ | a token vector or the residual stream; $h$ an intermediate of the same shape | |
+# | $i, j$ | query index and key index (row and column of an attention matrix) | $a_{ij}$ |
+# | $t$ | a token's position; RoPE uses $m, n$ for the positions of a query and a key | |
+# | $\ell$ | layer index, $1 \dots n_{layers}$ (`layer` in code) | |
+# | head | a head index is written out, `head` (never $h$) | `weights[:, head]` |
+# | $\theta_k$ | RoPE frequencies, $\theta_k = \text{base}^{-2k/d_k}$ | base 10000 |
+# | $\gamma, \beta, \epsilon$ | a norm's gain, shift and epsilon (`gamma`, `beta`, `eps`) | |
+# | $p$ | a probability; top-$p$'s threshold; $\tau$ a sampling temperature | |
+#
+# Masks are boolean with **True = may attend**; a causal mask with $L \ne S$ is aligned to the
+# bottom-right corner (the last $L$ of $S$ positions). FLOPs are $2\times$ multiply-accumulates.
 
 # %% [markdown]
 # ## The lessons
@@ -62,7 +98,7 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 # | 05 | the position-wise FFN | attention alone stays in the values' convex hull; the FFN leaves it; ReLU/GELU/SwiGLU; its share of parameters and FLOPs |
 # | 06 | residuals and normalisation | gradient norm vs depth with and without residuals; LayerNorm and RMSNorm; post-LN vs pre-LN |
 # | 07 | one full layer | the forward pass step by step on a tiny example; equality with `torch.nn.TransformerEncoderLayer` |
-# | 08 | complexity | time and memory vs $T$ and $d$ (log-log slopes); RNN comparison; tiled online-softmax attention |
+# | 08 | complexity | time and memory vs $T$ and $d_{model}$ (log-log slopes); RNN comparison; tiled online-softmax attention |
 # | 09 | capstone | a small causal transformer trained on real text on a CPU; a real pretrained encoder rebuilt from the course's modules |
 #
 # ## How to work through the course

@@ -188,7 +188,8 @@ print(f"max |ours - SDPA enable_gqa| = {(full - oracle).abs().max():.1e}, "
       f"max |cached steps - full| = {(stepwise - full).abs().max():.1e}")
 print(f"cache holds K, V of shape {tuple(cache.K.shape)}: {cache.nbytes()} bytes")
 assert torch.allclose(full, oracle, atol=1e-5) and torch.allclose(stepwise, full, atol=1e-5)
-assert cache.nbytes() == kv_cache_bytes(1, 2, 8, 6, batch=2, dtype=torch.float32)   # 1536
+assert cache.nbytes() == kv_cache_bytes(n_layers=1, n_kv_heads=2, d_k=8, context=6, batch=2,
+                                       dtype=torch.float32)   # 1536
 
 # %% [markdown]
 # **Memory for published configurations.** `kv_cache_bytes` is
@@ -211,9 +212,10 @@ print(f"{'model':20s} {'layers':>6s} {'heads':>5s} {'kv':>3s} {'d_k':>4s} "
       f"{'KiB/token':>9s} {'GiB @ 4k':>8s}")
 cache_gib = {}
 for name, (n_layers, n_heads, n_kv, d_k) in configs.items():
-    nbytes = kv_cache_bytes(n_layers, n_kv, d_k, 4096, dtype="bf16")
+    nbytes = kv_cache_bytes(n_layers=n_layers, n_kv_heads=n_kv, d_k=d_k, context=4096, dtype="bf16")
     cache_gib[name] = nbytes / GiB
-    per_token = kv_cache_bytes(n_layers, n_kv, d_k, 1, dtype="bf16") / 1024
+    per_token = kv_cache_bytes(n_layers=n_layers, n_kv_heads=n_kv, d_k=d_k, context=1,
+                               dtype="bf16") / 1024
     print(f"{name:20s} {n_layers:6d} {n_heads:5d} {n_kv:3d} {d_k:4d} {per_token:9.0f} "
           f"{nbytes / GiB:8.3f}")
 assert cache_gib["Llama-2-7B (MHA)"] == 2.0
@@ -232,7 +234,8 @@ contexts = np.array([1024, 2048, 4096, 8192, 16384, 32768])
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 for name in ("70B shape as MHA", "Llama-2-7B (MHA)", "Llama-2-70B (GQA)", "Falcon-7B (MQA)"):
     n_layers, _, n_kv, d_k = configs[name]
-    gib = [kv_cache_bytes(n_layers, n_kv, d_k, int(c), dtype="bf16") / GiB for c in contexts]
+    gib = [kv_cache_bytes(n_layers=n_layers, n_kv_heads=n_kv, d_k=d_k, context=int(c), dtype="bf16")
+           / GiB for c in contexts]
     ax.plot(contexts, gib, marker="o", label=name)
 ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="KV cache (GiB, bf16)",
        title="KV cache of one sequence")
@@ -240,7 +243,7 @@ ax.set_xticks(contexts, [f"{c // 1024}k" for c in contexts])
 ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
-slope = np.polyfit(np.log(contexts), np.log([kv_cache_bytes(80, 8, 128, int(c))
+slope = np.polyfit(np.log(contexts), np.log([kv_cache_bytes(n_layers=80, n_kv_heads=8, d_k=128, context=int(c))
                                              for c in contexts]), 1)[0]
 print(f"log-log slope of cache vs context: {slope:.3f}")
 assert abs(slope - 1.0) < 1e-9

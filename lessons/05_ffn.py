@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from txlearn.attention import scaled_dot_product_attention
-from txlearn.ffn import (MODEL_SIZES, FeedForward, ffn_param_share, ffn_share, gelu, layer_flops,
-                         layer_params, relu, silu)
+from txlearn.complexity import (MODEL_SIZES, ffn_flop_share, ffn_param_share, layer_flops,
+                                layer_param_counts)
+from txlearn.ffn import FeedForward, gelu, relu, silu
 
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
@@ -164,17 +165,18 @@ assert 1e-4 < tanh_gap < 1e-3   # small, but far above float32 rounding: the two
 #
 # so the FFN's share of the FLOPs is
 # $$\frac{m\,d_{ff}}{m\,d_{ff} + 2d + 2d_{kv} + 2T}\;\;\Big(= \frac{8d}{12d + 2T}\text{ for } d_{ff}=4d\Big),$$
-# which is `ffn_share`. Published sizes (`MODEL_SIZES`, each at its context length $T$):
+# which is `ffn_flop_share`. The counting lives in `txlearn.complexity` (lesson 08 derives every row;
+# here we only need the FFN's share). Published sizes (`MODEL_SIZES`, each at its context length $T$):
 
 # %%
 print(f"{'model':26s} {'d_model':>7s} {'d_ff':>6s} {'T':>5s}  {'params':>6s}  {'FLOPs':>6s}  {'FLOPs causal':>12s}")
 shares = {}
 for name, s in MODEL_SIZES.items():
-    args = (s["d_model"], s["d_ff"], s["T"], s["n_heads"], s["n_kv_heads"], s["activation"])
-    shares[name] = ffn_share(*args)
-    p_share = ffn_param_share(s["d_model"], s["d_ff"], s["n_heads"], s["n_kv_heads"], s["activation"])
+    widths = {k: s[k] for k in ("d_model", "n_heads", "n_kv_heads", "d_ff", "activation")}
+    shares[name] = ffn_flop_share(T=s["T"], **widths)
+    p_share = ffn_param_share(**widths)
     print(f"{name:26s} {s['d_model']:7d} {s['d_ff']:6d} {s['T']:5d}  {p_share:6.1%}  {shares[name]:6.1%}"
-          f"  {ffn_share(*args, causal=True):12.1%}")
+          f"  {ffn_flop_share(T=s['T'], causal=True, **widths):12.1%}")
 
 gpt3 = MODEL_SIZES["GPT-3 175B"]
 share_gpt3 = shares["GPT-3 175B"]
@@ -198,7 +200,7 @@ assert 0.75 < shares["LLaMA-2 70B"] < 0.80                             # GQA + S
 
 # %%
 d, d_ff, T, h = gpt3["d_model"], gpt3["d_ff"], gpt3["T"], gpt3["n_heads"]
-matmul_per_token = sum(layer_flops(d, d_ff, T, h).values()) / T
+matmul_per_token = sum(layer_flops(T=T, d_model=d, n_heads=h, d_ff=d_ff).values()) / T
 elementwise_per_token = 5 * h * T + 8 * d_ff + 2 * 8 * d + 4 * d + d_ff + 2 * d  # softmax, GELU, 2 LN, biases, adds
 print(f"element-wise work / matrix products at GPT-3 size: {elementwise_per_token / matmul_per_token:.2%}")
 assert elementwise_per_token / matmul_per_token < 0.01
@@ -212,9 +214,13 @@ from torch.utils.flop_counter import FlopCounterMode
 small = FeedForward(64, 256, "relu")
 with FlopCounterMode(display=False) as counter:
     small(torch.randn(1, 50, 64))
-print(f"FlopCounterMode: {counter.get_total_flops():,}   layer_flops['ffn']: {layer_flops(64, 256, 50)['ffn']:,}")
-assert counter.get_total_flops() == layer_flops(64, 256, 50)["ffn"]
-assert sum(p.numel() for p in small.parameters()) == layer_params(64, 256)["ffn"]
+ffn_rows = {k: v for k, v in layer_flops(T=50, d_model=64, n_heads=1, d_ff=256).items()
+            if k.startswith("FFN")}
+print(f"FlopCounterMode: {counter.get_total_flops():,}   layer_flops' FFN rows: {sum(ffn_rows.values()):,}")
+assert counter.get_total_flops() == sum(ffn_rows.values())
+ffn_params = {k: v for k, v in layer_param_counts(d_model=64, n_heads=1, d_ff=256).items()
+              if k.startswith("FFN")}
+assert sum(p.numel() for p in small.parameters()) == sum(ffn_params.values())
 
 # %% [markdown]
 # The share depends on the context length: the $T\times T$ products grow with $T$, the FFN does not.
@@ -222,13 +228,14 @@ assert sum(p.numel() for p in small.parameters()) == layer_params(64, 256)["ffn"
 # %%
 Ts = np.logspace(1, 6, 60).astype(int)
 fig, ax = plt.subplots(figsize=(6, 3.2))
-ax.semilogx(Ts, [ffn_share(d, d_ff, int(t)) for t in Ts], label="GPT-3 175B widths")
+ax.semilogx(Ts, [ffn_flop_share(T=int(t), d_model=d, n_heads=h, d_ff=d_ff) for t in Ts],
+            label="GPT-3 175B widths")
 ax.axvline(2048, color="grey", ls="--", lw=0.8, label="GPT-3 context, T = 2048")
 ax.axhline(0.8, color="red", ls=":", lw=0.8, label='the "80%" claim')
 ax.set(xlabel="context length T", ylabel="FFN share of layer FLOPs", ylim=(0, 1))
 ax.legend(fontsize=8)
 plt.show()
-assert abs(ffn_share(d, d_ff, 2 * d) - 0.5) < 1e-12
+assert abs(ffn_flop_share(T=2 * d, d_model=d, n_heads=h, d_ff=d_ff) - 0.5) < 1e-12
 print(f"the FFN falls below half of the FLOPs past T = 2 d_model = {2 * d:,} tokens")
 
 # %% [markdown]

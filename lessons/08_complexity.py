@@ -58,7 +58,7 @@ def loglog(ax, x, ys, title, ylabel):
 
 # %%
 d, h, d_ff = 512, 8, 2048
-table = cx.layer_param_counts(d, h, d_ff)
+table = cx.layer_param_counts(d_model=d, n_heads=h, d_ff=d_ff)
 print(cx.format_table(table, "parameters"))
 counted = sum(p.numel() for p in TransformerLayer(d, h, d_ff).parameters())
 print(f"\nsum(p.numel()) of TransformerLayer: {counted:,};  12 d^2 + 13 d = {12 * d * d + 13 * d:,}")
@@ -80,7 +80,7 @@ assert abs(ffn_share - 2 / 3) < 0.01
 published = {"base": 65e6, "big": 213e6}
 configs = {"base": (512, 8, 2048), "big": (1024, 16, 4096)}
 for name, (d_m, n_h, f) in configs.items():
-    rows = cx.paper_transformer_param_counts(d_m, n_h, f, vocab_size=37000)
+    rows = cx.paper_transformer_param_counts(d_model=d_m, n_heads=n_h, d_ff=f, n_vocab=37000)
     total = sum(rows.values())
     non_embedding = total - rows["shared embedding"]
     vocab_to_match = (published[name] - non_embedding) / d_m
@@ -95,7 +95,8 @@ assert abs(base_total / 65e6 - 1) < 0.04 and abs(big_total / 213e6 - 1) < 0.01
 
 # oracle: PyTorch's own encoder-decoder at the base size (it adds one final norm per stack)
 ref = nn.Transformer(512, 8, 6, 6, 2048, batch_first=True)
-ours = sum(cx.paper_transformer_param_counts(512, 8, 2048, vocab_size=0, final_norms=True).values())
+ours = sum(cx.paper_transformer_param_counts(d_model=512, n_heads=8, d_ff=2048, n_vocab=0,
+                                                final_norms=True).values())
 assert sum(p.numel() for p in ref.parameters()) == ours
 del ref
 
@@ -120,12 +121,13 @@ assert 40_000 < base_vocab < 41_500 and 35_500 < big_vocab < 36_500
 
 # %%
 T = 512
-flops = cx.layer_flops(T, d, h, d_ff)
+flops = cx.layer_flops(T=T, d_model=d, n_heads=h, d_ff=d_ff)
 print(cx.format_table(flops, "FLOPs"))
 quadratic = flops["scores Q K^T"] + flops["weighted sum A V"]
 print(f"T^2 terms: {quadratic / sum(flops.values()):.1%} of the layer at T = {T}")
 assert quadratic == 4 * T * T * d
-assert cx.attention_flops(T, d, 1) == cx.attention_flops(T, d, 16) == 8 * T * d * d + 4 * T * T * d
+assert (cx.attention_flops(T=T, d_model=d, n_heads=1) == cx.attention_flops(T=T, d_model=d, n_heads=16)
+        == 8 * T * d * d + 4 * T * T * d)
 
 # the T^2 terms (4 T^2 d) overtake the rest of the layer (8 T d^2 + 4 T d d_ff = 24 T d^2) at T = 6 d
 T_star = next(t for t in range(1, 10 * d) if 4 * t * t * d >= 24 * t * d * d)
@@ -138,7 +140,7 @@ assert T_star == 6 * d
 # that grow as $T^2$; the cache grows linearly.
 
 # %%
-act = cx.activation_bytes(8, 512, d, h, d_ff, bytes_per_value=4)
+act = cx.activation_bytes(B=8, T=512, d_model=d, n_heads=h, d_ff=d_ff, bytes_per_value=4)
 print(cx.format_table({k: v / 2**20 for k, v in act.items()}, "MiB"))
 cache = kv_cache_bytes(n_layers=6, n_kv_heads=8, d_k=64, context=512, batch=8, dtype="bf16")
 print(f"KV cache, 6 layers, B = 8, T = 512, bf16: {cache / 2**20:.0f} MiB")

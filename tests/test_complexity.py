@@ -12,7 +12,6 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from txlearn import complexity as cx
-from txlearn import ffn
 
 
 def attention_ref_np(Q, K, V, mask=None):
@@ -34,23 +33,37 @@ def attention_ref_np(Q, K, V, mask=None):
 def test_layer_params_match_torch_encoder_layer(d_model, n_heads, d_ff):
     layer = nn.TransformerEncoderLayer(d_model, n_heads, d_ff, batch_first=True)
     expected = sum(p.numel() for p in layer.parameters())
-    assert cx.layer_param_count(d_model, n_heads, d_ff) == expected
-    assert cx.layer_param_closed_form(d_model, d_ff) == expected
+    assert cx.layer_param_count(d_model=d_model, n_heads=n_heads, d_ff=d_ff) == expected
+    assert cx.layer_param_closed_form(d_model=d_model, d_ff=d_ff) == expected
 
 
 def test_closed_form_12_d_squared():
     d = 512
-    assert cx.layer_param_closed_form(d) == 12 * d * d + 13 * d == 3_152_384
-    table = cx.layer_param_counts(d, 8, 4 * d)
+    assert cx.layer_param_closed_form(d_model=d) == 12 * d * d + 13 * d == 3_152_384
+    table = cx.layer_param_counts(d_model=d, n_heads=8, d_ff=4 * d)
     weights = sum(v for k, v in table.items() if " W_" in k)
     assert weights == 12 * d * d
 
 
-def test_layer_params_agree_with_ffn_module_accounting():
-    for kw in [dict(), dict(n_kv_heads=2), dict(activation="swiglu"), dict(bias=False)]:
-        ours = cx.layer_param_count(64, 8, 176, **kw)
-        theirs = sum(ffn.layer_params(64, 176, n_heads=8, **kw).values())
-        assert ours == theirs, kw
+def test_sizes_are_keyword_only():
+    # a call with positional sizes cannot pass silently with another argument order
+    for fn, args in [(cx.layer_param_counts, (64, 8, 256)), (cx.layer_param_count, (64, 8, 256)),
+                     (cx.layer_flops, (16, 64, 8, 256)), (cx.attention_flops, (16, 64, 8)),
+                     (cx.stack_param_counts, (2, 64, 8, 256, 100)),
+                     (cx.paper_transformer_param_counts, (512, 8, 2048)),
+                     (cx.layer_param_closed_form, (512,)),
+                     (cx.activation_bytes, (1, 16, 64, 8, 256)),
+                     (cx.attention_matrix_bytes, (1, 8, 16)),
+                     (cx.ffn_flop_share, (64, 256, 16)), (cx.ffn_param_share, (64, 256))]:
+        with pytest.raises(TypeError):
+            fn(*args)
+
+
+def test_the_one_counter_is_the_only_one():
+    # lesson 05's FFN module no longer keeps its own twin counters
+    from txlearn import ffn
+    for twin in ("layer_flops", "layer_params", "ffn_params", "ffn_share"):
+        assert not hasattr(ffn, twin), twin
 
 
 def test_stack_params_match_torch_encoder_with_embeddings():
@@ -59,40 +72,43 @@ def test_stack_params_match_torch_encoder_with_embeddings():
                                 norm=nn.LayerNorm(d), enable_nested_tensor=False)
     emb = nn.Embedding(V, d)
     expected = sum(p.numel() for p in enc.parameters()) + emb.weight.numel()
-    assert sum(cx.stack_param_counts(n, d, h, f, V, tied=True, final_norm=True).values()) == expected
-    untied = cx.stack_param_counts(n, d, h, f, V, tied=False, final_norm=True)
+    sizes = dict(n_layers=n, d_model=d, n_heads=h, d_ff=f, n_vocab=V)
+    assert sum(cx.stack_param_counts(**sizes, tied=True, final_norm=True).values()) == expected
+    untied = cx.stack_param_counts(**sizes, tied=False, final_norm=True)
     assert untied["output head"] == d * V
 
 
 @pytest.mark.parametrize("d_model,n_heads,d_ff", [(16, 2, 64), (48, 4, 96)])
 def test_paper_count_matches_nn_transformer(d_model, n_heads, d_ff):
     model = nn.Transformer(d_model, n_heads, 2, 2, d_ff, batch_first=True)
-    counts = cx.paper_transformer_param_counts(d_model, n_heads, d_ff, n_layers=2, vocab_size=1,
-                                               final_norms=True)
+    counts = cx.paper_transformer_param_counts(d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                                               n_layers=2, n_vocab=1, final_norms=True)
     expected = sum(p.numel() for p in model.parameters()) + d_model  # + a 1-token embedding
     assert sum(counts.values()) == expected
 
 
 def test_paper_base_and_big_golden():
-    base = sum(cx.paper_transformer_param_counts(512, 8, 2048).values())
-    big = sum(cx.paper_transformer_param_counts(1024, 16, 4096).values())
+    base = sum(cx.paper_transformer_param_counts(d_model=512, n_heads=8, d_ff=2048).values())
+    big = sum(cx.paper_transformer_param_counts(d_model=1024, n_heads=16, d_ff=4096).values())
     assert base == 63_082_496  # paper: 65M
     assert big == 214_245_376  # paper: 213M
     assert abs(base / 65e6 - 1) < 0.04 and abs(big / 213e6 - 1) < 0.01
 
 
 def test_gqa_param_counts():
-    table = cx.layer_param_counts(64, 8, 128, n_kv_heads=2)
+    table = cx.layer_param_counts(d_model=64, n_heads=8, d_ff=128, n_kv_heads=2)
     assert table["attention W_K"] == 64 * 16 and table["attention W_V"] == 64 * 16
 
 
 def test_counter_errors_name_numbers():
     with pytest.raises(ValueError, match="d_model \\(10\\).*n_heads \\(3\\)"):
-        cx.layer_param_counts(10, 3, 40)
+        cx.layer_param_counts(d_model=10, n_heads=3, d_ff=40)
     with pytest.raises(ValueError, match="n_heads \\(8\\).*n_kv_heads \\(3\\)"):
-        cx.layer_flops(16, 64, 8, 128, n_kv_heads=3)
+        cx.layer_flops(T=16, d_model=64, n_heads=8, d_ff=128, n_kv_heads=3)
     with pytest.raises(ValueError, match="unknown activation"):
-        cx.layer_param_counts(8, 2, 8, activation="tanh")
+        cx.layer_param_counts(d_model=8, n_heads=2, d_ff=8, activation="tanh")
+    with pytest.raises(ValueError, match="unknown activation"):
+        cx.layer_flops(T=4, d_model=8, n_heads=2, d_ff=8, activation="tanh")
 
 
 # ---- FLOPs -----------------------------------------------------------------------------------
@@ -118,31 +134,43 @@ def test_layer_flops_match_torch_flop_counter(T, d_model, n_heads, d_ff):
     W_1, W_2 = torch.randn(d_model, d_ff, generator=g), torch.randn(d_ff, d_model, generator=g)
     with FlopCounterMode(display=False) as counter:
         explicit_layer_matmuls(x, n_heads, *Ws, W_1, W_2)
-    assert sum(cx.layer_flops(T, d_model, n_heads, d_ff).values()) == counter.get_total_flops()
+    total = sum(cx.layer_flops(T=T, d_model=d_model, n_heads=n_heads, d_ff=d_ff).values())
+    assert total == counter.get_total_flops()
 
 
 def test_attention_flops_closed_form_and_heads_cancel():
     T, d = 128, 64
     for h in (1, 4, 16):
-        assert cx.attention_flops(T, d, h) == 8 * T * d * d + 4 * T * T * d == 8_388_608
-    table = cx.layer_flops(T, d, 4, 256)
+        assert cx.attention_flops(T=T, d_model=d, n_heads=h) == 8 * T * d * d + 4 * T * T * d == 8_388_608
+    table = cx.layer_flops(T=T, d_model=d, n_heads=4, d_ff=256)
     assert table["scores Q K^T"] == table["weighted sum A V"] == 2 * T * T * d
 
 
-def test_layer_flops_agree_with_ffn_module_accounting():
-    for kw in [dict(), dict(n_kv_heads=2), dict(activation="swiglu")]:
-        ours = sum(cx.layer_flops(40, 64, 8, 176, **kw).values())
-        theirs = sum(ffn.layer_flops(64, 176, 40, n_heads=8, **kw).values())
-        assert ours == theirs, kw
+@pytest.mark.parametrize("L,S", [(1, 1), (5, 5), (3, 8), (8, 3), (1, 100)])
+def test_visible_pairs_count_the_causal_mask(L, S):
+    from txlearn.masks import causal_mask
+    assert cx.visible_pairs(L, S, causal=True) == int(causal_mask(L, S).sum())
+    assert cx.visible_pairs(L, S, causal=False) == L * S
+
+
+def test_causal_and_cached_flops():
+    sizes = dict(d_model=64, n_heads=8, d_ff=256)
+    full = cx.layer_flops(T=10, **sizes)
+    causal = cx.layer_flops(T=10, causal=True, **sizes)
+    assert causal["scores Q K^T"] == 2 * 55 * 64 and full["scores Q K^T"] == 2 * 100 * 64
+    # one new token after 99 cached ones: 100 keys, all visible; projections of 1 query
+    step = cx.layer_flops(T=1, S=100, causal=True, **sizes)
+    assert step["scores Q K^T"] == 2 * 100 * 64 and step["Q projection"] == 2 * 64 * 64
+    assert step["FFN W_1"] == 2 * 64 * 256
 
 
 def test_memory_formulas():
-    assert cx.attention_matrix_bytes(2, 8, 1024) == 2 * 8 * 1024 * 1024 * 4 == 67_108_864
-    rows = cx.activation_bytes(1, 100, 64, 4, 256)
+    assert cx.attention_matrix_bytes(B=2, n_heads=8, L=1024) == 2 * 8 * 1024 * 1024 * 4 == 67_108_864
+    rows = cx.activation_bytes(B=1, T=100, d_model=64, n_heads=4, d_ff=256)
     assert rows["scores"] == rows["softmax weights"] == 4 * 100 * 100 * 4
     assert rows["FFN hidden (2)"] == 2 * 100 * 256 * 4
     with pytest.raises(ValueError, match="T=0"):
-        cx.activation_bytes(1, 0, 64, 4, 256)
+        cx.activation_bytes(B=1, T=0, d_model=64, n_heads=4, d_ff=256)
 
 
 def test_format_table_has_total():

@@ -1,4 +1,4 @@
-"""Tests of txlearn.data: corpus loading, the character vocabulary, the split and the baselines."""
+"""Tests of txlearn.capstone.data: corpus loading, the character vocabulary, the split and the baselines."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from txlearn.data import (CharVocab, UserError, baselines, bigram_nats, load_corpus, min_chars,
+from txlearn.capstone.data import (CharVocab, UserError, baselines, bigram_nats, load_corpus, min_chars,
                           nats_to_bits, random_windows, split_by_position, unigram_nats,
                           val_windows)
 
@@ -76,7 +76,7 @@ def test_min_chars_and_split_by_position():
 
 def test_bigram_hand_example_golden():
     # train 0 1 0 1 0: count(0->1) = 2, count(1->0) = 2; p(1|0) = (2 + 0.1) / (2 + 0.2)
-    got = bigram_nats([0, 1, 0, 1, 0], [0, 1], vocab_size=2, alpha=0.1)
+    got = bigram_nats([0, 1, 0, 1, 0], [0, 1], n_vocab=2, alpha=0.1)
     assert got == pytest.approx(-math.log(2.1 / 2.2), abs=1e-12)
     assert got == pytest.approx(0.046520, abs=1e-6)
 

@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from txlearn.ffn import (ACTIVATIONS, MODEL_SIZES, FeedForward, feed_forward_np, ffn_param_share,
-                         ffn_params, ffn_share, gelu, gelu_np, layer_flops, layer_params, relu,
+from txlearn.complexity import (MODEL_SIZES, ffn_flop_share, ffn_param_share, layer_flops,
+                                layer_param_counts)
+from txlearn.ffn import (ACTIVATIONS, FeedForward, feed_forward_np, gelu, gelu_np, relu,
                          silu, silu_np, swiglu_d_ff)
 
 X = torch.linspace(-6, 6, 241, dtype=torch.float64)
@@ -111,6 +112,17 @@ def test_parameter_count_matches_module(activation, bias):
     assert sum(p.numel() for p in ffn.parameters()) == ffn_params(12, 20, activation, bias)
 
 
+def ffn_params(d_model, d_ff, activation="relu", bias=True):
+    """The FFN rows of the course's one parameter counter."""
+    counts = layer_param_counts(d_model=d_model, n_heads=1, d_ff=d_ff, activation=activation,
+                                bias=bias)
+    return sum(v for k, v in counts.items() if k.startswith("FFN"))
+
+
+def ffn_flops(**sizes):
+    return sum(v for k, v in layer_flops(**sizes).items() if k.startswith("FFN"))
+
+
 def test_default_sizes_and_two_thirds_rule():
     assert FeedForward(512).d_ff == 2048
     assert tuple(FeedForward(8).W_1.shape) == (8, 32) and tuple(FeedForward(8).W_2.shape) == (32, 8)
@@ -133,22 +145,29 @@ def test_bad_input_raises():
 def test_gpt3_flop_share_golden():
     # GPT-3 175B: d_model 12288, d_ff 49152, T 2048, 96 heads. share = 8d / (12d + 2T) = 24/37.
     g = MODEL_SIZES["GPT-3 175B"]
-    share = ffn_share(g["d_model"], g["d_ff"], g["T"], g["n_heads"])
+    sizes = dict(d_model=g["d_model"], n_heads=g["n_heads"], d_ff=g["d_ff"], T=g["T"])
+    share = ffn_flop_share(**sizes)
     assert share == pytest.approx(24 / 37, abs=1e-12)
     assert share == pytest.approx(0.648649, abs=1e-6)
-    assert ffn_share(g["d_model"], g["d_ff"], g["T"], causal=True) == pytest.approx(48 / 73, abs=1e-12)
-    flops = layer_flops(g["d_model"], g["d_ff"], g["T"])
-    assert flops["ffn"] == 2 * 2048 * 12288 * 49152 * 2
+    # causal: only the T (T + 1) / 2 visible query-key pairs: 8d / (12d + (T + 1))
+    d, T = g["d_model"], g["T"]
+    causal = ffn_flop_share(**sizes, causal=True)
+    assert causal == pytest.approx(8 * d / (12 * d + (T + 1)), abs=1e-12)
+    assert causal == pytest.approx(0.657530, abs=1e-6)
+    flops = layer_flops(**sizes)
+    assert ffn_flops(**sizes) == 2 * 2048 * 12288 * 49152 * 2
     assert sum(flops.values()) == pytest.approx(2 * 2048 * (12 * 12288 ** 2 + 2 * 2048 * 12288), rel=1e-12)
 
 
 def test_flop_share_limits_and_param_share():
-    assert ffn_share(1000, 4000, 1) == pytest.approx(8000 / (12000 + 2), rel=1e-12)
-    assert ffn_share(64, 256, 10 ** 6) < 0.001                 # long context: attention dominates
-    assert ffn_param_share(12288, 49152, bias=False) == pytest.approx(2 / 3, abs=1e-4)
-    p = layer_params(8192, 28672, 64, 8, "swiglu", bias=False)  # LLaMA-2 70B, GQA
-    assert p["attn"] == 2 * 8192 ** 2 + 2 * 8192 * 1024
-    assert p["ffn"] == 3 * 8192 * 28672
+    assert ffn_flop_share(d_model=1000, n_heads=1, d_ff=4000, T=1) == pytest.approx(8000 / (12000 + 2), rel=1e-12)
+    assert ffn_flop_share(d_model=64, n_heads=1, d_ff=256, T=10 ** 6) < 0.001  # attention dominates
+    assert ffn_param_share(d_model=12288, n_heads=96, d_ff=49152, bias=False) == pytest.approx(2 / 3, abs=1e-4)
+    p = layer_param_counts(d_model=8192, n_heads=64, n_kv_heads=8, d_ff=28672, activation="swiglu",
+                           bias=False, norm="rms")  # LLaMA-2 70B, GQA
+    attn = sum(v for k, v in p.items() if k.startswith("attention"))
+    assert attn == 2 * 8192 ** 2 + 2 * 8192 * 1024
+    assert sum(v for k, v in p.items() if k.startswith("FFN")) == 3 * 8192 * 28672
 
 
 def test_flop_count_matches_a_counted_forward():
@@ -158,4 +177,5 @@ def test_flop_count_matches_a_counted_forward():
     x = torch.randn(1, 10, 32)
     with FlopCounterMode(display=False) as counter:
         ffn(x)
-    assert counter.get_total_flops() == layer_flops(32, 96, 10, activation="swiglu")["ffn"]
+    assert counter.get_total_flops() == ffn_flops(T=10, d_model=32, n_heads=1, d_ff=96,
+                                                  activation="swiglu")

@@ -205,13 +205,16 @@ def test_module_errors_name_the_numbers():
 
 def test_kv_cache_bytes_published_configurations():
     # 7B-class (Llama-2-7B): 32 layers, 32 KV heads of d_k 128, 4096 tokens, bf16 -> 2 GiB
-    assert kv_cache_bytes(32, 32, 128, 4096, dtype="bf16") == 2 * 2**30
+    assert kv_cache_bytes(n_layers=32, n_kv_heads=32, d_k=128, context=4096, dtype="bf16") == 2 * 2**30
     # 70B-class (Llama-2-70B): 80 layers, 8 KV heads (64 query heads) -> 1.25 GiB
-    assert kv_cache_bytes(80, 8, 128, 4096, dtype=torch.bfloat16) == 1_342_177_280
+    assert kv_cache_bytes(n_layers=80, n_kv_heads=8, d_k=128, context=4096,
+                          dtype=torch.bfloat16) == 1_342_177_280
     # the same 70B as plain multi-head would need 8x more, multi-query 8x less
-    assert kv_cache_bytes(80, 64, 128, 4096) == 8 * kv_cache_bytes(80, 8, 128, 4096)
-    assert kv_cache_bytes(80, 1, 128, 4096) * 8 == kv_cache_bytes(80, 8, 128, 4096)
-    assert kv_cache_bytes(2, 2, 4, 10, batch=3, dtype=4) == 2 * 2 * 2 * 4 * 10 * 3 * 4
+    gqa = kv_cache_bytes(n_layers=80, n_kv_heads=8, d_k=128, context=4096)
+    assert kv_cache_bytes(n_layers=80, n_kv_heads=64, d_k=128, context=4096) == 8 * gqa
+    assert kv_cache_bytes(n_layers=80, n_kv_heads=1, d_k=128, context=4096) * 8 == gqa
+    assert (kv_cache_bytes(n_layers=2, n_kv_heads=2, d_k=4, context=10, batch=3, dtype=4)
+            == 2 * 2 * 2 * 4 * 10 * 3 * 4)
 
 
 def test_kv_cache_bytes_matches_a_real_cache():
@@ -219,14 +222,15 @@ def test_kv_cache_bytes_matches_a_real_cache():
     m = MultiHeadAttention(16, 4, 2)
     cache = KVCache()
     m(torch.randn(3, 5, 16), cache=cache, mask=causal_mask(5))
-    assert cache.nbytes() == kv_cache_bytes(1, 2, 4, 5, batch=3, dtype=torch.float32)
+    assert cache.nbytes() == kv_cache_bytes(n_layers=1, n_kv_heads=2, d_k=4, context=5, batch=3,
+                                           dtype=torch.float32)
 
 
 def test_kv_cache_bytes_errors():
     with pytest.raises(ValueError, match="context"):
-        kv_cache_bytes(32, 32, 128, 0)
+        kv_cache_bytes(n_layers=32, n_kv_heads=32, d_k=128, context=0)
     with pytest.raises(ValueError, match="unknown dtype"):
-        kv_cache_bytes(32, 32, 128, 4096, dtype="float12")
+        kv_cache_bytes(n_layers=32, n_kv_heads=32, d_k=128, context=4096, dtype="float12")
 
 
 def test_padding_invariance_of_module_with_gqa():

@@ -178,7 +178,7 @@ def test_layer_errors():
                                 dict(bias=False), dict(activation="gelu", n_kv_heads=1)])
 def test_param_count_matches_counter(kw):
     layer = TransformerLayer(32, 8, 72, **kw)
-    assert sum(p.numel() for p in layer.parameters()) == cx.layer_param_count(32, 8, 72, **kw)
+    assert sum(p.numel() for p in layer.parameters()) == cx.layer_param_count(d_model=32, n_heads=8, d_ff=72, **kw)
 
 
 def test_model_param_count_tied_and_untied():
@@ -188,8 +188,8 @@ def test_model_param_count_tied_and_untied():
     for tied in (True, False):
         head = OutputHead(D, V, tie_to=emb if tied else None)
         model = nn.ModuleList([emb, stack, head])
-        expected = sum(cx.stack_param_counts(2, D, H, F_, V, tied=tied, final_norm=True,
-                                             max_len=T).values())
+        expected = sum(cx.stack_param_counts(n_layers=2, d_model=D, n_heads=H, d_ff=F_, n_vocab=V,
+                                             tied=tied, final_norm=True, max_len=T).values())
         assert sum(p.numel() for p in model.parameters()) == expected
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from txlearn import build, grading
+from txlearn.course import build, grading
 
 ROOT = build.ROOT
 SOURCES = sorted((ROOT / "exercises" / "source").glob("[0-9][0-9]_*.py"))

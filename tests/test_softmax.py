@@ -297,7 +297,7 @@ def test_layer_diagram_shows_every_component_in_order():
     for norm_first in (False, True):
         fig = layer_diagram(norm_first)
         texts = [t.get_text() for t in fig.axes[0].texts]
-        labels = [t for t in texts if not t.startswith("lesson") and t not in ("+", "x N layers")]
+        labels = [t for t in texts if not t.startswith("lesson") and t not in ("+", "x n_layers")]
         assert labels == [b[0] for b in layer_boxes(norm_first)]
         assert texts.count("+") == 2  # two residual additions
         plt.close(fig)

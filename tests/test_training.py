@@ -1,4 +1,4 @@
-"""Tests of txlearn.training: model, schedule, training, checkpoints, resume, sampling, CLI."""
+"""Tests of txlearn.capstone: model, schedule, training, checkpoints, resume, generation, CLI."""
 
 import dataclasses
 import math
@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from txlearn.cli import main
-from txlearn.data import load_corpus
-from txlearn.training import (ENV_SECONDS, CharTransformer, TrainConfig, UserError, evaluate,
-                              generate, learning_rate, load_checkpoint, sample_text,
-                              save_checkpoint, time_budget, train)
+from txlearn.capstone.checkpoint import load_checkpoint, save_checkpoint
+from txlearn.capstone.config import TrainConfig
+from txlearn.capstone.data import UserError, load_corpus
+from txlearn.capstone.generate import generate, sample_text
+from txlearn.capstone.model import CharTransformer
+from txlearn.capstone.train import ENV_SECONDS, evaluate, learning_rate, time_budget, train
 
 TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
                    max_steps=80, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
@@ -83,7 +85,7 @@ def test_short_training_lowers_the_loss(trained, text):
     assert r.step == TINY.max_steps and r.stopped_by == "steps"
     assert r.train_losses[0] == pytest.approx(math.log(len(r.vocab)), abs=0.3)  # starts near ln V
     assert sum(r.train_losses[-5:]) / 5 < r.train_losses[0] - 1.0
-    # measured (seeded): 3.21 nats after 80 steps, against ln V = 4.52 and the unigram's 3.32
+    # measured (seeded): 3.21 nats after 80 steps, against ln n_vocab = 4.52 and the unigram's 3.32
     assert r.val_nats < r.baselines["uniform"] - 1.2
     assert r.val_nats < r.baselines["unigram"] - 0.05
     assert [h["step"] for h in r.history] == list(range(10, 81, 10))
@@ -117,7 +119,7 @@ def test_resume_continues_the_same_trajectory(text, tmp_path):
 
 
 def test_interrupted_run_resumes_from_its_last_interval(text, tmp_path, monkeypatch):
-    import txlearn.training as training
+    import txlearn.capstone.train as training
 
     config = dataclasses.replace(TINY, max_steps=12, eval_interval=4)
     straight = train(config, text, progress=False, log=None)
@@ -268,3 +270,21 @@ def test_cli_train_and_sample(tmp_path, capsys, text, trained):
     assert capsys.readouterr().out.startswith("for ")
     assert main(["sample", str(out), "--prompt", "ünïcode ✓"]) == 2
     assert "not in the model's vocabulary" in capsys.readouterr().err
+
+
+def test_cli_sample_uses_the_course_sampler(trained, capsys):
+    from txlearn.capstone.generate import sample_text as direct
+    ckpt = str(trained.checkpoint)
+    assert main(["sample", ckpt, "--prompt", "def ", "--length", "30", "--temperature", "0.9",
+                 "--top-k", "0", "--top-p", "0.8", "--seed", "4"]) == 0
+    printed = capsys.readouterr().out.rstrip("\n")
+    assert printed == direct(ckpt, "def ", 30, temperature=0.9, top_k=None, seed=4, top_p=0.8)
+    # top-p so small that only the likeliest character survives: the greedy continuation
+    assert main(["sample", ckpt, "--prompt", "def ", "--length", "20", "--top-p", "1e-9"]) == 0
+    assert capsys.readouterr().out.rstrip("\n") == direct(ckpt, "def ", 20, temperature=0)
+    for option, value, message in (("--top-p", "1.5", "top_p must lie in (0, 1]"),
+                                   ("--temperature", "-1", "temperature must be a finite number"),
+                                   ("--top-k", "-2", "--top-k must be >= 0")):
+        assert main(["sample", ckpt, option, value]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("txlearn: error: ") and message in err, err

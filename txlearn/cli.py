@@ -32,7 +32,7 @@ txlearn.checks.CheckFailure on a wrong answer, e.g.
 
 
 def _cmd_build(args) -> int:
-    from txlearn import build
+    from txlearn.course import build
 
     if args.check:
         problems = build.drift()
@@ -54,7 +54,7 @@ def _cmd_build(args) -> int:
 
 
 def _cmd_release(args) -> int:
-    from txlearn import build
+    from txlearn.course import build
 
     try:
         written = build.release(Path(args.dest))
@@ -77,7 +77,7 @@ def _expand(patterns: list[str]) -> list[Path]:
 
 
 def _cmd_grade(args) -> int:
-    from txlearn import grading
+    from txlearn.course import grading
 
     paths = _expand(args.notebooks)
     if args.hidden and not Path(args.hidden).is_dir():
@@ -125,10 +125,10 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_grade)
 
     if with_training:
-        from txlearn import training  # imports torch: only for the commands that need it
+        from txlearn.capstone import cli  # imports torch: only for the commands that need it
 
-        training.add_train_parser(sub)
-        training.add_sample_parser(sub)
+        cli.add_train_parser(sub)
+        cli.add_sample_parser(sub)
     else:
         for name in _TRAINING_COMMANDS:
             sub.add_parser(name)  # listed among the choices; never parsed on this path
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         print("txlearn: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # a user error from a subcommand: one line, no traceback
-        user_error = getattr(sys.modules.get("txlearn.training"), "UserError", None)
+        user_error = getattr(sys.modules.get("txlearn.capstone.data"), "UserError", None)
         if user_error is not None and isinstance(err, user_error):
             print(f"txlearn: error: {err}", file=sys.stderr)
             return 2

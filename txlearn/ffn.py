@@ -9,6 +9,10 @@ applied on the right, ``x @ W``. GELU is exact, ``x * Phi(x) = 0.5 x (1 + erf(x 
 (``"gelu_tanh"``). The inner size d_ff defaults to 4 d_model (the paper's 512 -> 2048); for SwiGLU
 :func:`swiglu_d_ff` gives the "2/3" size that keeps the parameter count of a 4 d_model FFN.
 
+What the FFN costs (its parameters and FLOPs, and their share of a layer's) is counted by the
+course's one counter, :func:`txlearn.complexity.layer_param_counts` and
+:func:`txlearn.complexity.layer_flops` (lesson 05 uses them; lesson 08 derives them).
+
 Naming: ``W_3`` is the gate (passed through SiLU). In Meta's LLaMA code the gate is ``w1`` and the
 up-projection ``w3`` (Hugging Face: ``gate_proj``, ``up_proj``); swap them when loading.
 """
@@ -27,12 +31,6 @@ __all__ = [
     "swiglu_d_ff",
     "FeedForward",
     "feed_forward_np",
-    "ffn_params",
-    "layer_params",
-    "layer_flops",
-    "ffn_share",
-    "ffn_param_share",
-    "MODEL_SIZES",
 ]
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
@@ -205,102 +203,3 @@ def feed_forward_np(x, W_1, b_1, W_2, b_2, activation: str = "relu", W_3=None, b
     else:
         h = _act_np(activation)(h)
     return affine(h, W_2, b_2)                                         # (..., d_model)
-
-
-# ---- parameter and FLOP accounting -------------------------------------------------------------
-
-def ffn_params(d_model: int, d_ff: int, activation: str = "relu", bias: bool = True) -> int:
-    """Parameters of one FFN: ``m d_model d_ff + bias (m d_ff + d_model)``, m = 3 for SwiGLU
-    else 2. Equals ``sum(p.numel() for p in FeedForward(...).parameters())`` (tested)."""
-    _check_activation(activation)
-    m = 3 if activation == "swiglu" else 2
-    return m * d_model * d_ff + (m - 1) * d_ff * bias + d_model * bias
-
-
-def layer_params(d_model: int, d_ff: int, n_heads: int | None = None,
-                 n_kv_heads: int | None = None, activation: str = "relu",
-                 bias: bool = True) -> dict:
-    """Parameters of one transformer layer, itemised: {"attn", "ffn", "norms"}.
-
-    attn = d_model (d_model + 2 n_kv_heads d_k) + d_model^2 (+ biases), with d_k = d_model /
-    n_heads (MHA when n_kv_heads is None); norms = two LayerNorms, 4 d_model.
-    """
-    d_kv = _kv_width(d_model, n_heads, n_kv_heads)
-    attn = 2 * d_model * d_model + 2 * d_model * d_kv + bias * (2 * d_model + 2 * d_kv)
-    return {"attn": attn, "ffn": ffn_params(d_model, d_ff, activation, bias), "norms": 4 * d_model}
-
-
-def _kv_width(d_model: int, n_heads: int | None, n_kv_heads: int | None) -> int:
-    if n_kv_heads is None:
-        return d_model
-    if n_heads is None or d_model % n_heads or n_heads % n_kv_heads:
-        raise ValueError(f"n_heads={n_heads} must divide d_model={d_model} and be a multiple "
-                         f"of n_kv_heads={n_kv_heads}")
-    return n_kv_heads * (d_model // n_heads)
-
-
-def layer_flops(d_model: int, d_ff: int, T: int, n_heads: int | None = None,
-                n_kv_heads: int | None = None, activation: str = "relu",
-                causal: bool = False) -> dict:
-    """Forward FLOPs of one layer on one sequence of T tokens, itemised (FLOPs = 2 x MACs).
-
-        "attn_proj":   2 T d_model (2 d_model + 2 d_kv)        Q, K, V and output projections
-        "attn_scores": 2 T^2 d_model  (x 1/2 if causal)        Q K^T over all heads
-        "attn_mix":    2 T^2 d_model  (x 1/2 if causal)        weights @ V over all heads
-        "ffn":         2 T d_model d_ff m,  m = 3 for SwiGLU else 2
-
-    with d_kv = n_kv_heads d_k (= d_model for MHA). Matrix products only: biases, softmax,
-    activations and norms are O(T d_model) and O(T^2 n_heads) and left out (lesson 05 checks
-    they are under 1% at GPT-3 size). `causal=True` counts only the unmasked half of the T x T
-    products (what an optimised kernel can skip); the common convention counts all of them.
-    Units: FLOPs (floating-point operations). Source: lesson 05; Kaplan et al. 2020, table 1.
-    Raises ValueError for non-positive sizes or an inconsistent head split.
-    """
-    if min(d_model, d_ff, T) < 1:
-        raise ValueError(f"layer_flops: d_model={d_model}, d_ff={d_ff}, T={T} must be positive")
-    _check_activation(activation)
-    d_kv = _kv_width(d_model, n_heads, n_kv_heads)
-    frac = 0.5 if causal else 1.0
-    m = 3 if activation == "swiglu" else 2
-    return {
-        "attn_proj": 2 * T * d_model * (2 * d_model + 2 * d_kv),
-        "attn_scores": frac * 2 * T * T * d_model,
-        "attn_mix": frac * 2 * T * T * d_model,
-        "ffn": 2 * T * d_model * d_ff * m,
-    }
-
-
-def ffn_share(d_model: int, d_ff: int, T: int, n_heads: int | None = None,
-              n_kv_heads: int | None = None, activation: str = "relu",
-              causal: bool = False) -> float:
-    """The FFN's share of one layer's forward FLOPs (a fraction in [0, 1]).
-
-        share = m d_ff / (m d_ff + 2 d_model + 2 d_kv + 2 T c),   c = 1/2 if causal else 1
-
-    i.e. ``layer_flops(...)["ffn"] / sum(layer_flops(...).values())``; for a 4 d_model ReLU/GELU
-    FFN with MHA, ``8 d / (12 d + 2 T c)``: 2/3 when T << d, falling as T grows.
-    Source: lesson 05.
-    """
-    flops = layer_flops(d_model, d_ff, T, n_heads, n_kv_heads, activation, causal)
-    return flops["ffn"] / sum(flops.values())
-
-
-def ffn_param_share(d_model: int, d_ff: int, n_heads: int | None = None,
-                    n_kv_heads: int | None = None, activation: str = "relu",
-                    bias: bool = True) -> float:
-    """The FFN's share of one layer's parameters (fraction): ffn / (attn + ffn + norms)."""
-    p = layer_params(d_model, d_ff, n_heads, n_kv_heads, activation, bias)
-    return p["ffn"] / sum(p.values())
-
-
-# Published sizes (d_model, n_heads, n_kv_heads, d_ff, context T, activation) of real models:
-# Vaswani 2017 table 3 (base; the paper fixes no context length: T = 512 is only illustrative);
-# Devlin 2019 (BERT); Radford 2019 (GPT-2); Brown 2020 table 2.1 (GPT-3); Touvron 2023 (LLaMA 2).
-MODEL_SIZES = {
-    "Transformer base (2017)": dict(d_model=512, n_heads=8, n_kv_heads=None, d_ff=2048, T=512, activation="relu"),
-    "BERT-base": dict(d_model=768, n_heads=12, n_kv_heads=None, d_ff=3072, T=512, activation="gelu"),
-    "GPT-2 XL (1.5B)": dict(d_model=1600, n_heads=25, n_kv_heads=None, d_ff=6400, T=1024, activation="gelu"),
-    "GPT-3 175B": dict(d_model=12288, n_heads=96, n_kv_heads=None, d_ff=49152, T=2048, activation="gelu"),
-    "LLaMA-2 7B": dict(d_model=4096, n_heads=32, n_kv_heads=None, d_ff=11008, T=4096, activation="swiglu"),
-    "LLaMA-2 70B": dict(d_model=8192, n_heads=64, n_kv_heads=8, d_ff=28672, T=4096, activation="swiglu"),
-}

@@ -263,11 +263,14 @@ DTYPE_BYTES = {"float32": 4, "fp32": 4, "float16": 2, "fp16": 2, "bfloat16": 2, 
                "float8": 1, "fp8": 1, "int8": 1, "float64": 8}
 
 
-def kv_cache_bytes(n_layers: int, n_kv_heads: int, d_k: int, context: int, batch: int = 1,
+def kv_cache_bytes(*, n_layers: int, n_kv_heads: int, d_k: int, context: int, batch: int = 1,
                    dtype: str | torch.dtype | int = "bf16") -> int:
     """Bytes of the key/value cache of a decoder:
 
         bytes = 2 (K and V) * n_layers * n_kv_heads * d_k * context * batch * bytes_per_element
+
+    Every argument is keyword-only (three of the sizes are head counts and widths that a
+    swapped positional call would mix up silently).
 
     Args:
         n_layers: attention layers; n_kv_heads: key/value heads per layer (``n_heads`` for

@@ -197,7 +197,7 @@ class TokenEmbedding(nn.Module):
     """Token embedding plus positional encoding: ``x = W_E[ids] * s + P[start : start + T]``.
 
     Args:
-        vocab_size, d_model: table size ``W_E (vocab_size, d_model)``, initialised
+        n_vocab, d_model: table size ``W_E (n_vocab, d_model)``, initialised
             ``N(0, 1/d_model)`` (so that the scaled embedding has unit variance).
         positional: ``"sinusoidal"`` (fixed, sin even / cos odd, lesson 04), ``"learned"``
             (``LearnedPositionalEmbedding(max_len, d_model)``) or None.
@@ -211,26 +211,26 @@ class TokenEmbedding(nn.Module):
 
     Raises:
         ValueError: an unknown `positional`, ``"learned"`` without `max_len`, ids outside
-            ``[0, vocab_size)``, or positions past `max_len` (numbers named).
+            ``[0, n_vocab)``, or positions past `max_len` (numbers named).
     Source: Vaswani et al. 2017, sections 3.4 and 3.5; lesson 07.
     """
 
-    def __init__(self, vocab_size: int, d_model: int, positional: str | None = "sinusoidal",
+    def __init__(self, n_vocab: int, d_model: int, positional: str | None = "sinusoidal",
                  max_len: int | None = None, scale: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
         if positional not in ("sinusoidal", "learned", None):
             raise ValueError(f"positional must be 'sinusoidal', 'learned' or None, got {positional!r}")
         if positional == "learned" and max_len is None:
             raise ValueError("positional='learned' needs max_len")
-        self.vocab_size, self.d_model, self.positional = vocab_size, d_model, positional
+        self.n_vocab, self.d_model, self.positional = n_vocab, d_model, positional
         self.scale = math.sqrt(d_model) if scale else 1.0
-        self.W_E = nn.Parameter(torch.randn(vocab_size, d_model) / math.sqrt(d_model))
+        self.W_E = nn.Parameter(torch.randn(n_vocab, d_model) / math.sqrt(d_model))
         self.pos = LearnedPositionalEmbedding(max_len, d_model) if positional == "learned" else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
-            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got range "
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.n_vocab):
+            raise ValueError(f"token ids must be in [0, {self.n_vocab}), got range "
                              f"[{int(ids.min())}, {int(ids.max())}]")
         x = self.W_E[ids] * self.scale  # (B, T, d_model)
         T = ids.shape[-1]
@@ -246,30 +246,30 @@ class OutputHead(nn.Module):
     """Logits over the vocabulary: ``logits = x W_U + b_U``, or ``x W_E^T`` when tied.
 
     Args:
-        d_model, vocab_size: ``W_U (d_model, vocab_size)`` (absent when tied).
-        bias: a bias ``b_U (vocab_size,)``.
-        tie_to: a :class:`TokenEmbedding` whose ``W_E (vocab_size, d_model)`` is reused,
+        d_model, n_vocab: ``W_U (d_model, n_vocab)`` (absent when tied).
+        bias: a bias ``b_U (n_vocab,)``.
+        tie_to: a :class:`TokenEmbedding` whose ``W_E (n_vocab, d_model)`` is reused,
             transposed (weight tying, paper section 3.4; Press & Wolf 2017).
 
-    forward(x): ``(..., d_model) -> (..., vocab_size)`` logits (float, not probabilities).
+    forward(x): ``(..., d_model) -> (..., n_vocab)`` logits (float, not probabilities).
     Raises ValueError when `tie_to` has another width or vocabulary than the head (both named).
     Source: Vaswani et al. 2017, section 3.4; lesson 07.
     """
 
-    def __init__(self, d_model: int, vocab_size: int, bias: bool = False,
+    def __init__(self, d_model: int, n_vocab: int, bias: bool = False,
                  tie_to: TokenEmbedding | None = None) -> None:
         super().__init__()
-        if tie_to is not None and (tie_to.vocab_size, tie_to.d_model) != (vocab_size, d_model):
-            raise ValueError(f"tie_to has (vocab_size, d_model) = ({tie_to.vocab_size}, "
-                             f"{tie_to.d_model}), the head ({vocab_size}, {d_model})")
+        if tie_to is not None and (tie_to.n_vocab, tie_to.d_model) != (n_vocab, d_model):
+            raise ValueError(f"tie_to has (n_vocab, d_model) = ({tie_to.n_vocab}, "
+                             f"{tie_to.d_model}), the head ({n_vocab}, {d_model})")
         self.tied = tie_to is not None
         if self.tied:
-            self.W_E = tie_to.W_E  # the same Parameter object, shared (vocab_size, d_model)
+            self.W_E = tie_to.W_E  # the same Parameter object, shared (n_vocab, d_model)
         else:
-            self.W_U = nn.Parameter(torch.randn(d_model, vocab_size) / math.sqrt(d_model))
-        self.b_U = nn.Parameter(torch.zeros(vocab_size)) if bias else None
+            self.W_U = nn.Parameter(torch.randn(d_model, n_vocab) / math.sqrt(d_model))
+        self.b_U = nn.Parameter(torch.zeros(n_vocab)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        W = self.W_E.T if self.tied else self.W_U  # (d_model, vocab_size)
-        logits = x @ W  # (..., vocab_size)
+        W = self.W_E.T if self.tied else self.W_U  # (d_model, n_vocab)
+        logits = x @ W  # (..., n_vocab)
         return logits if self.b_U is None else logits + self.b_U

@@ -58,7 +58,7 @@ def layer_diagram(norm_first: bool = False, ax=None):
     """Draw one transformer layer bottom-up, with residual paths and lesson numbers.
 
     The two sub-layers (attention, FFN), their norms and their residual additions (the circled
-    "+") sit inside a dashed frame marked "x N layers"; the embedding and positional encoding
+    "+") sit inside a dashed frame marked "x n_layers"; the embedding and positional encoding
     feed it from below and the output head reads it from above.
 
     Args:
@@ -88,7 +88,7 @@ def layer_diagram(norm_first: bool = False, ax=None):
         _arrow(ax, [(5.0, start_y), (1.3, start_y), (1.3, plus_y), (4.87, plus_y)], "firebrick")
     ax.add_patch(FancyBboxPatch((0.9, 1.65), 8.9, 4.2, boxstyle="round,pad=0.05",
                                 fill=False, linestyle="--", edgecolor="gray"))
-    ax.text(9.7, 1.8, "x N layers", ha="right", va="center", fontsize=9, color="gray")
+    ax.text(9.7, 1.8, "x n_layers", ha="right", va="center", fontsize=9, color="gray")
     order = "pre-LN: x + sublayer(norm(x))" if norm_first else "post-LN: norm(x + sublayer(x))"
     ax.set_title(f"One transformer layer, bottom-up ({order}); red: residual paths", fontsize=10)
     ax.set_xlim(0.5, 10.2)

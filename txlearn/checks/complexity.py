@@ -46,7 +46,7 @@ def attention_flops(fn):
         expect_true(isinstance(got, (int, np.integer)) and not isinstance(got, bool), case=case,
                     message=f"expected an int, got {type(got).__name__}",
                     hint="a FLOP count is a whole number: use integer arithmetic (// not /)")
-        expected = _attention_flops(T, d_model, n_heads)
+        expected = _attention_flops(T=T, d_model=d_model, n_heads=n_heads)
         hint = ("projections 4 x 2 T d_model^2, scores 2 T^2 d_model, weighted sum "
                 "2 T^2 d_model (FLOPs = 2 x multiply-accumulates)")
         for wrong, wrong_hint in _flop_wrongs(T, d_model, n_heads):

@@ -222,7 +222,8 @@ def kv_cache_memory(fn):
     )
     for (n_layers, n_heads, n_kv_heads, d_model, context, nbytes), case in configs:
         got = call(fn, n_layers, n_heads, n_kv_heads, d_model, context, nbytes, case=case)
-        expected = kv_cache_bytes(n_layers, n_kv_heads, d_model // n_heads, context, dtype=nbytes)
+        expected = kv_cache_bytes(n_layers=n_layers, n_kv_heads=n_kv_heads, d_k=d_model // n_heads,
+                                  context=context, dtype=nbytes)
         wrongs = [(expected / 2, KV_FACTOR_2),
                   (expected * n_heads // n_kv_heads, KV_N_HEADS),
                   (expected * n_heads // n_kv_heads / 2, KV_N_HEADS + "; and " + KV_FACTOR_2)]

@@ -6,7 +6,7 @@ sequence of integer ids through a character vocabulary, split by *position* (the
 validation set, so no validation window overlaps a training window), and is measured against three
 baselines computed on the same split, all as mean cross-entropy in nats per character:
 
-- uniform:  ln V                                       (knows only the alphabet size V)
+- uniform:  ln n_vocab                                 (knows only the alphabet size n_vocab)
 - unigram:  -mean log p(x_t),          p from train character counts
 - bigram:   -mean log p(x_t | x_{t-1}), p from train pair counts, add-alpha smoothed
 
@@ -42,7 +42,7 @@ class UserError(Exception):
     """An error the user caused (bad file, too short, mismatched checkpoint, bad prompt).
 
     The ``txlearn`` command prints it as one line ``txlearn: error: <message>`` and exits with 2.
-    Also exported as ``txlearn.training.UserError``.
+    The ``txlearn`` command (:mod:`txlearn.cli`) recognises it by this class.
     """
 
 
@@ -135,38 +135,38 @@ def nats_to_bits(nats: float) -> float:
     return nats / math.log(2.0)
 
 
-def uniform_nats(vocab_size: int) -> float:
-    """Cross-entropy of the uniform model: ln V nats per character."""
-    return math.log(vocab_size)
+def uniform_nats(n_vocab: int) -> float:
+    """Cross-entropy of the uniform model: ln n_vocab nats per character."""
+    return math.log(n_vocab)
 
 
-def unigram_nats(train, val, vocab_size: int, alpha: float = 1.0) -> float:
+def unigram_nats(train, val, n_vocab: int, alpha: float = 1.0) -> float:
     """Mean -log p(x) over ``val``, p from add-``alpha`` character counts of ``train`` (float64)."""
-    counts = np.bincount(np.asarray(train), minlength=vocab_size) + alpha
+    counts = np.bincount(np.asarray(train), minlength=n_vocab) + alpha
     p = counts / counts.sum()
     return float(-np.log(p[np.asarray(val)]).mean())
 
 
-def bigram_nats(train, val, vocab_size: int, alpha: float = 0.1) -> float:
+def bigram_nats(train, val, n_vocab: int, alpha: float = 0.1) -> float:
     """Mean -log p(x_t | x_{t-1}) over the ``len(val) - 1`` pairs of ``val`` (float64).
 
-    p(b | a) = (count(a, b) + alpha) / (count(a) + alpha V), counted on ``train``. alpha = 0.1
+    p(b | a) = (count(a, b) + alpha) / (count(a) + alpha n_vocab), counted on ``train``. alpha = 0.1
     gives the lowest validation loss on the default corpus among 1, 0.3, 0.1, 0.03, 0.01 (2.316
     nats), so the baseline is, if anything, tuned in its own favour.
     """
     train, val = np.asarray(train), np.asarray(val)
-    counts = np.full((vocab_size, vocab_size), alpha, dtype=np.float64)  # (V prev, V next)
+    counts = np.full((n_vocab, n_vocab), alpha, dtype=np.float64)  # (n_vocab prev, n_vocab next)
     np.add.at(counts, (train[:-1], train[1:]), 1.0)
     P = counts / counts.sum(axis=1, keepdims=True)
     return float(-np.log(P[val[:-1], val[1:]]).mean())
 
 
-def baselines(train, val, vocab_size: int) -> dict[str, float]:
+def baselines(train, val, n_vocab: int) -> dict[str, float]:
     """``{"uniform", "unigram", "bigram"}`` -> validation cross-entropy in nats per character."""
     return {
-        "uniform": uniform_nats(vocab_size),
-        "unigram": unigram_nats(train, val, vocab_size),
-        "bigram": bigram_nats(train, val, vocab_size),
+        "uniform": uniform_nats(n_vocab),
+        "unigram": unigram_nats(train, val, n_vocab),
+        "bigram": bigram_nats(train, val, n_vocab),
     }
 
 

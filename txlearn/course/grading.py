@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from txlearn import build
+from txlearn.course import build
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PLUGIN = '''

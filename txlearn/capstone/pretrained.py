@@ -115,16 +115,16 @@ def mean_pool(X: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
 class MiniLMEncoder(nn.Module):
     """all-MiniLM-L6-v2 from the course's modules: embeddings + LayerNorm, post-LN layers, pooling.
 
-    Arguments follow ``config.json``: vocab_size 30522, max_len 512, n_types 2, d_model 384,
-    n_heads 12, d_ff 1536, n_layers 6, eps 1e-12. Parameters: ``E_word (vocab_size, d_model)``,
+    Arguments follow ``config.json`` (its ``vocab_size`` is our ``n_vocab``): n_vocab 30522, max_len 512, n_types 2, d_model 384,
+    n_heads 12, d_ff 1536, n_layers 6, eps 1e-12. Parameters: ``E_word (n_vocab, d_model)``,
     ``E_type (n_types, d_model)``, ``position`` (learned, ``(max_len, d_model)``), ``norm``, and
     ``layers[l]`` (each a :class:`txlearn.layer.TransformerLayer`).
     """
 
-    def __init__(self, vocab_size=30522, max_len=512, n_types=2, d_model=384, n_heads=12,
+    def __init__(self, n_vocab=30522, max_len=512, n_types=2, d_model=384, n_heads=12,
                  d_ff=1536, n_layers=6, eps=1e-12):
         super().__init__()
-        self.E_word = nn.Parameter(torch.zeros(vocab_size, d_model))
+        self.E_word = nn.Parameter(torch.zeros(n_vocab, d_model))
         self.E_type = nn.Parameter(torch.zeros(n_types, d_model))
         self.position = LearnedPositionalEmbedding(max_len, d_model)
         self.norm = LayerNorm(d_model, eps=eps)

@@ -1,0 +1,70 @@
+"""Lesson 09: every number that shapes a capstone training run, in one dataclass.
+
+The configuration is saved in each checkpoint; :func:`validate` rejects values no run can use with
+a one-line :class:`txlearn.capstone.data.UserError`. Source: lesson 09 (``lessons/09_capstone.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from txlearn.capstone.data import UserError
+
+__all__ = ["TrainConfig", "validate"]
+
+
+@dataclass
+class TrainConfig:
+    """Every number that shapes a training run (all of them are saved in the checkpoint).
+
+    Model: ``d_model, n_heads, n_layers, d_ff`` and ``block_size`` (T, the context length in
+    characters). Optimisation: ``batch_size`` (B windows of T characters), ``max_steps``, peak
+    ``lr`` after ``warmup_steps`` linear steps, cosine decay to ``min_lr`` at ``max_steps``,
+    AdamW ``weight_decay`` (on matrices only), ``grad_clip`` (max global L2 norm), ``seed``.
+    Validation every ``eval_interval`` steps on ``eval_windows`` evenly spread windows; the full
+    validation split at the end. ``max_seconds``: wall-time budget (capped by
+    ``TXLEARN_TRAIN_SECONDS``); it is the one field that may change when resuming.
+    """
+
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 4
+    d_ff: int = 512
+    block_size: int = 128
+    batch_size: int = 24
+    max_steps: int = 500
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    val_fraction: float = 0.1
+    eval_interval: int = 50
+    eval_windows: int = 32
+    max_seconds: float = 140.0
+
+    def trajectory(self) -> dict:
+        """The fields a resumed run must share with its checkpoint (all but ``max_seconds``)."""
+        d = dataclasses.asdict(self)
+        d.pop("max_seconds")
+        return d
+
+
+
+def validate(config: TrainConfig) -> None:
+    """Raise ``UserError`` for a configuration no run can use (naming the numbers)."""
+    sizes = ("d_model", "n_heads", "n_layers", "d_ff", "block_size", "batch_size",
+             "eval_interval", "eval_windows")
+    bad = [f"{k}={getattr(config, k)}" for k in sizes if getattr(config, k) < 1]
+    bad += [f"{k}={getattr(config, k)}" for k in ("max_steps", "warmup_steps")
+            if getattr(config, k) < 0]
+    bad += [f"{k}={getattr(config, k)}" for k in ("lr", "max_seconds")
+            if not getattr(config, k) > 0]
+    if bad:
+        raise UserError(f"invalid configuration: {', '.join(bad)}")
+    if config.d_model % config.n_heads:
+        raise UserError(f"d_model {config.d_model} is not divisible by n_heads {config.n_heads}")
+    if not 0 < config.val_fraction < 1:
+        raise UserError(f"val_fraction {config.val_fraction} must lie strictly between 0 and 1")
