@@ -29,12 +29,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Copy each student notebook into the learner's working folder once; never overwrite an answer.
+# Copy new student notebooks into the learner's working folder and add exercises that are new in
+# the course to their copies; existing answers are never changed (a backup is kept in .backups/).
 work: $(STAMP)
-	@mkdir -p $(WORK)
-	@for nb in exercises/student/*.ipynb; do \
-		[ -e "$(WORK)/$$(basename $$nb)" ] || { cp "$$nb" $(WORK)/ && echo "new exercise notebook: $(WORK)/$$(basename $$nb)"; }; \
-	done
+	$(VENV)/bin/txlearn update-work $(WORK)
 
 # The server's root is the repository (lessons in notebooks/, answers in work/), opened at lesson
 # 00. JupyterLab refuses to run as root unless told; containers often are root.

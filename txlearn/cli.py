@@ -66,6 +66,23 @@ def _cmd_release(args) -> int:
     return 0
 
 
+def _cmd_update_work(args) -> int:
+    from txlearn.course import update
+
+    for u in update.update_work(Path(args.dest)):
+        if u.created:
+            print(f"new exercise notebook: {u.path}")
+        elif u.added == ["<unreadable>"]:
+            print(f"txlearn: warning: {u.path} is not a readable notebook; left as it is",
+                  file=sys.stderr)
+        elif u.added:
+            print(f"{u.path}: added {', '.join(u.added)} (your answers are unchanged; "
+                  f"backup: {u.backup})")
+        else:
+            print(f"{u.path}: refreshed the set's introduction (backup: {u.backup})")
+    return 0
+
+
 def _expand(patterns: list[str]) -> list[Path]:
     paths = []
     for pattern in patterns:
@@ -111,6 +128,11 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("release", help="write the student notebooks (no solutions) into DEST")
     p.add_argument("dest", metavar="DEST", help="folder to create or fill; nothing is overwritten")
     p.set_defaults(func=_cmd_release)
+
+    p = sub.add_parser("update-work", help="copy new exercise notebooks into DEST and add new "
+                                           "exercises to your copies there (make lab runs it)")
+    p.add_argument("dest", metavar="DEST", help="your working folder, e.g. work/")
+    p.set_defaults(func=_cmd_update_work)
 
     p = sub.add_parser("grade", help="grade exercise notebooks", description=GRADE_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

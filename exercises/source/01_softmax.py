@@ -1,6 +1,17 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 01: softmax and the 1/sqrt(d_k) scale"
+#     minutes: 40
+#     objectives:
+#     - compute a softmax that cannot overflow and explain why the max-shift changes nothing
+#     - compute attention scores scaled by 1/sqrt(d_k) for batched queries and keys
+#     - derive the softmax Jacobian and say when it vanishes
+#     - compute log-softmax without log(0)
+#     imports: [numpy]
+# ---
+
 # %% [markdown]
-# # Exercises 01: softmax and the 1/sqrt(d_k) scale
-#
 # Lesson: `notebooks/01_softmax.ipynb`. Write each function in its answer cell, then run the
 # check cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
 #
@@ -110,5 +121,5 @@ from txlearn.checks import check
 check("log_softmax", log_softmax)
 
 # %% [markdown]
-# All four pass? Lesson 02 (`notebooks/02_attention.ipynb`) puts the softmax and the scaled
+# When every check passes, lesson 02 (`notebooks/02_attention.ipynb`) puts the softmax and the scaled
 # scores together into attention.

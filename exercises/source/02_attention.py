@@ -1,6 +1,15 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 02: attention as a soft lookup, and masks"
+#     minutes: 35
+#     objectives:
+#     - build a causal mask for L queries over S keys, aligned to the last positions
+#     - write masked attention that gives 0, not NaN, for a row with every key masked
+#     imports: [numpy]
+# ---
+
 # %% [markdown]
-# # Exercises 02: attention as a soft lookup, and masks
-#
 # Lesson: `notebooks/02_attention.ipynb`. Write each function in its answer cell, then run the
 # check cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
 #

@@ -1,9 +1,17 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 03: multi-head and grouped-query attention"
+#     minutes: 45
+#     objectives:
+#     - split a batch into heads and merge it back
+#     - run multi-head attention and say where d_k enters
+#     - share keys and values across query heads (grouped-query attention)
+#     - count the bytes of a KV cache
+#     imports: [numpy, txlearn.attention]
+# ---
+
 # %% [markdown]
-# # Exercises 03: multi-head and grouped-query attention
-#
-# Lesson: `notebooks/03_heads.ipynb`. Write each function in its answer cell, then run the check
-# cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
-#
 # Arrays are NumPy `float64`; weights are `(d_in, d_out)` and applied as `x @ W`; masks are
 # boolean with `True` = may attend. You may use `attention_np(Q, K, V, mask)` from the package
 # (lesson 02's scaled dot-product attention; `return_weights=True` also returns the weights).

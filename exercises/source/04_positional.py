@@ -1,6 +1,15 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 04: positional encodings"
+#     minutes: 30
+#     objectives:
+#     - compute the sinusoidal encoding in the paper's layout
+#     - rotate queries and keys by their position (RoPE)
+#     imports: [numpy]
+# ---
+
 # %% [markdown]
-# # Exercises 04: positional encodings
-#
 # Two exercises on lesson 04 (`notebooks/04_positional.ipynb`). Write each function in its answer
 # cell, then run the check cell below it: it prints `PASSED: <exercise>` or tells you what differs
 # and gives a hint. Use NumPy (float64).

@@ -1,6 +1,15 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 05: the position-wise feed-forward network"
+#     minutes: 25
+#     objectives:
+#     - write the position-wise feed-forward network
+#     - compute the exact GELU
+#     imports: [numpy]
+# ---
+
 # %% [markdown]
-# # Exercises 05: the position-wise feed-forward network
-#
 # Two exercises on lesson 05 (`notebooks/05_ffn.ipynb`). Write each function in its answer cell,
 # then run the check cell below it. Use NumPy (float64).
 

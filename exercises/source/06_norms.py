@@ -1,6 +1,15 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 06: residuals and normalisation"
+#     minutes: 30
+#     objectives:
+#     - write LayerNorm and RMSNorm with eps in the right place
+#     - connect a sub-layer with a residual, post-LN and pre-LN
+#     imports: [numpy]
+# ---
+
 # %% [markdown]
-# # Exercises 06: residuals and normalisation
-#
 # Three exercises on lesson 06 (`notebooks/06_norms.ipynb`). Write each function in its answer
 # cell, then run the check cell below it. Use NumPy (float64); every statistic is per token, over
 # the **last** axis.

@@ -1,9 +1,15 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 07: one full transformer layer"
+#     minutes: 45
+#     objectives:
+#     - assemble one post-LN transformer layer from its parts
+#     - count a layer's parameters
+#     imports: [numpy, txlearn.norms, txlearn.softmax]
+# ---
+
 # %% [markdown]
-# # Exercises 07: one full transformer layer
-#
-# Lesson: `notebooks/07_layer.ipynb`. Write each function in its answer cell, then run the check
-# cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
-#
 # Conventions of the course: arrays are NumPy `float64`; weights are `(d_in, d_out)` and applied
 # as `x @ W + b`; LayerNorm uses the biased variance with `eps = 1e-5` inside the square root.
 # You may use the course's helpers imported below (`softmax_np` from lesson 01, `layer_norm_np`

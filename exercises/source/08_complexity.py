@@ -1,6 +1,15 @@
+# ---
+# jupyter:
+#   txlearn:
+#     title: "Exercises 08: what attention costs"
+#     minutes: 30
+#     objectives:
+#     - count the FLOPs of attention and see the number of heads cancel
+#     - update a running softmax over blocks of keys (online softmax)
+#     imports: [numpy]
+# ---
+
 # %% [markdown]
-# # Exercises 08: what attention costs
-#
 # Lesson: `notebooks/08_complexity.ipynb`. Write each function in its answer cell, then run the
 # check cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
 #

@@ -1,4 +1,4 @@
-"""Exercise checks: run a learner's function on chosen cases and diagnose the likely mistake.
+"""Exercise checks: run a learner's answer on chosen cases and diagnose the likely mistake.
 
 A check cell in an exercise notebook is always the same two lines::
 
@@ -7,10 +7,28 @@ A check cell in an exercise notebook is always the same two lines::
 
 `check` finds the exercise by name in the modules of this folder (one module per lesson, named like
 the package module it checks: ``softmax.py`` for lesson 01, ``attention.py`` for 02, ...), loaded
-afresh from disk on every call, runs it, then runs the instructor's hidden cases (see
-:func:`hidden_dir`), and prints exactly one line, ``PASSED: <exercise>``. Any failure raises
-:class:`CheckFailure` whose message names the case, what differs (shape, first differing index,
-got vs expected) and a hint aimed at the likely mistake.
+afresh from disk on every call, runs it and prints exactly one line, ``PASSED: <exercise>``. A wrong
+answer raises :class:`CheckFailure`, shown in a notebook as at most about eight lines: the case,
+what differs (shape, first differing index, got vs expected), the learner's own frames when their
+code raised, and a hint. Hints come in levels: the first names the concept; running the check again
+with the same mistake, or calling ``hint("stable_softmax")``, gives the next, more specific level.
+No hint holds a line of a solution (a test enforces it).
+
+**Learner objects.** A check receives what the check cell passes: functions, classes (PyTorch
+modules), values. It never touches them directly: it goes through :func:`call` (call a function,
+build a module, run a module's forward), :func:`load_state`, :func:`state_shapes` and
+:func:`forward_backward`. In a learner's kernel these act on the real objects; under ``txlearn
+grade`` the objects are proxies for a sandboxed runner process (:class:`LearnerObject`), and the
+same check runs in the grader's process, so nothing the learner's code does can decide a verdict.
+For the same reason a check passes the learner's code only plain data (arrays, tensors, numbers,
+strings, tuples, lists, dicts, None) or a :func:`given` callable (a fixed component built from
+data, e.g. "a linear map with these weights").
+
+**Dependencies.** ``@exercise("transformer_layer", needs=("multi_head_attention",))``: when the
+answer fails, the checks of its dependencies run on the learner's objects of the same names (the
+check function's parameter names are the names in the check cell, e.g. ``MultiHeadAttention``);
+if one of them fails, the feedback says "fix multi_head_attention first". A stub still says "not
+implemented yet" first.
 
 Writing a check (in ``txlearn/checks/<module>.py``)::
 
@@ -20,44 +38,116 @@ Writing a check (in ``txlearn/checks/<module>.py``)::
     def stable_softmax(softmax):
         got = call(softmax, np.array([1000., 1001., 1002.]), case="large logits")
         expect_close(got, [0.090031, 0.244728, 0.665241], case="large logits", atol=1e-6,
-                     hint="subtract the maximum before exp()")
+                     hint=("what happens to exp() of a large number?",
+                           "shift the logits by their maximum before exp()"))
 
-Source of the design: ``DESIGN.md`` (Exercises) and lesson 01's exercise notebook.
+Source of the design: ``CONTRIBUTING.md`` (Checks) and lesson 01's exercise notebook.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import linecache
 import os
 import signal
+import sys
 import threading
+import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 __all__ = [
     "CheckFailure",
     "check",
+    "hint",
     "exercise",
     "call",
+    "construct",
+    "load_state",
+    "state_shapes",
+    "forward_backward",
+    "given",
+    "Given",
+    "LearnerObject",
+    "LearnerError",
+    "LearnerTimeout",
     "expect_close",
     "expect_shape",
     "expect_true",
     "diagnose",
     "as_array",
+    "run_exercise",
+    "Verdict",
     "hidden_dir",
     "DEFAULT_TIME_LIMIT",
 ]
 
-DEFAULT_TIME_LIMIT = 10.0  # seconds one call of the learner's function may take
+def _default_time_limit() -> float:
+    """Seconds one call of the learner's code may take: 10, or ``TXLEARN_TIME_LIMIT`` when set
+    (a slow machine may need more; the tests of this module use less)."""
+    try:
+        value = float(os.environ.get("TXLEARN_TIME_LIMIT", "10"))
+    except ValueError:
+        value = 10.0
+    return value if value > 0 else 10.0
+
+
+DEFAULT_TIME_LIMIT = _default_time_limit()
+MAX_LINES = 8              # the most lines a failure shows in a notebook
 _CHECKS_DIR = Path(__file__).resolve().parent
-_REGISTRY_ATTR = "__txlearn_exercises__"
+_PACKAGE_DIR = _CHECKS_DIR.parent
+
+
+def _levels(hint) -> tuple[str, ...]:
+    """A hint as a tuple of levels (a plain string is one level)."""
+    if hint is None:
+        return ()
+    if isinstance(hint, str):
+        return (hint,)
+    return tuple(h for h in hint if h)
 
 
 class CheckFailure(AssertionError):
-    """A learner's answer is wrong; the message says which case, what differs, and a hint."""
+    """A learner's answer is wrong: which case, what differs, the learner's frames, hint levels.
+
+    ``str(failure)`` is the feedback at hint level 1; :meth:`feedback` gives another level.
+    ``kind`` is ``"wrong"`` (a value differs), ``"stub"`` (still ``NotImplementedError``),
+    ``"raised"`` (the learner's code raised), ``"timeout"``, ``"dependency"`` (an earlier
+    exercise this one uses fails) or ``"missing"`` (the answer is not defined).
+    """
+
+    def __init__(self, what: str, *, case: str | None = None, hint=None, kind: str = "wrong",
+                 frames: Sequence[str] = (), exercise: str | None = None):
+        self.what, self.case, self.hints, self.kind = what, case, _levels(hint), kind
+        self.frames, self.exercise = tuple(frames), exercise
+        super().__init__(self.feedback(1))
+
+    def feedback(self, level: int = 1) -> str:
+        """The feedback text with hint ``level`` (1 = the concept; clipped to the last level)."""
+        head = f"case '{self.case}': {self.what}" if self.case else self.what
+        lines = head.splitlines()[:3] + [f"  {f}" for f in self.frames[-2:]]
+        if self.hints:
+            k = min(max(level, 1), len(self.hints))
+            more = f" (hint {k} of {len(self.hints)})" if len(self.hints) > 1 else ""
+            lines.append(f"Hint{more}: {self.hints[k - 1]}")
+        return "\n".join(lines)
+
+
+class LearnerError(Exception):
+    """The learner's code raised: its exception type and message, and its own frames as
+    ``"line N in NAME: source"`` strings (raised by :class:`LearnerObject` proxies too)."""
+
+    def __init__(self, type_name: str, message: str, frames: Sequence[str] = ()):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name, self.message, self.frames = type_name, message, tuple(frames)
+
+
+class LearnerTimeout(Exception):
+    """The learner's code ran past its time limit."""
 
 
 class _TimeLimit(BaseException):
@@ -65,21 +155,121 @@ class _TimeLimit(BaseException):
     bare ``except Exception`` in the learner's code cannot swallow it)."""
 
 
-def exercise(name: str) -> Callable:
-    """Register the decorated function as the check of exercise `name` in its module."""
+# ---- the learner's objects: local, or proxies for a sandboxed runner ---------------------------
 
-    def register(fn: Callable) -> Callable:
-        fn.__txlearn_exercise__ = name
-        return fn
+class LearnerObject:
+    """Base class of the grader's proxies for objects that live in a sandboxed runner.
 
-    return register
+    The helpers below (:func:`call`, :func:`load_state`, :func:`state_shapes`,
+    :func:`forward_backward`) call these methods instead of touching a local object. Each raises
+    :class:`LearnerError` when the learner's code raised and :class:`LearnerTimeout` when it ran
+    past ``time_limit`` seconds. Results are plain data (arrays come back as NumPy arrays or
+    tensors, as the learner's code returned them); a module the learner's code built comes back
+    as another proxy.
+    """
+
+    name = "answer"
+
+    def remote_call(self, args: tuple, kwargs: dict, time_limit: float | None):
+        raise NotImplementedError
+
+    def remote_load_state(self, state: dict, time_limit: float | None) -> None:
+        raise NotImplementedError
+
+    def remote_state_shapes(self, time_limit: float | None) -> dict:
+        raise NotImplementedError
+
+    def remote_forward_backward(self, args: tuple, kwargs: dict, grad_output,
+                                time_limit: float | None):
+        raise NotImplementedError
+
+    def remote_is_module(self) -> bool:
+        raise NotImplementedError
 
 
-def _fail(case: str | None, what: str, hint: str | None = None) -> CheckFailure:
-    text = f"case '{case}': {what}" if case else what
-    if hint:
-        text += f"\nHint: {hint}"
-    return CheckFailure(text)
+class Given:
+    """A fixed callable the check hands to the learner's code, built from data only.
+
+    ``given("linear", W=W, b=b)`` is ``x @ W + b``; the grader's runner rebuilds it from the same
+    name and arrays (it never receives code). Calling a Given locally runs it in float64 NumPy or
+    PyTorch, matching the input's type. Kinds: see :data:`GIVEN_KINDS`.
+    """
+
+    def __init__(self, kind: str, **data):
+        if kind not in GIVEN_KINDS:
+            raise KeyError(f"unknown given kind {kind!r}; known: {sorted(GIVEN_KINDS)}")
+        self.kind, self.data = kind, data
+
+    def __call__(self, x):
+        return GIVEN_KINDS[self.kind](x, **self.data)
+
+    def __repr__(self):
+        return f"given({self.kind!r})"
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def _cast_like(w, x):
+    if _is_torch(x):
+        import torch
+        return torch.as_tensor(np.asarray(w), dtype=x.dtype)
+    return np.asarray(w, dtype=np.float64)
+
+
+def _given_linear(x, W, b=None):
+    out = x @ _cast_like(W, x)
+    return out if b is None else out + _cast_like(b, x)
+
+
+def _given_tanh_linear(x, W, b=None):
+    out = _given_linear(x, W, b)
+    if _is_torch(out):
+        import torch
+        return torch.tanh(out)
+    return np.tanh(out)
+
+
+def _given_layer_norm(x, eps=1e-5):
+    """LayerNorm without gain or shift: (x - mean) / sqrt(biased var + eps) over the last axis."""
+    if _is_torch(x):
+        import torch
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps)
+    mu = x.mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
+
+
+def _given_scale(x, factor):
+    return x * factor
+
+
+GIVEN_KINDS: dict[str, Callable] = {
+    "linear": _given_linear,            # x @ W (+ b)
+    "tanh_linear": _given_tanh_linear,  # tanh(x @ W (+ b))
+    "layer_norm": _given_layer_norm,    # (x - mean) / sqrt(var + eps), no gain or shift
+    "scale": _given_scale,              # x * factor
+}
+
+
+def given(kind: str, **data) -> Given:
+    """A :class:`Given` callable of ``kind`` built from ``data`` (arrays, numbers)."""
+    return Given(kind, **data)
+
+
+def _learner_frames(tb) -> list[str]:
+    """The learner's own frames of a traceback, as ``"line N in NAME: source"`` (frames of the
+    standard library, site-packages and txlearn are the machinery, not the learner's)."""
+    out = []
+    skip = (str(_PACKAGE_DIR), os.path.dirname(os.__file__))
+    for frame in traceback.extract_tb(tb):
+        filename = frame.filename or ""
+        if filename.startswith(skip) or "site-packages" in filename or filename.startswith("<frozen"):
+            continue
+        source = (frame.line or linecache.getline(filename, frame.lineno) or "").strip()
+        out.append(f"line {frame.lineno} in {frame.name}: {source}"[:160])
+    return out
 
 
 @contextmanager
@@ -106,38 +296,180 @@ def _time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-def call(fn: Callable, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME_LIMIT,
-         hint: str | None = None, **kwargs: Any) -> Any:
-    """Call the learner's `fn(*args, **kwargs)` under a time limit (seconds); `hint` is added to
-    the feedback when the function raises (e.g. what the input looks like in this case).
+_STUB = ("not implemented yet (the stub still raises NotImplementedError)",
+         "replace the `raise NotImplementedError` line with your code")
 
-    Raises:
-        CheckFailure: the function is still a stub (``NotImplementedError``), ran past
-            `time_limit`, or raised any other exception (named with its message).
-    """
-    if not callable(fn):
-        raise _fail(case, f"expected a function, got {type(fn).__name__}",
-                    "run the cell that defines your answer before this check")
+
+def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=None,
+                 what: str = "your code"):
+    """Run ``thunk()`` (which calls the learner's code) and turn what can go wrong into a
+    :class:`CheckFailure`: a stub, a timeout, an exception (with the learner's frames)."""
     try:
         with _time_limit(time_limit):
-            return fn(*args, **kwargs)
+            return thunk()
     except NotImplementedError:
-        raise _fail(case, "not implemented yet (the stub still raises NotImplementedError)",
-                    "replace the `raise NotImplementedError` line with your code") from None
-    except _TimeLimit:
-        raise _fail(case, f"did not finish within {time_limit:g} s",
-                    "look for a loop that never ends, or a loop over elements that could be "
-                    "one array operation") from None
+        raise CheckFailure(_STUB[0], case=case, hint=_STUB[1], kind="stub") from None
+    except LearnerError as err:
+        if err.type_name == "NotImplementedError":
+            raise CheckFailure(_STUB[0], case=case, hint=_STUB[1], kind="stub") from None
+        raise CheckFailure(f"{what} raised {err.type_name}: {err.message}"[:400], case=case,
+                           hint=hint, kind="raised", frames=err.frames) from None
+    except (_TimeLimit, LearnerTimeout):
+        raise CheckFailure(f"did not finish within {time_limit:g} s", case=case,
+                           hint="look for a loop that never ends, or a loop over elements that "
+                                "could be one array operation", kind="timeout") from None
     except CheckFailure:
         raise
     except Exception as err:  # the learner's code raised: report it as feedback
-        raise _fail(case, f"your function raised {type(err).__name__}: {err}", hint) from err
+        raise CheckFailure(f"{what} raised {type(err).__name__}: {err}"[:400], case=case,
+                           hint=hint, kind="raised",
+                           frames=_learner_frames(err.__traceback__)) from None
 
+
+def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME_LIMIT,
+         hint=None, **kwargs: Any) -> Any:
+    """Call the learner's `fn(*args, **kwargs)` (a function, a class to build, or a module's
+    forward) under a time limit (seconds); `hint` is added when it raises.
+
+    Raises:
+        CheckFailure: `fn` is not callable (not defined yet), is still a stub
+            (``NotImplementedError``), ran past `time_limit`, or raised any other exception
+            (named with its message and the learner's own frames).
+    """
+    if isinstance(fn, LearnerObject):
+        return _run_learner(lambda: fn.remote_call(args, kwargs, time_limit), case=case,
+                            time_limit=time_limit, hint=hint)
+    if not callable(fn):
+        raise CheckFailure(f"expected a function or class, got {type(fn).__name__}", case=case,
+                           hint="run the cell that defines your answer before this check",
+                           kind="missing")
+    return _run_learner(lambda: fn(*args, **kwargs), case=case, time_limit=time_limit, hint=hint)
+
+
+def _is_module(obj) -> bool:
+    if isinstance(obj, LearnerObject):
+        return obj.remote_is_module()
+    import torch
+    return isinstance(obj, torch.nn.Module)
+
+
+def construct(cls: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME_LIMIT,
+              hint=None, **kwargs: Any) -> Any:
+    """Build the learner's module ``cls(*args, **kwargs)``; fail unless it is a ``torch.nn.Module``.
+
+    Raises CheckFailure as :func:`call` does, and when the result is not an ``nn.Module`` (did
+    the class forget to subclass ``nn.Module`` or to call ``super().__init__()``?).
+    """
+    module = call(cls, *args, case=case, time_limit=time_limit, hint=hint, **kwargs)
+    if not _is_module(module):
+        raise CheckFailure(f"{getattr(cls, 'name', getattr(cls, '__name__', 'your class'))}(...) "
+                           f"built a {type(module).__name__}, not a torch.nn.Module", case=case,
+                           hint="subclass torch.nn.Module and call super().__init__() first "
+                                "in __init__")
+    return module
+
+
+def _to_tensor(value, like=None):
+    import torch
+    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+    return t if like is None else t.to(like.dtype)
+
+
+def state_shapes(module: Any, *, case: str,
+                 time_limit: float | None = DEFAULT_TIME_LIMIT) -> dict[str, tuple]:
+    """``{name: shape}`` of the learner's module's state dict (parameters and buffers)."""
+    if isinstance(module, LearnerObject):
+        return _run_learner(lambda: module.remote_state_shapes(time_limit), case=case,
+                            time_limit=time_limit)
+    return _run_learner(lambda: {k: tuple(v.shape) for k, v in module.state_dict().items()},
+                        case=case, time_limit=time_limit)
+
+
+def load_state(module: Any, state: dict, *, case: str,
+               time_limit: float | None = DEFAULT_TIME_LIMIT) -> None:
+    """Load ``state`` (``{name: array}``) into the learner's module, every name exactly.
+
+    Raises CheckFailure naming the missing and the unexpected names, or a shape that differs
+    (both shapes), before any value is compared.
+    """
+    shapes = state_shapes(module, case=case, time_limit=time_limit)
+    missing = [k for k in state if k not in shapes]
+    extra = [k for k in shapes if k not in state]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"has no {', '.join(missing[:6])}")
+        if extra:
+            parts.append(f"has unexpected {', '.join(extra[:6])}")
+        raise CheckFailure(f"your module {' and '.join(parts)}", case=case,
+                           hint="name the parameters as the statement gives them (the state-dict "
+                                "names), and keep no other parameters or buffers")
+    for name, value in state.items():
+        want = tuple(np.shape(value))
+        if shapes[name] != want:
+            raise CheckFailure(f"parameter {name} has shape {shapes[name]}, expected {want}",
+                               case=case, hint="the statement gives each parameter's shape; "
+                                               "weights are (d_in, d_out), applied as x @ W")
+    if isinstance(module, LearnerObject):
+        return _run_learner(lambda: module.remote_load_state(state, time_limit), case=case,
+                            time_limit=time_limit)
+
+    def load():
+        import torch
+        current = module.state_dict()
+        with torch.no_grad():
+            module.load_state_dict({k: _to_tensor(v, current[k]) for k, v in state.items()},
+                                   strict=True)
+    return _run_learner(load, case=case, time_limit=time_limit)
+
+
+def forward_backward(module: Any, *args: Any, grad_output, case: str,
+                     time_limit: float | None = DEFAULT_TIME_LIMIT, hint=None, **kwargs: Any):
+    """Run the learner's module on ``args`` and back-propagate ``grad_output``.
+
+    Floating-point tensor (or array) arguments get ``requires_grad``. Returns ``(out, grads)``:
+    ``out`` as :func:`call` returns it (the first element when the module returns a tuple) and
+    ``grads`` a dict ``{"input 0": ..., <parameter name>: ...}`` of NumPy arrays (None where no
+    gradient reached). Raises CheckFailure as :func:`call` does.
+    """
+    if isinstance(module, LearnerObject):
+        return _run_learner(lambda: module.remote_forward_backward(args, kwargs, grad_output,
+                                                                   time_limit),
+                            case=case, time_limit=time_limit, hint=hint)
+    return _run_learner(lambda: local_forward_backward(module, args, kwargs, grad_output),
+                        case=case, time_limit=time_limit, hint=hint)
+
+
+def local_forward_backward(module, args, kwargs, grad_output):
+    """:func:`forward_backward` on a real module (also what the grader's runner does)."""
+    import torch
+    inputs = []
+    for a in args:
+        if isinstance(a, (np.ndarray, torch.Tensor)) and np.issubdtype(np.asarray(
+                a.detach() if isinstance(a, torch.Tensor) else a).dtype, np.floating):
+            t = _to_tensor(a).detach().clone().requires_grad_(True)
+            inputs.append(t)
+        else:
+            inputs.append(a)
+    for p in module.parameters():
+        p.grad = None
+    out = module(*inputs, **kwargs)
+    first = out[0] if isinstance(out, (tuple, list)) else out
+    first.backward(_to_tensor(grad_output, first))
+    grads = {f"input {i}": (t.grad.detach().numpy() if t.grad is not None else None)
+             for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and t.requires_grad}
+    for name, p in module.named_parameters():
+        grads[name] = None if p.grad is None else p.grad.detach().numpy()
+    return first.detach(), grads
+
+
+# ---- comparing -----------------------------------------------------------------------------
 
 def _as_array(x: Any) -> np.ndarray:
     if hasattr(x, "detach"):  # torch.Tensor
         x = x.detach().cpu()
-        if getattr(x, "dtype", None) is not None and str(x.dtype) == "torch.bfloat16":
+        if getattr(x, "dtype", None) is not None and str(x.dtype) in ("torch.bfloat16",
+                                                                     "torch.float16"):
             x = x.float()
         x = x.numpy()
     return np.asarray(x)
@@ -149,37 +481,42 @@ def as_array(x: Any, dtype=None) -> np.ndarray | None:
     try:
         a = _as_array(x)
         a = a if dtype is None else a.astype(dtype)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):
         return None
     return None if a.dtype == object else a
 
 
-def diagnose(got: Any, mistakes, default: str, *, rtol: float = 1e-4, atol: float = 1e-6) -> str:
+def diagnose(got: Any, mistakes, default, *, rtol: float = 1e-4, atol: float = 1e-6):
     """The hint of the first catalogued mistake whose output `got` reproduces, else `default`.
 
     `mistakes` is a sequence of ``(wrong_output, hint)`` pairs: what that mistake computes on the
     case's inputs (an array, or a function of no arguments that computes it), and the hint aimed
-    at it. Shapes must agree and values match within
+    at it (a string or a tuple of levels). Shapes must agree and values match within
     ``atol + rtol * |wrong|`` (NaN matches NaN: a mistake that gives NaN is recognised by it).
     A `got` that is not an array of numbers gets `default`.
     """
-    try:
-        g = _as_array(got).astype(np.float64)
-    except (TypeError, ValueError):
+    g = as_array(got, np.float64)
+    if g is None:
         return default
     for wrong, hint in mistakes:
         with np.errstate(all="ignore"):  # a mistake may overflow: that is the mistake
-            w = np.asarray(wrong() if callable(wrong) else wrong, dtype=np.float64)
+            try:
+                w = np.asarray(wrong() if callable(wrong) else wrong, dtype=np.float64)
+            except (ValueError, TypeError, IndexError):
+                continue  # this mistake cannot even be computed on these inputs
         if g.shape == w.shape and np.allclose(g, w, rtol=rtol, atol=atol, equal_nan=True):
             return hint
     return default
 
 
-def expect_shape(got: Any, shape: tuple, *, case: str, hint: str | None = None) -> None:
+def expect_shape(got: Any, shape: tuple, *, case: str, hint=None) -> None:
     """Fail unless `got` has exactly `shape`; the message names both shapes."""
-    got_shape = tuple(_as_array(got).shape)
-    if got_shape != tuple(shape):
-        raise _fail(case, f"shape {got_shape}, expected {tuple(shape)}", hint)
+    a = as_array(got)
+    if a is None:
+        raise CheckFailure(f"expected an array of shape {tuple(shape)}, got {type(got).__name__}",
+                           case=case, hint=hint)
+    if tuple(a.shape) != tuple(shape):
+        raise CheckFailure(f"shape {tuple(a.shape)}, expected {tuple(shape)}", case=case, hint=hint)
 
 
 def _fmt(value: float) -> str:
@@ -190,7 +527,7 @@ def _fmt(value: float) -> str:
     return f"{value:.6g}"
 
 
-def expect_close(got: Any, expected: Any, *, case: str, hint: str | None = None,
+def expect_close(got: Any, expected: Any, *, case: str, hint=None,
                  rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Fail unless `got` equals `expected` elementwise within ``atol + rtol * |expected|``.
 
@@ -198,42 +535,50 @@ def expect_close(got: Any, expected: Any, *, case: str, hint: str | None = None,
     numbers, a shape mismatch (both shapes), a NaN or infinity (first index), or the first
     differing index with got vs expected.
     """
-    try:
-        g = _as_array(got).astype(np.float64)
-    except (TypeError, ValueError):
-        raise _fail(case, f"expected an array of numbers, got {type(got).__name__}", hint) from None
+    g = as_array(got, np.float64)
+    if g is None:
+        raise CheckFailure(f"expected an array of numbers, got {type(got).__name__}", case=case,
+                           hint=hint)
     e = _as_array(expected).astype(np.float64)
     if g.shape != e.shape:
-        raise _fail(case, f"shape {g.shape}, expected {e.shape}", hint)
+        raise CheckFailure(f"shape {g.shape}, expected {e.shape}", case=case, hint=hint)
     bad_finite = ~np.isfinite(g) & np.isfinite(e)
     if bad_finite.any():
         idx = tuple(int(i) for i in np.argwhere(bad_finite)[0])
-        raise _fail(case, f"got {g[idx]} at index {idx}, expected {e[idx]:.6g}", hint)
+        raise CheckFailure(f"got {g[idx]} at index {idx}, expected {e[idx]:.6g}", case=case,
+                           hint=hint)
     wrong = ~np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
     if wrong.any() and g.ndim == 0:
-        raise _fail(case, f"got {_fmt(g)}, expected {_fmt(e)}", hint)
+        raise CheckFailure(f"got {_fmt(g)}, expected {_fmt(e)}", case=case, hint=hint)
     if wrong.any():
         idx = tuple(int(i) for i in np.argwhere(wrong)[0])
-        raise _fail(case, f"first difference at index {idx}: got {_fmt(g[idx])}, expected "
-                          f"{_fmt(e[idx])} ({int(wrong.sum())} of {wrong.size} values differ)", hint)
+        raise CheckFailure(f"first difference at index {idx}: got {_fmt(g[idx])}, expected "
+                           f"{_fmt(e[idx])} ({int(wrong.sum())} of {wrong.size} values differ)",
+                           case=case, hint=hint)
 
 
-def expect_true(condition: bool, *, case: str, message: str, hint: str | None = None) -> None:
+def expect_true(condition: bool, *, case: str, message: str, hint=None) -> None:
     """Fail with `message` (and `hint`) unless `condition` holds."""
     if not condition:
-        raise _fail(case, message, hint)
+        raise CheckFailure(message, case=case, hint=hint)
 
 
-def hidden_dir() -> Path | None:
-    """The instructor's hidden-case folder, from the environment variable ``TXLEARN_HIDDEN``.
+# ---- the registry --------------------------------------------------------------------------
 
-    Format: one Python file per check module, named like it (``softmax.py`` for the lesson-01
-    checks), defining one function per exercise, named like the exercise, taking the same objects
-    as the public check and raising :class:`CheckFailure` (use :func:`call`, :func:`expect_close`)
-    on a wrong answer. ``txlearn grade --hidden DIR`` sets the variable for the graded kernels.
+def exercise(name: str, needs: Sequence[str] = ()) -> Callable:
+    """Register the decorated function as the check of exercise `name`.
+
+    Its parameter names are the names the check cell passes (the learner's objects). `needs`:
+    exercises whose answers this one uses (their checks run when this one fails, to name the
+    root cause).
     """
-    value = os.environ.get("TXLEARN_HIDDEN")
-    return Path(value) if value else None
+
+    def register(fn: Callable) -> Callable:
+        fn.__txlearn_exercise__ = name
+        fn.__txlearn_needs__ = tuple(needs)
+        return fn
+
+    return register
 
 
 def _load_fresh(path: Path, name: str):
@@ -243,7 +588,10 @@ def _load_fresh(path: Path, name: str):
     return module
 
 
-def _find(name: str) -> tuple[Callable, str]:
+def find(name: str) -> tuple[Callable, str]:
+    """The check function of exercise `name` and its module's stem (loaded afresh from disk).
+
+    Raises KeyError for an unknown exercise."""
     for path in sorted(_CHECKS_DIR.glob("*.py")):
         if path.name.startswith("_"):
             continue
@@ -256,21 +604,161 @@ def _find(name: str) -> tuple[Callable, str]:
     raise KeyError(f"no exercise named {name!r} in {_CHECKS_DIR}")
 
 
-def check(name: str, *objects: Any) -> None:
-    """Check the learner's `objects` (functions, modules, values) for exercise `name`.
+def parameters(name: str) -> list[str]:
+    """The names the check of exercise `name` takes (the names its check cell passes)."""
+    fn, _ = find(name)
+    return list(inspect.signature(fn).parameters)
 
-    Prints ``PASSED: <name>`` on success. Raises :class:`CheckFailure` with feedback on a wrong
-    answer, and ``KeyError`` for an unknown exercise name.
+
+class Verdict:
+    """The outcome of one exercise: ``passed`` and, when not, the :class:`CheckFailure`."""
+
+    def __init__(self, name: str, failure: CheckFailure | None = None):
+        self.name, self.failure = name, failure
+
+    @property
+    def passed(self) -> bool:
+        return self.failure is None
+
+
+def _dependency_failure(needs, namespace, hidden) -> CheckFailure | None:
+    for dep in needs:
+        names = parameters(dep)
+        objects = [namespace.get(n) for n in names]
+        verdict = run_exercise(dep, objects, namespace, hidden=hidden, follow_needs=False)
+        if not verdict.passed:
+            first = verdict.failure.feedback(1).splitlines()[0]
+            return CheckFailure(
+                f"this answer uses your {', '.join(names)}, and that does not pass yet:\n{first}",
+                hint=f"fix {dep} first (run its check), then come back to this one",
+                kind="dependency")
+    return None
+
+
+def _hidden_check(hidden: Path | None, module_stem: str, name: str):
+    if hidden is None:
+        return None
+    path = Path(hidden) / f"{module_stem}.py"
+    if not path.exists():
+        return None
+    return getattr(_load_fresh(path, f"_txlearn_hidden_{module_stem}"), name, None)
+
+
+def run_exercise(name: str, objects: Sequence[Any], namespace: dict | None = None,
+                 hidden: Path | None = None, follow_needs: bool = True) -> Verdict:
+    """Run the check of exercise `name` on the learner's `objects`; never raises CheckFailure.
+
+    `namespace` maps the learner's names to their objects (for the checks of the exercises this
+    one needs). `hidden`: a folder of instructor-only cases (:func:`hidden_dir`), run after the
+    public cases; on a hidden case the learner's exception text is not repeated. Returns a
+    :class:`Verdict`. Raises KeyError for an unknown exercise.
     """
-    fn, module_stem = _find(name)
-    fn(*objects)
-    hidden = hidden_dir()
-    if hidden is not None and (hidden / f"{module_stem}.py").exists():
-        extra = getattr(_load_fresh(hidden / f"{module_stem}.py", f"_txlearn_hidden_{module_stem}"),
-                        name, None)
+    fn, module_stem = find(name)
+    try:
+        fn(*objects)
+        extra = _hidden_check(hidden, module_stem, name)
         if extra is not None:
             try:
                 extra(*objects)
             except CheckFailure as err:
-                raise CheckFailure(f"hidden case: {err}") from None
-    print(f"PASSED: {name}")
+                what = "your code raised an exception" if err.kind == "raised" else err.what
+                raise CheckFailure(what, case=f"hidden: {err.case}" if err.case else "hidden",
+                                   hint=err.hints, kind=err.kind) from None
+    except CheckFailure as err:
+        err.exercise = name
+        if follow_needs and err.kind not in ("stub", "missing"):
+            dep = _dependency_failure(getattr(fn, "__txlearn_needs__", ()), namespace or {},
+                                      hidden)
+            if dep is not None:
+                dep.exercise = name
+                return Verdict(name, dep)
+        return Verdict(name, err)
+    return Verdict(name)
+
+
+# ---- the check cell ------------------------------------------------------------------------
+
+_last: dict[str, tuple[str, int]] = {}   # exercise -> (first feedback line, hint level shown)
+_shown: dict[str, CheckFailure] = {}
+
+
+def _level_for(name: str, failure: CheckFailure) -> int:
+    """1 for a new mistake; one more each time the same mistake comes back."""
+    key = failure.feedback(1).splitlines()[0] + "|" + (failure.hints[0] if failure.hints else "")
+    previous = _last.get(name)
+    level = previous[1] + 1 if previous and previous[0] == key else 1
+    _last[name] = (key, level)
+    return level
+
+
+def _render(failure: CheckFailure, level: int) -> list[str]:
+    """The lines a notebook shows for a failed check (at most :data:`MAX_LINES`)."""
+    name = failure.exercise or "check"
+    text = failure.feedback(level).splitlines()
+    lines = [f"CheckFailure: {name}: {text[0]}"] + text[1:]
+    if len(failure.hints) > level:
+        lines.append(f'More: run this check again, or call hint("{name}").')
+    return lines[:MAX_LINES]
+
+
+def _show_failure(shell, etype, evalue, tb, tb_offset=None):
+    """IPython's handler for CheckFailure: the feedback lines instead of a long traceback."""
+    level = getattr(evalue, "_level", 1)
+    lines = _render(evalue, level)
+    shell._showtraceback(etype, evalue, lines)
+    return lines
+
+
+def _install_display() -> None:
+    """In IPython, show CheckFailure as its few feedback lines (never the checker's frames)."""
+    ipython = sys.modules.get("IPython")
+    get = getattr(ipython, "get_ipython", None) if ipython else None
+    shell = get() if get else None
+    if shell is not None and CheckFailure not in getattr(shell, "custom_exceptions", ()):
+        shell.set_custom_exc((CheckFailure,), _show_failure)
+
+
+def check(name: str, *objects: Any) -> None:
+    """Check the learner's `objects` (functions, classes, values) for exercise `name`.
+
+    Prints ``PASSED: <name>`` on success. Raises :class:`CheckFailure` with feedback on a wrong
+    answer (in a notebook shown as a few lines, at the next hint level when the same mistake
+    comes back), and ``KeyError`` for an unknown exercise name.
+    """
+    _install_display()
+    caller = sys._getframe(1).f_globals
+    verdict = run_exercise(name, objects, namespace=caller, hidden=hidden_dir())
+    if verdict.passed:
+        _last.pop(name, None)
+        print(f"PASSED: {name}")
+        return
+    failure = verdict.failure
+    failure._level = _level_for(name, failure)
+    _shown[name] = failure
+    raise failure.with_traceback(None)
+
+
+def hint(name: str) -> None:
+    """Print the next, more specific hint for the last failure of exercise `name`."""
+    failure = _shown.get(name)
+    if failure is None or not failure.hints:
+        print(f"{name}: no failed check to give a hint for; run its check cell first")
+        return
+    key, level = _last.get(name, ("", 0))
+    level = min(level + 1, len(failure.hints))
+    _last[name] = (key, level)
+    failure._level = level
+    print("\n".join(_render(failure, level)[1:] or ["(no hint)"]))
+
+
+def hidden_dir() -> Path | None:
+    """The instructor's hidden-case folder for a local run, from ``TXLEARN_HIDDEN`` (the grader
+    passes its ``--hidden DIR`` to :func:`run_exercise` directly and never sets the variable).
+
+    Format: one Python file per check module, named like it (``softmax.py`` for the lesson-01
+    checks), defining one function per exercise, named like the exercise, taking the same objects
+    as the public check and raising :class:`CheckFailure` (use :func:`call`, :func:`expect_close`)
+    on a wrong answer.
+    """
+    value = os.environ.get("TXLEARN_HIDDEN")
+    return Path(value) if value else None

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jupytext
@@ -32,6 +32,60 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 
 class BuildError(Exception):
     """A source file is malformed (unbalanced solution markers, a check without an answer...)."""
+
+
+DEFAULT_LIMITS = {
+    "cell_seconds": 20,      # wall time of one answer (or setup) cell in the grader's runner
+    "call_seconds": 10,      # wall time of one call of the learner's code by a check
+    "cpu_seconds": 300,      # CPU time of the whole runner (all cells and calls)
+    "memory_mb": 4096,       # address space of the runner (torch alone maps about 1.5 GB)
+    "output_kb": 64,         # printed output kept per cell; the rest is dropped
+    "processes": 64,         # processes and threads the runner may have
+    "file_mb": 16,           # the largest file the runner may write
+}
+
+
+@dataclass(frozen=True)
+class SetInfo:
+    """What an exercise source declares about its set, in its YAML header (``jupyter.txlearn``).
+
+    ``title``; ``minutes`` (a time estimate); ``objectives`` (what the learner will be able to
+    do); ``limits`` for the grader's sandbox (:data:`DEFAULT_LIMITS` fills the rest);
+    ``imports``: the top-level modules answers may import besides the standard library (numpy,
+    torch) and the txlearn modules they may use (by full name); ``uses``: earlier sets whose
+    answers this set loads (their notebooks must sit beside it); ``retired``: exercise names that
+    an earlier version of the set had, with what replaced them.
+    """
+
+    name: str
+    title: str
+    minutes: int
+    objectives: tuple
+    limits: dict
+    imports: tuple = ("numpy",)
+    uses: tuple = ()
+    retired: dict = field(default_factory=dict)
+
+
+def set_info(src, name: str, where: str) -> SetInfo:
+    """The :class:`SetInfo` of a parsed exercise source; BuildError when the header lacks a
+    required key or has a key this build does not know."""
+    meta = dict(src.metadata.get("txlearn") or {})
+    missing = [k for k in ("title", "minutes", "objectives") if k not in meta]
+    if missing:
+        raise BuildError(f"{where}: the YAML header (jupyter: txlearn:) lacks {', '.join(missing)}")
+    unknown = set(meta) - {"title", "minutes", "objectives", "limits", "imports", "uses", "retired"}
+    if unknown:
+        raise BuildError(f"{where}: unknown keys in the YAML header: {sorted(unknown)}")
+    limits = dict(DEFAULT_LIMITS)
+    bad = set(meta.get("limits") or {}) - set(DEFAULT_LIMITS)
+    if bad:
+        raise BuildError(f"{where}: unknown limits {sorted(bad)}; known: {sorted(DEFAULT_LIMITS)}")
+    limits.update(meta.get("limits") or {})
+    return SetInfo(name=name, title=str(meta["title"]), minutes=int(meta["minutes"]),
+                   objectives=tuple(meta["objectives"]), limits=limits,
+                   imports=tuple(meta.get("imports") or ("numpy",)),
+                   uses=tuple(meta.get("uses") or ()), retired=dict(meta.get("retired") or {}))
 
 
 @dataclass(frozen=True)
@@ -179,11 +233,51 @@ def exercise_names(src, where: str) -> list[str]:
     return names
 
 
+_HEADING = re.compile(r"^##\s*Exercise\s*\d+\s*[:.]\s*(.+)$", re.MULTILINE)
+
+
+def _headings(src) -> dict[str, str]:
+    """Each exercise's title, from the last ``## Exercise N: title`` heading before its answer."""
+    titles, last = {}, ""
+    for cell in src.cells:
+        if cell.cell_type == "markdown":
+            found = _HEADING.findall(cell.source)
+            if found:
+                last = found[-1].strip()
+        elif is_answer(cell):
+            titles.setdefault(cell.metadata["exercise"], last)
+    return titles
+
+
+def intro_cell(info: SetInfo, names: list[str], titles: dict[str, str]):
+    """The generated opening of a set: title, lesson, time, objectives and the exercise list."""
+    lines = [f"# {info.title}", "",
+             f"About {info.minutes} minutes; {len(names)} exercise{'s' * (len(names) != 1)}. "
+             f"Lesson: [`notebooks/{info.name}.ipynb`](../notebooks/{info.name}.ipynb) (from "
+             f"your `work/` copy).", "", "**You will be able to:**", ""]
+    lines += [f"- {o}" for o in info.objectives]
+    lines += ["", "**Exercises:**", ""]
+    lines += [f"{i}. `{n}`: {titles.get(n) or n}" for i, n in enumerate(names, start=1)]
+    if info.uses:
+        lines += ["", "This set uses your answers of " + ", ".join(
+            f"`{u}.ipynb`" for u in info.uses) + ": keep those notebooks in the same folder."]
+    lines += ["", "Write each answer in its cell, then run the check cell below it: it prints "
+              "`PASSED: <exercise>` or says what is wrong, with a hint. Run a failing check "
+              "again (or call `hint(\"<exercise>\")`) for a more specific hint."]
+    cell = nbformat.v4.new_markdown_cell("\n".join(lines))
+    cell.id = "set-intro"
+    return cell
+
+
 def build_exercises(path: Path, layout: Layout = Layout()):
     """(student, solution) notebooks generated from the exercise source `path`."""
     src = read_source(path)
     rel = path.relative_to(layout.root).as_posix()
-    exercise_names(src, rel)
+    names = exercise_names(src, rel)
+    info = set_info(src, path.stem, rel)
+    retired_again = set(info.retired) & set(names)
+    if retired_again:
+        raise BuildError(f"{rel}: exercises both current and retired: {sorted(retired_again)}")
     student = _new_notebook(
         rel, "student", path.stem,
         f"*Generated by `txlearn build` from `{rel}`.* Work in your own copy, "
@@ -192,6 +286,9 @@ def build_exercises(path: Path, layout: Layout = Layout()):
     solution = _new_notebook(
         rel, "solution", path.stem,
         f"*Generated by `txlearn build` from `{rel}`: the instructor's solutions. Do not hand out.*")
+    intro = intro_cell(info, names, _headings(src))
+    student.cells.append(intro)
+    solution.cells.append(copy.deepcopy(intro))
     count = 0
     for i, cell in enumerate(src.cells):
         name = cell.metadata.get("exercise")

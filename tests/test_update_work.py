@@ -1,0 +1,81 @@
+"""`make lab`'s `txlearn update-work`: new exercise sets are copied, exercises new in an existing set
+are inserted into the learner's copy after the previous exercise's check cell, and every cell the
+learner already has (answers above all) stays byte-identical."""
+
+import json
+import shutil
+
+import nbformat
+
+from txlearn.cli import main
+from txlearn.course import build, update
+
+LAYOUT = build.Layout()
+
+
+def _learner_copy(student_path, drop_exercise, answers):
+    """An older copy of a set: one exercise missing (as before a course update), answers written."""
+    nb = nbformat.read(student_path, as_version=4)
+    blocks = update.exercise_blocks(nb)
+    dropped = dict(blocks)[drop_exercise]
+    nb.cells = [c for c in nb.cells if not any(c is d for d in dropped)]
+    nb.cells = [c for c in nb.cells if c.get("id") != "set-intro"]       # copies made before intros
+    for cell in nb.cells:
+        if build.is_answer(cell) and cell.metadata["exercise"] in answers:
+            cell.source = answers[cell.metadata["exercise"]]
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="my output\n")]
+    return nb
+
+
+def _cells_json(nb, exercise_names):
+    return [json.dumps(c, sort_keys=True) for c in nb.cells
+            if c.cell_type == "code" and c.metadata.get("exercise") in exercise_names]
+
+
+def test_new_exercise_is_inserted_after_the_previous_check_and_answers_stay_identical(tmp_path):
+    student = sorted(LAYOUT.student.glob("[0-9][0-9]_*.ipynb"))[0]
+    course = nbformat.read(student, as_version=4)
+    names = [n for n, _ in update.exercise_blocks(course)]
+    assert len(names) >= 3
+    new = names[1]
+    answers = {n: f"def mine_{i}():\n    return {i}  # my answer, untouched\n"
+               for i, n in enumerate(names) if n != new}
+    old = _learner_copy(student, new, answers)
+    work = tmp_path / "work"
+    work.mkdir()
+    nbformat.write(old, work / student.name)
+    before_bytes = _cells_json(nbformat.read(work / student.name, as_version=4), set(answers))
+
+    done = [u for u in update.update_work(work) if u.path.name == student.name]
+    assert done and done[0].added == [new] and done[0].backup.exists()
+    merged = nbformat.read(work / student.name, as_version=4)
+    assert _cells_json(merged, set(answers)) == before_bytes           # every answer byte-identical
+    order = [c.metadata["exercise"] for c in merged.cells if build.is_check(c)]
+    assert order == names                                              # in course order
+    first_check = next(i for i, c in enumerate(merged.cells)
+                       if build.is_check(c) and c.metadata["exercise"] == names[0])
+    block = dict(update.exercise_blocks(course))[new]
+    assert [c.source for c in merged.cells[first_check + 1:first_check + 1 + len(block)]] == \
+        [c.source for c in block]                                      # right after it
+    inserted = [c for c in merged.cells if c.metadata.get("exercise") == new]
+    assert inserted and "NotImplementedError" in inserted[0].source    # the stub, to write
+    intro = next(c for c in merged.cells if c.get("id") == "set-intro")
+    assert f"{len(names)} exercises" in intro.source
+    # nothing new the second time: no change, no second backup
+    assert [u for u in update.update_work(work) if u.path.name == student.name] == []
+    assert len(list((work / ".backups").glob(f"{student.stem}.*"))) == 1
+
+
+def test_missing_sets_are_copied_and_broken_copies_left_alone(tmp_path, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    students = sorted(LAYOUT.student.glob("[0-9][0-9]_*.ipynb"))
+    (work / students[0].name).write_text("not a notebook", encoding="utf-8")
+    assert main(["update-work", str(work)]) == 0
+    out, err = capsys.readouterr()
+    assert (work / students[0].name).read_text(encoding="utf-8") == "not a notebook"
+    assert "not a readable notebook" in err
+    for s in students[1:]:
+        assert (work / s.name).read_bytes() == s.read_bytes()
+        assert f"new exercise notebook: {work / s.name}" in out
+    shutil.rmtree(work)

@@ -1,0 +1,133 @@
+"""Bring course updates into a learner's working copies without touching their answers.
+
+``make lab`` runs ``txlearn update-work work/``. For each student notebook of the course:
+
+- no copy in ``work/`` yet: the student notebook is copied;
+- a copy exists: every exercise that is new in the course (an answer cell whose exercise name the
+  copy lacks) is inserted with its statement, answer stub and check cell, right after the check
+  cell of the exercise that precedes it in the course (at the end when that one is missing too).
+  The generated introduction (which lists the exercises) is refreshed. Nothing else changes:
+  every existing cell, answers included, keeps its exact source, metadata and outputs. Before the first change the copy is saved to ``work/.backups/<name>.<stamp>.ipynb``.
+
+Exercises the course removed stay in the copy (the learner's work); grading reports them as
+retired. Source: issue "Exercise checks ... and course updates that reach learners' copies".
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from txlearn.course import build
+
+
+@dataclass
+class Update:
+    """What :func:`update_work` did to one notebook."""
+
+    path: Path
+    created: bool = False
+    added: list[str] = field(default_factory=list)     # exercise names inserted
+    backup: Path | None = None
+
+
+def _exercise_of(cell) -> str | None:
+    return cell.metadata.get("exercise") if cell.cell_type == "code" else None
+
+
+def exercise_blocks(nb) -> list[tuple[str, list]]:
+    """The course notebook's cells grouped per exercise: ``(name, cells)`` where ``cells`` runs
+    from just after the previous exercise's check cell to this exercise's check cell."""
+    blocks, pending = [], []
+    for cell in nb.cells:
+        pending.append(cell)
+        if build.is_check(cell):
+            blocks.append((cell.metadata["exercise"], pending))
+            pending = []
+    return blocks
+
+
+def merge_new_exercises(work, course) -> list[str]:
+    """Insert into ``work`` (a learner's notebook, changed in place) the exercises of ``course``
+    (the current student notebook) that it lacks; return their names, in course order."""
+    have = {_exercise_of(c) for c in work.cells} - {None}
+    added = []
+    previous = None
+    for name, cells in exercise_blocks(course):
+        if name not in have:
+            position = len(work.cells)
+            if previous is not None:
+                checks = [i for i, c in enumerate(work.cells)
+                          if build.is_check(c) and c.metadata.get("exercise") == previous]
+                answers = [i for i, c in enumerate(work.cells)
+                           if build.is_answer(c) and c.metadata.get("exercise") == previous]
+                anchor = checks or answers
+                if anchor:
+                    position = anchor[-1] + 1
+            elif any(True for _ in work.cells):
+                # the first exercise of the course: before the copy's first exercise cell
+                firsts = [i for i, c in enumerate(work.cells) if _exercise_of(c)]
+                position = firsts[0] if firsts else len(work.cells)
+            new = [copy.deepcopy(c) for c in cells]
+            work.cells[position:position] = new
+            have.add(name)
+            added.append(name)
+        previous = name
+    return added
+
+
+def refresh_intro(work, course) -> bool:
+    """Make the copy's generated set introduction (cell id ``set-intro``) match the course's
+    (it counts and lists the exercises); True when it changed. Learners' cells are not touched."""
+    intro = next((c for c in course.cells if c.get("id") == "set-intro"), None)
+    if intro is None:
+        return False
+    mine = next((c for c in work.cells if c.get("id") == "set-intro"), None)
+    if mine is None:
+        after = next((i + 1 for i, c in enumerate(work.cells) if c.get("id") == "generated-notice"), 0)
+        work.cells.insert(after, copy.deepcopy(intro))
+        return True
+    if mine.source != intro.source:
+        mine.source = intro.source
+        return True
+    return False
+
+
+def update_work(work_dir: Path, layout: build.Layout = build.Layout(),
+                now: float | None = None) -> list[Update]:
+    """Copy new student notebooks into ``work_dir`` and merge new exercises into existing copies.
+
+    Returns one :class:`Update` per notebook that was created or changed. A copy that is not a
+    readable notebook is left alone (reported with ``added=["<unreadable>"]``).
+    """
+    work_dir = Path(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    done = []
+    for student in sorted(layout.student.glob("[0-9][0-9]_*.ipynb")):
+        target = work_dir / student.name
+        if not target.exists():
+            shutil.copyfile(student, target)
+            done.append(Update(target, created=True))
+            continue
+        course = nbformat.read(student, as_version=4)
+        try:
+            work = nbformat.read(target, as_version=4)
+        except Exception:  # nbformat raises several types for a broken file: leave it alone
+            done.append(Update(target, added=["<unreadable>"]))
+            continue
+        added = merge_new_exercises(work, course)
+        if not refresh_intro(work, course) and not added:
+            continue
+        backups = work_dir / ".backups"
+        backups.mkdir(exist_ok=True)
+        backup = backups / f"{target.stem}.{stamp}.ipynb"
+        shutil.copyfile(target, backup)
+        nbformat.write(work, target)
+        done.append(Update(target, added=added, backup=backup))
+    return done
