@@ -625,6 +625,8 @@ def _dependency_failure(needs, namespace, hidden) -> CheckFailure | None:
     for dep in needs:
         names = parameters(dep)
         objects = [namespace.get(n) for n in names]
+        if any(o is None for o in objects):
+            continue  # not loaded here: nothing to say about it
         verdict = run_exercise(dep, objects, namespace, hidden=hidden, follow_needs=False)
         if not verdict.passed:
             first = verdict.failure.feedback(1).splitlines()[0]

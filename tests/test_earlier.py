@@ -1,0 +1,37 @@
+"""txlearn.course.earlier.load: a learner's answers from the sibling notebook of an earlier set."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from txlearn.course import build
+from txlearn.course.earlier import EarlierAnswerError, course_code_cells, load
+
+SOLUTIONS = build.Layout().solutions
+
+
+def test_loads_answers_and_skips_check_cells_and_added_cells(tmp_path, monkeypatch):
+    nb = json.loads((SOLUTIONS / "01_softmax.ipynb").read_text())
+    nb["cells"].append({"cell_type": "code", "id": "mine", "metadata": {}, "outputs": [],
+                        "execution_count": None, "source": "raise RuntimeError('my experiment')"})
+    (tmp_path / "01_softmax.ipynb").write_text(json.dumps(nb))
+    monkeypatch.chdir(tmp_path)
+    softmax, log_softmax = load("01_softmax", "softmax", "log_softmax")
+    np.testing.assert_allclose(softmax(np.array([1000.0, 1000.0])), [0.5, 0.5])
+    assert np.isfinite(log_softmax(np.array([0.0, -1000.0]))).all()
+    sources = course_code_cells(nb, "01_softmax")
+    assert not any("check(" in s for s in sources) and not any("my experiment" in s for s in sources)
+
+
+def test_clear_errors(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EarlierAnswerError, match="needs 01_softmax.ipynb beside this notebook"):
+        load("01_softmax", "softmax")
+    shutil.copy(SOLUTIONS / "01_softmax.ipynb", tmp_path)
+    with pytest.raises(EarlierAnswerError, match="defines no MultiHeadAttention"):
+        load("01_softmax", "MultiHeadAttention")
+    (tmp_path / "01_softmax.ipynb").write_text("{not json")
+    with pytest.raises(EarlierAnswerError, match="not a readable notebook"):
+        load("01_softmax", "softmax")
