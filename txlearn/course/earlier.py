@@ -15,14 +15,10 @@ a notebook behaves the same in the learner's kernel and under ``txlearn grade``.
 
 from __future__ import annotations
 
-import os
 import types
 from pathlib import Path
 
 __all__ = ["EarlierAnswerError", "load", "course_code_cells"]
-
-ENV_FOLDER = "TXLEARN_EARLIER_DIR"   # where the grader's runner keeps sibling notebooks
-
 
 class EarlierAnswerError(ImportError):
     """A sibling notebook is missing, unreadable, or does not define a requested name."""
@@ -48,10 +44,6 @@ def course_code_cells(nb: dict, set_name: str) -> list[str]:
     return out
 
 
-def _folder() -> Path:
-    return Path(os.environ.get(ENV_FOLDER) or Path.cwd())
-
-
 def _strip_magics(source: str) -> str:
     """Drop IPython magics and shell lines (``%...``, ``!...``): plain Python runs the rest."""
     return "\n".join(line for line in source.splitlines()
@@ -71,7 +63,7 @@ def load(set_name: str, *names: str):
     """
     import json
 
-    path = _folder() / f"{set_name}.ipynb"
+    path = Path.cwd() / f"{set_name}.ipynb"   # a notebook's kernel runs in its folder
     if not path.is_file():
         raise EarlierAnswerError(f"needs {set_name}.ipynb beside this notebook (your earlier "
                                  f"answers; `make lab` puts it in work/)")
