@@ -83,7 +83,7 @@ def test_each_failure_says_what_is_wrong(outputs):
 
 def test_hint_levels_deepen_on_rerun_and_with_hint(outputs):
     first, again = outputs["same mistake again"][0], outputs["and again"][0]
-    level = lambda text: re.search(r"Hint \((\d) of (\d)\)", text)
+    level = lambda text: re.search(r"Hint (\d) of (\d):", text)
     assert level(first) and level(first).group(1) == "1", first
     assert level(again) and level(again).group(1) == "2", again
     assert "hint(\"stable_softmax\")" in first

@@ -37,14 +37,33 @@ def test_reference_passes(stem, name, capsys):
 
 
 @pytest.mark.parametrize("stem,name,label", WRONGS)
-def test_wrong_answer_fails_with_hint(stem, name, label, capsys):
+def test_wrong_answer_fails_with_its_own_hint(stem, name, label, capsys):
     cases = {lab: (objs, text) for lab, objs, text in _load(stem).WRONG[name]}
     objects, text = cases[label]
     with pytest.raises(CheckFailure) as info:
         check(name, *objects)
-    assert text.lower() in str(info.value).lower(), (
-        f"wrong answer {label!r} failed, but its message lacks {text!r}:\n{info.value}")
+    failure = info.value
+    said = " | ".join((failure.what,) + failure.hints)
+    assert text.lower() in said.lower(), (
+        f"wrong answer {label!r} failed, but its feedback lacks {text!r}:\n{said}")
+    # its own hint, not the check's generic one (the hint given when no mistake is recognised)
+    defaults = [tuple([d] if isinstance(d, str) else d)
+                for d in getattr(_checks_module(stem), "DEFAULTS", {}).get(name, [])]
+    assert failure.hints not in defaults, f"{label!r} got the generic hint: {failure.hints}"
     assert "PASSED" not in capsys.readouterr().out
+
+
+def _checks_module(stem):
+    return importlib.import_module(f"txlearn.checks.{stem}")
+
+
+def test_every_check_declares_its_generic_hints_and_five_mistakes():
+    for stem in MODULES:
+        defaults = getattr(_checks_module(stem), "DEFAULTS", None)
+        assert isinstance(defaults, dict), f"txlearn/checks/{stem}.py has no DEFAULTS"
+        for name, cases in _load(stem).WRONG.items():
+            assert name in defaults, f"{stem}: no DEFAULTS entry for {name}"
+            assert len(cases) >= 5, f"{name}: {len(cases)} catalogued mistakes, fewer than 5"
 
 
 def test_every_exercise_is_catalogued():

@@ -35,6 +35,11 @@ def causal_top_left(L, S=None):
     return np.tril(np.ones((L, S), dtype=bool))
 
 
+def causal_top_left_no_diagonal(L, S=None):
+    S = L if S is None else S
+    return np.tril(np.ones((L, S), dtype=bool), k=-1)
+
+
 def causal_float(L, S=None):
     return causal_ref(L, S).astype(np.float32)
 
@@ -109,6 +114,45 @@ def attention_weights_only(Q, K, V, mask=None):
     return attention_ref(Q, K, V, mask)[1]
 
 
+def attention_swapped(Q, K, V, mask=None):  # returns (weights, out)
+    out, w = attention_ref(Q, K, V, mask)
+    return w, out
+
+
+def attention_no_max_shift(Q, K, V, mask=None):  # exp of the raw scores; empty rows guarded
+    s = _scores(Q, K) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(s)
+        total = e.sum(axis=-1, keepdims=True)
+        w = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    return _finish(w, V)
+
+
+def attention_k_not_transposed(Q, K, V, mask=None):
+    s = Q @ K / np.sqrt(Q.shape[-1])  # K is (S, d_k): fails unless S == d_k
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    return _finish(_masked_softmax(s, None), V)
+
+
+def attention_full_transpose(Q, K, V, mask=None):  # K.T reverses every axis of a batch
+    return attention_ref(Q, K.T.T if K.ndim == 2 else K.T, V, mask) if K.ndim == 2 else \
+        _finish(_masked_softmax(Q @ K.T / np.sqrt(Q.shape[-1]), mask), V)
+
+
+def attention_default_all_true_inverted(Q, K, V, mask=None):
+    s = _scores(Q, K) / np.sqrt(Q.shape[-1])
+    hidden = np.ones(s.shape, dtype=bool) if mask is None else mask   # "True = hidden"
+    with np.errstate(invalid="ignore"):
+        return _finish(_masked_softmax(s, ~hidden), V)
+
+
+def attention_scaled_by_sqrt_S(Q, K, V, mask=None):  # the number of keys, not d_k
+    return _finish(_masked_softmax(_scores(Q, K) / np.sqrt(K.shape[-2]), mask), V)
+
+
 REFERENCE = {
     "causal_mask": (causal_ref,),
     "masked_attention": (attention_ref,),
@@ -120,7 +164,8 @@ WRONG = {
         ("transposed", (causal_transposed,), "transposed"),
         ("flipped polarity", (causal_flipped,), "True = may attend"),
         ("top-left aligned", (causal_top_left,), "bottom-right"),
-        ("float 0/1 mask", (causal_float,), "expected bool"),
+        ("float 0/1 mask", (causal_float,), "masks are booleans"),
+        ("strictly lower triangle and top-left", (causal_top_left_no_diagonal,), "may a token attend to itself"),
     ],
     "masked_attention": [
         ("no scaling", (attention_no_scale,), "you did not scale"),
@@ -132,5 +177,12 @@ WRONG = {
         ("fully masked row gives NaN", (attention_nan_rows,), "not NaN"),
         ("fully masked row averages uniformly", (attention_big_negative,), "uniformly"),
         ("weights not returned", (attention_weights_only,), "return out, weights"),
+        ("(weights, out) instead of (out, weights)", (attention_swapped,), "return (out, weights)"),
+        ("no max-shift, scores near 900", (attention_no_max_shift,), "subtract each row's maximum"),
+        ("K not transposed", (attention_k_not_transposed,), "transpose the last two axes of K"),
+        ("full transpose K.T of a batch", (attention_full_transpose,), "transpose the last two axes"),
+        ("default all-True mask, then inverted", (attention_default_all_true_inverted,),
+         "your default hides all of them"),
+        ("scaled by sqrt(S)", (attention_scaled_by_sqrt_S,), "which width is d_k"),
     ],
 }

@@ -132,7 +132,7 @@ class CheckFailure(AssertionError):
         lines = head.splitlines()[:3] + [f"  {f}" for f in self.frames[-2:]]
         if self.hints:
             k = min(max(level, 1), len(self.hints))
-            more = f" (hint {k} of {len(self.hints)})" if len(self.hints) > 1 else ""
+            more = f" {k} of {len(self.hints)}" if len(self.hints) > 1 else ""
             lines.append(f"Hint{more}: {self.hints[k - 1]}")
         return "\n".join(lines)
 

@@ -2,27 +2,39 @@
 
 Each check computes the right answer with :mod:`txlearn.masks` / :mod:`txlearn.attention` and, when
 the learner's answer differs, compares it with the catalogued mistakes (tests/catalogue/attention.py)
-to choose the hint. Cases run from the most diagnostic to the most general.
+to choose the hint. Cases run from the most diagnostic to the most general; every hint has levels,
+the first naming the concept, later ones more specific, none giving a line of the solution.
 """
 
 import numpy as np
 
 from txlearn.attention import attention_np
-from txlearn.checks import as_array, diagnose, call, expect_close, expect_shape, expect_true, exercise
+from txlearn.checks import (as_array, call, diagnose, exercise, expect_close, expect_shape,
+                            expect_true)
 from txlearn.masks import causal_mask_np
 
 
 # ---------------------------------------------------------------- exercise: causal_mask
 
-DIAGONAL = ("keep the diagonal: position i may attend to itself (j <= i, not j < i); hiding it "
-            "leaves query 0 with no key at all, a row of NaN")
-TRANSPOSED = ("your mask is transposed: it lets query i see the future keys j > i; True must sit "
-              "on and below the diagonal (the lower triangle, np.tril)")
-POLARITY = ("the course's polarity is True = may attend (as SDPA's boolean attn_mask); yours marks "
-            "the hidden positions instead (nn.MultiheadAttention's polarity)")
-ALIGNMENT = ("with L queries over S > L keys, align the mask bottom-right: the last query sees all "
-             "S keys, so mask[i, j] = j <= i + (S - L) (np.tril(..., k=S - L)); yours is aligned "
-             "top-left, as SDPA's is_causal")
+DIAGONAL = ("may a token attend to itself?",
+            "keep the diagonal: query i may see key i (j <= i, not j < i); without it query 0 "
+            "sees no key at all and its row becomes NaN")
+TRANSPOSED = ("which keys may query i see: the earlier ones or the later ones?",
+              "your mask is transposed: query i sees the future keys j > i; True belongs on and "
+              "below the diagonal")
+POLARITY = ("what does True mean in the course's masks?",
+            "the course's polarity is True = may attend (as SDPA's boolean attn_mask); yours "
+            "marks the hidden positions (nn.MultiheadAttention's polarity)")
+ALIGNMENT = ("with fewer queries than keys, which S positions are the L queries?",
+             "the L queries are the LAST L of S positions: align the mask to the bottom-right "
+             "corner, so the last query sees all S keys (yours is aligned top-left, as SDPA's "
+             "is_causal)",
+             "mask[i, j] is True exactly when j <= i + (S - L)")
+NOT_BOOL = ("masks are booleans, not numbers",
+            "return a boolean array (True = may attend); 0/1 numbers get added to scores by "
+            "mistake")
+MASK_DEFAULT = ("the mask is True exactly where key j is at or before query i's position",
+                "with L queries over S keys, query i sits at position i + (S - L)")
 
 
 def _causal_wrongs(L, S):
@@ -30,105 +42,183 @@ def _causal_wrongs(L, S):
     return [(np.tril(np.ones((L, S), bool), k=S - L - 1), DIAGONAL),
             (right.T if L == S else np.triu(np.ones((L, S), bool), k=S - L), TRANSPOSED),
             (~right, POLARITY),
+            (np.tril(np.ones((L, S), bool), k=-1), DIAGONAL),      # and aligned top-left
             (np.tril(np.ones((L, S), bool)), ALIGNMENT)]
 
 
 @exercise("causal_mask")
-def causal_mask(fn):
-    for args, case in (((4,), "causal_mask(4)"), ((1,), "causal_mask(1)"),
-                       ((2, 5), "causal_mask(2, 5)"), ((3, 3), "causal_mask(3, 3)")):
+def causal_mask(causal_mask):
+    for args, case in (((2, 5), "causal_mask(2, 5): L = 2 queries over S = 5 keys"),
+                       ((4,), "causal_mask(4)"), ((1,), "causal_mask(1)"),
+                       ((3, 3), "causal_mask(3, 3)"), ((1, 6), "causal_mask(1, 6): one new token")):
         L, S = args[0], args[-1]
-        got = call(fn, *args, case=case)
-        expect_shape(got, (L, S), case=case, hint="return one row per query and one column per key")
+        got = call(causal_mask, *args, case=case)
+        expect_shape(got, (L, S), case=case,
+                     hint=("one row per query, one column per key: (L, S)",))
         g = as_array(got)
-        expect_true(g.dtype == np.bool_, case=case, message=f"dtype {g.dtype}, expected bool",
-                    hint="return booleans (True = may attend), e.g. np.tril(np.ones((L, S), "
-                         "dtype=bool), ...); 0/1 numbers are easy to add to scores by mistake")
+        if g.dtype != np.bool_:   # numbers: right values get the dtype hint, wrong ones theirs
+            right_values = np.array_equal(g.astype(bool), causal_mask_np(L, S))
+            expect_true(False, case=case, message=f"dtype {g.dtype}, expected bool",
+                        hint=NOT_BOOL if right_values else diagnose(g, _causal_wrongs(L, S),
+                                                                    MASK_DEFAULT, atol=1e-5))
         expect_close(g, causal_mask_np(L, S), case=case, atol=0,
-                     hint=diagnose(g, _causal_wrongs(L, S),
-                                    "mask[i, j] must be True exactly when j <= i + (S - L)", atol=1e-5))
+                     hint=diagnose(g, _causal_wrongs(L, S), MASK_DEFAULT, atol=1e-5))
 
 
 # ---------------------------------------------------------------- exercise: masked_attention
 
-SCALE_NONE = "divide the scores by sqrt(d_k) (you did not scale them)"
-SCALE_MULTIPLIED = "divide the scores by sqrt(d_k); you multiplied by it"
-SCALE_TWICE = "divide by sqrt(d_k) once; you divided by d_k (or twice by sqrt(d_k))"
-WRONG_AXIS = ("take the softmax over the keys (the last axis, -1): each row of weights must sum to "
-              "1 over the S keys")
-ADDED_MASK = ("do not add the 0/1 mask to the scores (that only shifts them by 1); set the scores "
-              "of hidden keys to -inf (np.where(mask, scores, -np.inf)) before the softmax")
-FLIPPED = ("mask polarity: True = may attend; you hid the keys marked True and kept the others")
-EMPTY_ROW_NAN = ("a query whose keys are all masked must get weights 0 and output 0, not NaN: "
-                 "after exp, divide only where the row sum is > 0 (np.divide(..., where=...))")
-EMPTY_ROW_UNIFORM = ("a query whose keys are all masked must get weights 0 and output 0; filling "
-                     "with a large negative number makes it average every value uniformly instead")
+SCALE_NONE = ("the scores are too large: what keeps their variance at 1?",
+              "divide the scores by sqrt(d_k) (you did not scale them)")
+SCALE_MULTIPLIED = ("check the direction of the scale",
+                    "divide the scores by sqrt(d_k); you multiplied by it")
+SCALE_TWICE = ("check the size of the scale",
+               "divide by sqrt(d_k) once; you divided by d_k (or twice by sqrt(d_k))")
+SCALE_D_MODEL = ("which width is d_k?",
+                 "d_k is the width of one query, the size of Q's last axis; you scaled by "
+                 "another length (of queries or keys)")
+WRONG_AXIS = ("over which axis does each query's distribution run?",
+              "take the softmax over the keys, the last axis: each row of weights must sum to 1 "
+              "over the S keys")
+ADDED_MASK = ("a mask hides keys; it is not a score",
+              "do not add the 0/1 mask to the scores (that only shifts them by 1); give the "
+              "hidden keys a score of minus infinity before the softmax")
+FLIPPED = ("what does True mean in the course's masks?",
+           "mask polarity: True = may attend; you hid the keys marked True and kept the others")
+DEFAULT_HIDES_ALL = ("with no mask, which keys may each query see?",
+                     "mask=None means every key is visible; your default hides all of them "
+                     "(a polarity mix-up: a default of all True, then inverted)")
+EMPTY_ROW_NAN = ("what should a query with no visible key return?",
+                 "a query whose keys are all masked must get weights 0 and output 0, not NaN: "
+                 "after exp, divide only where the row's sum is positive")
+EMPTY_ROW_UNIFORM = ("what should a query with no visible key return?",
+                     "a query whose keys are all masked must get weights 0 and output 0; a large "
+                     "negative fill makes it average every value uniformly instead")
+NO_SHIFT = ("what does exp() do with scores near 900?",
+            "exp(900) overflows to inf and inf/inf is NaN: subtract each row's maximum score "
+            "before exp (lesson 01), taking care of rows whose keys are all hidden")
+SWAPPED = ("check the order of what you return",
+           "return (out, weights), in that order: out (..., L, d_v) first, then the weights "
+           "(..., L, S)")
+NOT_TRANSPOSED = ("Q K^T pairs every query with every key: which axes of K must swap?",
+                  "transpose the last two axes of K, (..., S, d_k) -> (..., d_k, S), so that "
+                  "the product is (..., L, S); a full transpose reverses every axis of a batch")
+OUT_WRONG = ("out mixes the values with the weights",
+             "out = weights @ V: each query's output is its weighted sum of the value rows")
+GENERIC = ("weights = softmax(Q K^T / sqrt(d_k)) over the keys, hidden keys 0; out = weights V",)
 
 
-def _softmax(s, axis):
-    e = np.exp(s - s.max(axis=axis, keepdims=True))
-    return e / e.sum(axis=axis, keepdims=True)
+# the hints given when no catalogued mistake is recognised (tests assert a mistake never gets them)
+DEFAULTS = {"causal_mask": [MASK_DEFAULT], "masked_attention": [GENERIC]}
 
 
-def _weights(fn, Q, K, V, mask, case):
-    result = call(fn, Q, K, V, mask, case=case)
+def _softmax(s, axis=-1):
+    with np.errstate(all="ignore"):
+        e = np.exp(s - s.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def _pair(fn, Q, K, V, mask, case):
+    result = call(fn, Q, K, V, mask, case=case, hint=NOT_TRANSPOSED)
     expect_true(isinstance(result, (tuple, list)) and len(result) == 2, case=case,
                 message=f"expected a pair (out, weights), got {type(result).__name__}",
-                hint="return out, weights")
+                hint=("return two arrays: out and the weights", "return out, weights"))
     return result
 
 
+def _weights_mistakes(Q, K, V, mask):
+    """What each catalogued mistake returns as weights on these inputs (for diagnose)."""
+    d_k = Q.shape[-1]
+    raw = Q @ np.swapaxes(K, -1, -2)
+    m = None if mask is None else np.broadcast_to(mask, raw.shape)
+    hide = (lambda s, keep: s if keep is None else np.where(keep, s, -np.inf))
+    L, S = raw.shape[-2:]
+    out = [(lambda: _softmax(hide(raw, m)), SCALE_NONE),
+           (lambda: _softmax(hide(raw * np.sqrt(d_k), m)), SCALE_MULTIPLIED),
+           (lambda: _softmax(hide(raw / d_k, m)), SCALE_TWICE),
+           (lambda: _softmax(hide(raw / np.sqrt(L), m)), SCALE_D_MODEL),
+           (lambda: _softmax(hide(raw / np.sqrt(S), m)), SCALE_D_MODEL),
+           (lambda: _softmax(hide(raw / np.sqrt(d_k), m), axis=-2), WRONG_AXIS),
+           (lambda: _softmax(hide(raw / np.sqrt(d_k), None if m is None else ~m)), FLIPPED)]
+    if m is not None:
+        out.append((lambda: _softmax(raw / np.sqrt(d_k) + m), ADDED_MASK))
+    return out
+
+
 @exercise("masked_attention")
-def masked_attention(fn):
-    # 1. the scale: raw scores [4, 0] with d_k = 4 -> softmax([2, 0])
+def masked_attention(attention):
+    rng = np.random.default_rng(0)
+
+    # 1. the scale and the return order: raw scores [4, 0] with d_k = 4 -> softmax([2, 0]);
+    #    V is not the identity, so out and weights differ (a swapped pair shows)
+    case = "scale, raw scores [4, 0], d_k = 4, L = 1, S = 2"
     Q = np.ones((1, 4))
     K = np.array([[1.0, 1, 1, 1], [0, 0, 0, 0]])
-    V = np.eye(2)
-    out, w = _weights(fn, Q, K, V, None, "scale, raw scores [4, 0], d_k = 4")
-    scale_wrongs = [(_softmax(np.array([[4.0, 0]]), -1), SCALE_NONE),
-                    (_softmax(np.array([[8.0, 0]]), -1), SCALE_MULTIPLIED),
-                    (_softmax(np.array([[1.0, 0]]), -1), SCALE_TWICE),
-                    (np.ones((1, 2)), WRONG_AXIS)]
-    case = "scale, raw scores [4, 0], d_k = 4"
-    expect_shape(w, (1, 2), case=case, hint="weights have shape (..., L, S)")
-    expect_close(w, [[0.880797, 0.119203]], case=case, atol=1e-6,
-                 hint=diagnose(w, scale_wrongs, "weights = softmax(Q K^T / sqrt(d_k)) over keys", atol=1e-5))
-    expect_close(out, [[0.880797, 0.119203]], case=case, atol=1e-6,
-                 hint="out = weights @ V (here V is the identity, so out equals the weights)")
+    V = np.array([[1.0, 2.0, 3.0], [-1.0, 0.0, 1.0]])
+    out, w = _pair(attention, Q, K, V, None, case)
+    ref_out, ref_w = attention_np(Q, K, V, return_weights=True)
+    if as_array(out) is not None and as_array(out).shape == ref_w.shape and \
+            np.allclose(as_array(out, np.float64), ref_w, atol=1e-6):
+        expect_true(False, case=case, message="the first element you returned holds the weights",
+                    hint=SWAPPED)
+    ww = as_array(w, np.float64)
+    if ww is not None and ww.shape == ref_w.shape and np.isnan(ww).all():
+        expect_true(False, case=case, message="every weight is NaN with mask=None",
+                    hint=DEFAULT_HIDES_ALL)
+    expect_shape(w, (1, 2), case=case, hint=("weights have one row per query and one column "
+                                             "per key: (..., L, S)",))
+    expect_close(w, ref_w, case=case, atol=1e-6,
+                 hint=diagnose(w, _weights_mistakes(Q, K, V, None), GENERIC, atol=1e-5))
+    expect_close(out, ref_out, case=case, atol=1e-6, hint=OUT_WRONG)
 
-    # 2. the mask: equal scores, key 2 hidden -> [0.5, 0.5, 0]
+    # 2. K square, so an untransposed K gives no shape error; scores around 900 (no max-shift
+    #    gives NaN)
+    case = "large scores around 900, d_k = S = 3"
+    Q = np.array([[30.0, 30.0, 30.0], [30.0, 29.0, 31.0]]) * np.sqrt(3) / 3
+    K = np.array([[30.0, 30.0, 30.0], [29.0, 31.0, 30.0], [31.0, 29.0, 30.5]])
+    V = rng.normal(size=(3, 2))
+    out, w = _pair(attention, Q, K, V, None, case)
+    ref_out, ref_w = attention_np(Q, K, V, return_weights=True)
+    mistakes = _weights_mistakes(Q, K, V, None) + [
+        (lambda: _softmax(Q @ K / np.sqrt(3)), NOT_TRANSPOSED)]
+    ww = as_array(w, np.float64)
+    hint = NO_SHIFT if ww is not None and ww.shape == ref_w.shape and np.isnan(ww).any() else \
+        diagnose(w, mistakes, GENERIC, atol=1e-5)
+    expect_close(w, ref_w, case=case, atol=1e-6, hint=hint)
+    expect_close(out, ref_out, case=case, atol=1e-6, hint=OUT_WRONG)
+
+    # 3. the mask: equal scores, key 2 hidden -> [0.5, 0.5, 0]
     case = "mask, scores [0, 0, 0], key 2 masked"
     Qm, Km, Vm = np.zeros((1, 2)), np.ones((3, 2)), np.arange(6.0).reshape(3, 2)
     mask = np.array([[True, True, False]])
-    _, w = _weights(fn, Qm, Km, Vm, mask, case)
-    mask_wrongs = [(_softmax(np.array([[1.0, 1, 0]]), -1), ADDED_MASK),
-                   (np.array([[0.0, 0, 1]]), FLIPPED)]
+    _, w = _pair(attention, Qm, Km, Vm, mask, case)
     expect_close(w, [[0.5, 0.5, 0.0]], case=case, atol=1e-6,
-                 hint=diagnose(w, mask_wrongs, "hidden keys get weight exactly 0", atol=1e-5))
+                 hint=diagnose(w, _weights_mistakes(Qm, Km, Vm, mask),
+                               ("hidden keys get weight exactly 0",), atol=1e-5))
 
-    # 3. a query that may attend to nothing
+    # 4. a query that may attend to nothing
     case = "fully masked row (query 1 sees no key)"
-    rng = np.random.default_rng(0)
     Qe, Ke, Ve = rng.normal(size=(2, 4)), rng.normal(size=(3, 4)), rng.normal(size=(3, 5))
     mask_e = np.array([[True, False, True], [False, False, False]])
-    out, w = _weights(fn, Qe, Ke, Ve, mask_e, case)
-    o, wt = as_array(out), as_array(w)
-    hint = EMPTY_ROW_NAN if (o is not None and np.isnan(np.asarray(o, float)).any()) or \
-        (wt is not None and np.isnan(np.asarray(wt, float)).any()) else EMPTY_ROW_UNIFORM
+    out, w = _pair(attention, Qe, Ke, Ve, mask_e, case)
+    o, wt = as_array(out, np.float64), as_array(w, np.float64)
+    nan = (o is not None and np.isnan(o).any()) or (wt is not None and np.isnan(wt).any())
     ref_out, ref_w = attention_np(Qe, Ke, Ve, mask_e, return_weights=True)
+    hint = EMPTY_ROW_NAN if nan else diagnose(
+        w, _weights_mistakes(Qe, Ke, Ve, mask_e), EMPTY_ROW_UNIFORM, atol=1e-5)
     expect_close(w, ref_w, case=case, atol=1e-6, hint=hint)
     expect_close(out, ref_out, case=case, atol=1e-6, hint=hint)
 
-    # 4. batched, L != S, a causal mask over the last L of S positions
-    case = "batch (2, 3), L = 4, S = 6, d_k = 8, d_v = 5, causal mask"
-    Qb, Kb, Vb = (rng.normal(size=(2, 3, n, d)) for n, d in ((4, 8), (6, 8), (6, 5)))
+    # 5. batched float32, L != S, a causal mask over the last L of S positions
+    case = "float32 batch (2, 3), L = 4, S = 6, d_k = 8, d_v = 5, causal mask"
+    Qb, Kb, Vb = (rng.normal(size=(2, 3, n, d)).astype(np.float32)
+                  for n, d in ((4, 8), (6, 8), (6, 5)))
     mask_b = causal_mask_np(4, 6)
-    out, w = _weights(fn, Qb, Kb, Vb, mask_b, case)
-    ref_out, ref_w = attention_np(Qb, Kb, Vb, mask_b, return_weights=True)
-    expect_shape(out, (2, 3, 4, 5), case=case, hint="out has shape (..., L, d_v): weights @ V")
-    axis_wrong = np.where(mask_b, Qb @ np.swapaxes(Kb, -1, -2) / np.sqrt(8), -np.inf)
-    expect_close(w, ref_w, case=case, atol=1e-6,
-                 hint=diagnose(w, [(_softmax(axis_wrong, -2), WRONG_AXIS)],
-                                "use K^T over the last two axes (np.swapaxes(K, -1, -2)) and the "
-                                "softmax over the last axis", atol=1e-5))
-    expect_close(out, ref_out, case=case, atol=1e-6, hint="out = weights @ V")
+    out, w = _pair(attention, Qb, Kb, Vb, mask_b, case)
+    ref_out, ref_w = attention_np(Qb.astype(np.float64), Kb.astype(np.float64),
+                                  Vb.astype(np.float64), mask_b, return_weights=True)
+    expect_shape(out, (2, 3, 4, 5), case=case,
+                 hint=("out has one row per query and d_v columns: (..., L, d_v)",))
+    expect_close(w, ref_w, case=case, rtol=1e-4, atol=1e-5,
+                 hint=diagnose(w, _weights_mistakes(Qb.astype(np.float64), Kb.astype(np.float64),
+                                                    Vb, mask_b), GENERIC, atol=1e-4))
+    expect_close(out, ref_out, case=case, rtol=1e-4, atol=1e-5, hint=OUT_WRONG)

@@ -13,19 +13,34 @@ from txlearn.complexity import online_softmax_update_np
 
 # ---------------------------------------------------------------- exercise: attention_flops
 
-MACS = ("you counted multiply-accumulates: a product of (m, k) and (k, n) matrices costs m k n MACs "
-        "but 2 m k n FLOPs (one multiply and one add each)")
-NO_SCORES = ("you left out one of the T x T products: the scores Q K^T cost 2 T^2 d_model FLOPs, "
+MACS = ("what does one multiply-accumulate cost in FLOPs?",
+        "you counted multiply-accumulates: a product of (m, k) and (k, n) matrices costs m k n "
+        "MACs but 2 m k n FLOPs (one multiply and one add each)")
+NO_SCORES = ("attention has two T x T products",
+             "you left out one of the T x T products: the scores Q K^T cost 2 T^2 d_model FLOPs, "
              "and the weighted sum A V another 2 T^2 d_model")
-NO_T2 = ("you counted only the four projections; the scores Q K^T and the weighted sum A V add "
+NO_T2 = ("what grows as T^2 in attention?",
+         "you counted only the four projections; the scores Q K^T and the weighted sum A V add "
          "2 T^2 d_model FLOPs each")
-NO_PROJECTIONS = ("you counted only the T x T products; the projections W_Q, W_K, W_V, W_O cost "
-                  "2 T d_model^2 FLOPs each")
-ONE_HEAD_ONLY = ("you counted the scores and weighted sum of a single head (width d_k); all "
+NO_PROJECTIONS = ("what does attention compute before and after the T x T products?",
+                  "you counted only the T x T products; the projections W_Q, W_K, W_V, W_O cost 2"
+                  " T d_model^2 FLOPs each")
+ONE_HEAD_ONLY = ("all heads together: how wide are they?",
+                 "you counted the scores and weighted sum of a single head (width d_k); all "
                  "n_heads heads together cost 2 T^2 (n_heads d_k) = 2 T^2 d_model each")
-TIMES_HEADS = ("n_heads heads of width d_k = d_model / n_heads cost what one head of width "
+TIMES_HEADS = ("do more heads cost more FLOPs at the same d_model?",
+               "n_heads heads of width d_k = d_model / n_heads cost what one head of width "
                "d_model costs: do not multiply by n_heads")
-NO_W_O = "attention has four projections: W_Q, W_K, W_V and the output projection W_O"
+NO_W_O = ("count every projection of the attention sub-layer",
+          "attention has four projections: W_Q, W_K, W_V and the output projection W_O")
+
+
+DEFAULT_FLOPS = ("projections 4 x 2 T d_model^2, scores 2 T^2 d_model, weighted sum 2 T^2 d_model"
+                 " (FLOPs = 2 x multiply-accumulates)",)
+DEFAULT_UPDATE = ("m' = max(m, max s), alpha = exp(m - m'), l' = alpha l + sum p, acc' = alpha "
+                  "acc + p V",)
+# the hints given when no catalogued mistake is recognised (tests assert a mistake never gets them)
+DEFAULTS = {"attention_flops": [DEFAULT_FLOPS], "online_softmax_update": [DEFAULT_UPDATE]}
 
 
 def _flop_wrongs(T, d, h):
@@ -45,10 +60,10 @@ def attention_flops(fn):
         got = call(fn, T, d_model, n_heads, case=case)
         expect_true(isinstance(got, (int, np.integer)) and not isinstance(got, bool), case=case,
                     message=f"expected an int, got {type(got).__name__}",
-                    hint="a FLOP count is a whole number: use integer arithmetic (// not /)")
+                    hint=("a FLOP count is a whole number",
+                          "use integer arithmetic (// rather than /)"))
         expected = _attention_flops(T=T, d_model=d_model, n_heads=n_heads)
-        hint = ("projections 4 x 2 T d_model^2, scores 2 T^2 d_model, weighted sum "
-                "2 T^2 d_model (FLOPs = 2 x multiply-accumulates)")
+        hint = DEFAULT_FLOPS
         for wrong, wrong_hint in _flop_wrongs(T, d_model, n_heads):
             if got == wrong:
                 hint = wrong_hint
@@ -59,19 +74,26 @@ def attention_flops(fn):
 
 # ---------------------------------------------------------------- exercise: online_softmax_update
 
-NO_RESCALE_SUM = ("rescale the old sum to the new max before adding the block: "
-                  "l' = exp(m - m') l + sum_j exp(s_j - m')")
-NO_RESCALE_ACC = ("rescale the old output to the new max before adding the block: "
-                  "acc' = exp(m - m') acc + p @ V")
-NO_RESCALE = ("the old sum and output were computed against the old max m: multiply both by "
-              "alpha = exp(m - m') before adding the new block")
-ALPHA_INVERTED = "alpha = exp(m - m') (old minus new, at most 1); yours is exp(m' - m)"
-OLD_MAX = ("use the new max m' = max(m, max_j s_j) in p_j = exp(s_j - m'), and return it as the "
+NO_RESCALE_SUM = ("the old sum was computed against the old maximum",
+                  "rescale the old sum to the new max before adding the block: l' = exp(m - m') l"
+                  " + sum_j exp(s_j - m')")
+NO_RESCALE_ACC = ("the old output was computed against the old maximum",
+                  "rescale the old output to the new max before adding the block: acc' = exp(m - "
+                  "m') acc + p @ V")
+NO_RESCALE = ("what happens to earlier terms when the running maximum grows?",
+              "the old sum and output were computed against the old max m: multiply both by alpha"
+              " = exp(m - m') before adding the new block")
+ALPHA_INVERTED = ("the rescaling factor is at most 1",
+                  "alpha = exp(m - m') (old minus new, at most 1); yours is exp(m' - m)")
+OLD_MAX = ("which maximum do the new terms use?",
+           "use the new max m' = max(m, max_j s_j) in p_j = exp(s_j - m'), and return it as the "
            "new running max")
-NORMALISED = ("keep acc unnormalised (sum_j exp(s_j - m') v_j); divide by l only once, after the "
+NORMALISED = ("when does the division by the sum happen?",
+              "keep acc unnormalised (sum_j exp(s_j - m') v_j); divide by l only once, after the "
               "last block")
-NAN_GUARD = ("while every key so far is masked, m' = -inf and exp(-inf - (-inf)) is NaN: "
-             "subtract 0 instead of m' where m' is -inf, so the block adds nothing and l stays 0")
+NAN_GUARD = ("what is exp(-inf - (-inf))?",
+             "while every key so far is masked, m' = -inf and exp(-inf - (-inf)) is NaN: subtract"
+             " 0 instead of m' where m' is -inf, so the block adds nothing and l stays 0")
 
 
 def _update_variants(m, l, acc, s, V):
@@ -123,9 +145,9 @@ def online_softmax_update(fn):
         got = call(fn, m.copy(), l.copy(), acc.copy(), s.copy(), V.copy(), case=case)
         expect_true(isinstance(got, (tuple, list)) and len(got) == 3, case=case,
                     message=f"expected a tuple (m, l, acc), got {type(got).__name__}",
-                    hint="return the new running max, sum and output: return m_new, l_new, acc_new")
+                    hint=("return three things: the new running max, sum and output",))
         right = online_softmax_update_np(m, l, acc, s, V)
-        hint = "m' = max(m, max s), alpha = exp(m - m'), l' = alpha l + sum p, acc' = alpha acc + p V"
+        hint = DEFAULT_UPDATE
         if case.startswith("a block whose"):
             hint = NAN_GUARD
         else:

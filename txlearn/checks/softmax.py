@@ -24,8 +24,9 @@ from txlearn.softmax import log_softmax_np, softmax_jacobian_np, softmax_np
 def _expect_unchanged(before, after, *, case: str, name: str) -> None:
     expect_true(np.array_equal(before, after, equal_nan=True), case=case,
                 message=f"your function changed its input `{name}` in place",
-                hint=f"`{name} -= c`, `{name} /= c` or `np.exp({name}, out={name})` change the "
-                     f"caller's array: build a new one instead (`z = {name} - c`)")
+                hint=(f"the caller still needs `{name}`: leave it unchanged",
+                      f"in-place operations (`-=`, `/=`, `out=`) change the caller's array: "
+                      f"build a new array instead"))
 
 
 def _softmax_global_max(x, axis):
@@ -55,18 +56,29 @@ def _softmax_global_sum(x, axis):
 
 # ----------------------------------------------------------------------------- stable_softmax
 
-HINT_NO_SHIFT = ("exp(1000) overflows to inf and inf/inf is NaN: subtract the maximum before "
-                 "exp(), z = x - x.max(axis=axis, keepdims=True) (softmax(x - c) = softmax(x))")
-HINT_CLAMPED = ("every exp(-1e4) underflows to 0 and 0/0 is NaN: shift by the maximum itself, "
-                "even when it is negative; don't clamp the shift at 0 (max(x.max(), 0))")
-HINT_GLOBAL_MAX = ("one maximum for the whole array makes row 0 exp(0 - 1001) = 0, then 0/0: "
-                   "take the maximum per slice, x.max(axis=axis, keepdims=True)")
-HINT_WRONG_AXIS = ("you normalised along another axis: use the `axis` argument in both the max "
+HINT_NO_SHIFT = ("what does exp() do with a logit of 1000?",
+                 "exp(1000) overflows to inf and inf/inf is NaN: subtract the maximum before exp() "
+                 "(softmax(x - c) = softmax(x) for any constant c)",
+                 "the maximum must be taken along `axis` and kept broadcastable (keepdims)")
+HINT_CLAMPED = ("what does exp() do with a logit of -1e4?",
+                "every exp(-1e4) underflows to 0 and 0/0 is NaN: shift by the maximum itself, even "
+                "when it is negative; do not clamp the shift at 0")
+HINT_GLOBAL_MAX = ("each slice is its own distribution: whose maximum do you subtract?",
+                   "one maximum for the whole array makes row 0 exp(0 - 1001) = 0, then 0/0: take "
+                   "the maximum of each slice along `axis`")
+HINT_WRONG_AXIS = ("along which axis must the values sum to 1?",
+                   "you normalised along another axis: use the `axis` argument in both the max "
                    "and the sum")
-HINT_KEEPDIMS = ("x.max(axis=axis) drops the axis, so the max of row i is subtracted from "
-                 "column i: pass keepdims=True to the max and to the sum")
-HINT_GLOBAL_SUM = ("the whole array sums to 1 instead of each slice: e.sum(axis=axis, "
-                   "keepdims=True)")
+HINT_KEEPDIMS = ("check how the per-row maximum broadcasts back against x",
+                 "a reduction along `axis` drops that axis, so the max of row i is subtracted "
+                 "from column i: keep the reduced axis (keepdims) in the max and the sum")
+HINT_GLOBAL_SUM = ("each slice must sum to 1, not the whole array",
+                   "sum along `axis` only (and keep that axis for broadcasting)")
+
+
+DEFAULT_SOFTMAX = ("softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), with m = max(x) along `axis`",)
+DEFAULT_ROWS = ("each row of a 2-D input is its own distribution",)
+DEFAULT_AXIS = ("the values must sum to 1 along `axis`",)
 
 
 @exercise("stable_softmax")
@@ -83,7 +95,7 @@ def stable_softmax(softmax):
         hint = diagnose(got, [
             (lambda: _softmax_clamped(x, -1), hint),
             (lambda: np.exp(x) / np.exp(x).sum(), hint),
-        ], "softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m), with m = max(x)", rtol=1e-5)
+        ], DEFAULT_SOFTMAX, rtol=1e-5)
         expect_close(got, expected, case=case, hint=hint, rtol=0, atol=1e-6)
 
     case = "row-wise, axis=-1: [[0, 1], [1000, 1001]]"
@@ -95,7 +107,7 @@ def stable_softmax(softmax):
         (lambda: _softmax_no_keepdims(x, -1), HINT_KEEPDIMS),
         (lambda: _softmax_global_sum(x, -1), HINT_GLOBAL_SUM),
         (lambda: np.exp(x) / np.exp(x).sum(-1, keepdims=True), HINT_NO_SHIFT),
-    ], "each row of a 2-D input is its own distribution", rtol=1e-5)
+    ], DEFAULT_ROWS, rtol=1e-5)
     expect_close(got, [[0.268941, 0.731059], [0.268941, 0.731059]], case=case, hint=hint,
                  rtol=0, atol=1e-6)
 
@@ -107,23 +119,32 @@ def stable_softmax(softmax):
         _expect_unchanged(before, x, case=case, name="x")
         expect_shape(got, x.shape, case=case, hint=HINT_KEEPDIMS)
         hint = diagnose(got, [
-            (lambda: softmax_np(x, -1), HINT_WRONG_AXIS + " (you always used the last axis)"),
+            (lambda: softmax_np(x, -1), HINT_WRONG_AXIS[:1] + (HINT_WRONG_AXIS[1] + " (you always used the last axis)",)),
             (lambda: softmax_np(x, 0), HINT_WRONG_AXIS),
             (lambda: _softmax_global_sum(x, axis), HINT_GLOBAL_SUM),
-        ], f"the values must sum to 1 along axis {axis}", rtol=1e-5)
+        ], DEFAULT_AXIS, rtol=1e-5)
         expect_close(got, softmax_np(x, axis=axis), case=case, hint=hint)
 
 
 # ----------------------------------------------------------------------------- scaled_scores
 
-HINT_NO_SCALE = "divide the dot products by sqrt(d_k): scores = Q @ K^T / sqrt(d_k)"
-HINT_BY_D_K = "you divided by d_k; the scale is 1/sqrt(d_k) (it makes Var(score) = 1, not 1/d_k)"
-HINT_TIMES = "you multiplied by sqrt(d_k); divide by it instead"
-HINT_WRONG_D = ("d_k is the size of the LAST axis, Q.shape[-1] (the width of one query), not "
-                "the number of queries or keys")
-HINT_SOFTMAX = "return the scores themselves; the softmax comes after, in attention"
-HINT_BATCH_T = ("for batched inputs transpose only the last two axes: np.swapaxes(K, -1, -2) "
-                "(K.T reverses every axis), and multiply with @ (np.dot does not batch)")
+HINT_NO_SCALE = ("the dot products are too large: what makes their variance 1?",
+                 "divide the dot products by sqrt(d_k)")
+HINT_BY_D_K = ("check the size of the scale",
+               "you divided by d_k; the scale is 1/sqrt(d_k) (it makes Var(score) = 1, not 1/d_k)")
+HINT_TIMES = ("check the direction of the scale", "you multiplied by sqrt(d_k); divide by it instead")
+HINT_WRONG_D = ("which length is d_k?",
+                "d_k is the size of the LAST axis (the width of one query), not the number of "
+                "queries or keys")
+HINT_SOFTMAX = ("what does this function return: scores or weights?",
+                "return the scores themselves; the softmax comes after, in attention")
+HINT_BATCH_T = ("Q K^T pairs every query with every key: which axes of K must swap?",
+                "for batched inputs transpose only the last two axes of K (a full transpose "
+                "reverses every axis), and use a product that batches over the leading axes "
+                "(the @ operator)")
+
+
+DEFAULT_SCORES = ("scores[..., l, s] = q_l . k_s / sqrt(d_k)",)
 
 
 @exercise("scaled_scores")
@@ -141,7 +162,7 @@ def scaled_scores(scaled_scores):
         _expect_unchanged(K0, K, case=case, name="K")
         g = as_array(got, np.float64)
         expect_true(g is not None, case=case, message=f"expected an array of numbers, got "
-                    f"{type(got).__name__}", hint="return Q @ K^T / sqrt(d_k) as an array")
+                    f"{type(got).__name__}", hint=("return the scores as an array",))
         shape_hint = {(*batch, S, L): "scores[l, s] = q_l . k_s has shape (L, S): compute "
                                       "Q @ K^T, not K @ Q^T",
                       (*batch, d_k, d_k): "Q^T K sums over the positions; Q @ K^T sums over "
@@ -155,21 +176,28 @@ def scaled_scores(scaled_scores):
             (lambda: dots / math.sqrt(L), HINT_WRONG_D),
             (lambda: dots / math.sqrt(S), HINT_WRONG_D),
             (lambda: softmax_np(dots / math.sqrt(d_k), axis=-1), HINT_SOFTMAX),
-        ], "scores[..., l, s] = q_l . k_s / sqrt(d_k)", rtol=1e-5)
+        ], DEFAULT_SCORES, rtol=1e-5)
         expect_close(g, dots / math.sqrt(d_k), case=case, hint=hint)
 
 
 # ----------------------------------------------------------------------------- softmax_jacobian
 
-HINT_NO_DIAG = "the diagonal needs s_i as well: J = diag(s) - s s^T"
-HINT_NO_OUTER = "the off-diagonal entries are -s_i s_j: J = diag(s) - s s^T"
-HINT_DIAG_ONLY = ("you returned only the diagonal s_i (1 - s_i); the off-diagonal entries are "
-                  "-s_i s_j")
-HINT_SIGN = "the sign is flipped: J = diag(s) - s s^T (d s_i / d x_i = s_i (1 - s_i) > 0)"
-HINT_LOGITS = "use the probabilities s = softmax(x) in the formula, not the logits x"
-HINT_ELEMENTWISE = "s s^T is an outer product, np.outer(s, s) (s * s is elementwise)"
-HINT_DELTA = ("J_ij = s_i (delta_ij - s_j): only the diagonal gets s_i; off the diagonal it is "
+HINT_NO_DIAG = ("what is d s_i / d x_i?", "the diagonal needs s_i as well: J = diag(s) - s s^T")
+HINT_NO_OUTER = ("what is d s_i / d x_j for i != j?", "the off-diagonal entries are -s_i s_j: J = diag(s) - s s^T")
+HINT_DIAG_ONLY = ("the Jacobian is a full matrix",
+                  "you returned only the diagonal s_i (1 - s_i); the off-diagonal entries are -s_i s_j")
+HINT_SIGN = ("raising x_i raises s_i: what sign has d s_i / d x_i?",
+             "the sign is flipped: J = diag(s) - s s^T (d s_i / d x_i = s_i (1 - s_i) > 0)")
+HINT_LOGITS = ("the formula is in terms of the probabilities",
+               "use s = softmax(x) in the formula, not the logits x")
+HINT_ELEMENTWISE = ("s s^T has n x n entries",
+                    "s s^T is an outer product (entry [i, j] = s_i s_j); s * s is elementwise")
+HINT_DELTA = ("which entries get the s_i term?",
+              "J_ij = s_i (delta_ij - s_j): only the diagonal gets s_i; off the diagonal it is "
               "-s_i s_j, not s_i (1 - s_j)")
+
+
+DEFAULT_JACOBIAN = ("J = diag(s) - s s^T with s = softmax(x)",)
 
 
 @exercise("softmax_jacobian")
@@ -183,7 +211,8 @@ def softmax_jacobian(softmax_jacobian):
         got = call(softmax_jacobian, x, case=case)
         _expect_unchanged(before, x, case=case, name="x")
         expect_shape(got, (n, n), case=case,
-                     hint="return the full (n, n) matrix J[i, j] = d s_i / d x_j")
+                     hint=("the Jacobian is a full matrix",
+                           "return the (n, n) matrix J[i, j] = d s_i / d x_j"))
         s = softmax_np(x)
         hint = diagnose(got, [
             (lambda: -np.outer(s, s), HINT_NO_DIAG),
@@ -193,18 +222,24 @@ def softmax_jacobian(softmax_jacobian):
             (lambda: np.diag(x) - np.outer(x, x), HINT_LOGITS),
             (lambda: np.diag(s) - s * s, HINT_ELEMENTWISE),
             (lambda: np.outer(s, 1 - s), HINT_DELTA),
-        ], HINT_NO_SHIFT if case.startswith("large") else "J = diag(s) - s s^T, s = softmax(x)", rtol=1e-5)
+        ], HINT_NO_SHIFT if case.startswith("large") else DEFAULT_JACOBIAN, rtol=1e-5)
         expect_close(got, softmax_jacobian_np(x), case=case, hint=hint, rtol=1e-5, atol=1e-7)
 
 
 # ----------------------------------------------------------------------------- log_softmax
 
-HINT_LOG_OF_SOFTMAX = ("log(softmax(x)) is log(0) = -inf once exp() underflows: compute "
-                       "z - log(sum(exp(z))) with z = x - max(x) (log-sum-exp)")
-HINT_LSE_NO_SHIFT = ("log(sum(exp(x))) overflows for large x: shift by the maximum, "
-                     "z = x - x.max(axis=axis, keepdims=True), then z - log(sum(exp(z)))")
-HINT_FORGOT_SHIFT_BACK = ("you subtracted log(sum(exp(z))) from x instead of from the shifted "
-                          "z = x - max(x): the result is off by max(x)")
+HINT_LOG_OF_SOFTMAX = ("what is log(softmax(x)) when exp() underflows to 0?",
+                       "log(softmax(x)) is log(0) = -inf once exp() underflows: compute it as the "
+                       "shifted logits minus the log of the sum of their exponentials (log-sum-exp)")
+HINT_LSE_NO_SHIFT = ("what does exp() do with a logit of 1000?",
+                     "log(sum(exp(x))) overflows for large x: shift by the maximum first, then "
+                     "subtract the log-sum-exp of the shifted values")
+HINT_FORGOT_SHIFT_BACK = ("check which values the log-sum-exp is subtracted from",
+                          "you subtracted the shifted log-sum-exp from x instead of from the "
+                          "shifted logits: the result is off by max(x)")
+
+
+DEFAULT_LOG_SOFTMAX = ("log_softmax(x) = z - log(sum(exp(z))) with z = x - max(x) along `axis`",)
 
 
 @exercise("log_softmax")
@@ -229,6 +264,15 @@ def log_softmax(log_softmax):
              HINT_FORGOT_SHIFT_BACK),
             (lambda: log_softmax_np(x, axis=0), HINT_WRONG_AXIS),
             (lambda: _log_softmax_no_keepdims(x, axis), HINT_KEEPDIMS),
-        ], "log_softmax(x) = z - log(sum(exp(z))), z = x - max(x) along `axis`", rtol=1e-5)
+        ], DEFAULT_LOG_SOFTMAX, rtol=1e-5)
         expect_close(got, log_softmax_np(x, axis=axis), case=case, hint=hint, rtol=1e-6,
                      atol=1e-6)
+
+
+# the hints given when no catalogued mistake is recognised (tests assert a mistake never gets them)
+DEFAULTS = {
+    "stable_softmax": [DEFAULT_SOFTMAX, DEFAULT_ROWS, DEFAULT_AXIS],
+    "scaled_scores": [DEFAULT_SCORES],
+    "softmax_jacobian": [DEFAULT_JACOBIAN],
+    "log_softmax": [DEFAULT_LOG_SOFTMAX],
+}
