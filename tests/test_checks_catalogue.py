@@ -109,3 +109,20 @@ def test_time_limit_and_stub_feedback():
 def test_unknown_exercise_is_a_key_error():
     with pytest.raises(KeyError, match="no exercise named"):
         check("no_such_exercise")
+
+
+def test_check_cells_pass_the_names_their_checks_take():
+    # a check's parameter names are the learner's names in its check cell: the grader builds its
+    # proxies, and a failing exercise finds its dependencies, by these names
+    import ast as _ast
+    from txlearn.checks import parameters
+    for source in sorted((build.ROOT / "exercises" / "source").glob("[0-9][0-9]_*.py")):
+        for cell in build.read_source(source).cells:
+            if not build.is_check(cell):
+                continue
+            call_node = next(n for n in _ast.walk(_ast.parse(cell.source))
+                             if isinstance(n, _ast.Call) and getattr(n.func, "id", "") == "check")
+            passed = [a.id for a in call_node.args[1:]]
+            name = cell.metadata["exercise"]
+            assert passed == parameters(name), f"{source.name}, {name}: cell passes {passed}, " \
+                                               f"the check takes {parameters(name)}"

@@ -5,6 +5,7 @@
 #     minutes: 35
 #     objectives:
 #     - build a causal mask for L queries over S keys, aligned to the last positions
+#     - build a padding mask from sequence lengths
 #     - write masked attention that gives 0, not NaN, for a row with every key masked
 #     imports: [numpy]
 # ---
@@ -42,7 +43,28 @@ from txlearn.checks import check
 check("causal_mask", causal_mask)
 
 # %% [markdown]
-# ## Exercise 2: scaled dot-product attention with a mask
+# ## Exercise 2: the padding mask
+#
+# A batch holds `B` sequences of different lengths, padded at the end to a common length `S`.
+# Write `padding_mask(lengths, S)` returning a boolean array of shape `(B, S)`: entry `[b, j]` is
+# `True` when position `j` holds a real token of sequence `b` (it comes before the sequence's
+# length), `False` on padding. `lengths` is a list or 1-D array of `B` integers between 0 and `S`.
+#
+# As a key mask it broadcasts against `(B, L, S)` scores once it has a query axis of size 1.
+
+# %% tags=["answer"] exercise="padding_mask"
+def padding_mask(lengths, S):
+    ### BEGIN SOLUTION
+    lengths = np.asarray(lengths)
+    return np.arange(S)[None, :] < lengths[:, None]  # (1, S) vs (B, 1) -> (B, S)
+    ### END SOLUTION
+
+# %% tags=["check"] exercise="padding_mask"
+from txlearn.checks import check
+check("padding_mask", padding_mask)
+
+# %% [markdown]
+# ## Exercise 3: scaled dot-product attention with a mask
 #
 # Write `attention(Q, K, V, mask=None)` returning `(out, weights)`:
 #

@@ -2,17 +2,15 @@
 # jupyter:
 #   txlearn:
 #     title: "Exercises 08: what attention costs"
-#     minutes: 30
+#     minutes: 45
 #     objectives:
 #     - count the FLOPs of attention and see the number of heads cancel
 #     - update a running softmax over blocks of keys (online softmax)
+#     - compute attention block by block without the L x S matrix (tiled attention)
 #     imports: [numpy]
 # ---
 
 # %% [markdown]
-# Lesson: `notebooks/08_complexity.ipynb`. Write each function in its answer cell, then run the
-# check cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
-#
 # Conventions of the course: FLOPs = 2 x multiply-accumulates (a product of an `(m, k)` and a
 # `(k, n)` matrix costs `2 m k n` FLOPs); arrays are NumPy `float64`.
 
@@ -71,3 +69,40 @@ def online_update(m, l, acc, scores, V):
 # %% tags=["check"] exercise="online_softmax_update"
 from txlearn.checks import check
 check("online_softmax_update", online_update)
+
+# %% [markdown]
+# ## Exercise 3: tiled attention
+#
+# Write `tiled_attention(Q, K, V, mask=None, block_size=2)`: single-head scaled dot-product
+# attention, `softmax(Q K^T / sqrt(d_k)) V` with hidden keys (mask `False`) left out, computed by
+# walking over the keys in blocks of `block_size` and merging each block with your
+# `online_update` from exercise 2, so that no `(L, S)` matrix of scores is ever held:
+#
+# - `Q` is `(L, d_k)`, `K` is `(S, d_k)`, `V` is `(S, d_v)`, `mask` is `None` or a boolean
+#   `(L, S)` array (`True` = may attend); return the `(L, d_v)` output;
+# - the last block may be shorter than `block_size`;
+# - a query whose keys are all hidden gets the output 0 (never NaN).
+#
+# Lesson 08 measures that this keeps memory linear in the sequence length.
+
+# %% tags=["answer"] exercise="tiled_attention"
+def tiled_attention(Q, K, V, mask=None, block_size=2):
+    ### BEGIN SOLUTION
+    L, d_k = Q.shape
+    S = K.shape[0]
+    m = np.full(L, -np.inf)                       # running max, (L,)
+    l = np.zeros(L)                               # running sum, (L,)
+    acc = np.zeros((L, V.shape[-1]))              # unnormalised output, (L, d_v)
+    for start in range(0, S, block_size):
+        stop = min(start + block_size, S)
+        block = Q @ K[start:stop].T / np.sqrt(d_k)  # (L, stop - start)
+        if mask is not None:
+            block = np.where(mask[:, start:stop], block, -np.inf)
+        m, l, acc = online_update(m, l, acc, block, V[start:stop])
+    safe = np.where(l > 0, l, 1.0)
+    return np.where(l[:, None] > 0, acc / safe[:, None], 0.0)  # (L, d_v)
+    ### END SOLUTION
+
+# %% tags=["check"] exercise="tiled_attention"
+from txlearn.checks import check
+check("tiled_attention", tiled_attention)

@@ -44,6 +44,36 @@ def causal_float(L, S=None):
     return causal_ref(L, S).astype(np.float32)
 
 
+# ------------------------------------------------------------------ padding_mask
+
+def padding_ref(lengths, S):
+    return np.arange(S)[None, :] < np.asarray(lengths)[:, None]
+
+
+def padding_flipped(lengths, S):  # True on the padding
+    return ~padding_ref(lengths, S)
+
+
+def padding_inclusive(lengths, S):  # <= : one padding position too many
+    return np.arange(S)[None, :] <= np.asarray(lengths)[:, None]
+
+
+def padding_transposed(lengths, S):
+    return padding_ref(lengths, S).T
+
+
+def padding_left(lengths, S):  # padding first, as if the sequences were right-aligned
+    return np.arange(S)[None, :] >= S - np.asarray(lengths)[:, None]
+
+
+def padding_ints(lengths, S):
+    return padding_ref(lengths, S).astype(np.int64)
+
+
+def padding_loop_of_lists(lengths, S):  # a list of lists of 0/1, one row per sequence
+    return [[1 if j <= n - 2 else 0 for j in range(S)] for n in lengths]
+
+
 # ------------------------------------------------------------------ masked_attention
 
 def _scores(Q, K):
@@ -155,6 +185,7 @@ def attention_scaled_by_sqrt_S(Q, K, V, mask=None):  # the number of keys, not d
 
 REFERENCE = {
     "causal_mask": (causal_ref,),
+    "padding_mask": (padding_ref,),
     "masked_attention": (attention_ref,),
 }
 
@@ -166,6 +197,14 @@ WRONG = {
         ("top-left aligned", (causal_top_left,), "bottom-right"),
         ("float 0/1 mask", (causal_float,), "masks are booleans"),
         ("strictly lower triangle and top-left", (causal_top_left_no_diagonal,), "may a token attend to itself"),
+    ],
+    "padding_mask": [
+        ("True on the padding", (padding_flipped,), "yours is the opposite"),
+        ("<= length", (padding_inclusive,), "compare strictly"),
+        ("transposed (S, B)", (padding_transposed,), "yours is transposed"),
+        ("padding first", (padding_left,), "puts the padding first"),
+        ("0/1 integers", (padding_ints,), "masks are booleans"),
+        ("lists, one short", (padding_loop_of_lists,), "compare strictly"),
     ],
     "masked_attention": [
         ("no scaling", (attention_no_scale,), "you did not scale"),

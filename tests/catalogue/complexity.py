@@ -100,9 +100,61 @@ def update_returns_two(m, l, acc, scores, V):
     return update_ref(m, l, acc, scores, V)[1:]
 
 
+# ------------------------------------------------------------------ tiled_attention
+
+def _tiled(Q, K, V, mask, block_size, scale=True, m0=-np.inf, last=True, normalise=True,
+           guard=True, mask_cols=True):
+    L, d_k = Q.shape
+    S = K.shape[0]
+    m, l, acc = np.full(L, m0), np.zeros(L), np.zeros((L, V.shape[1]))
+    stops = range(0, S, block_size) if last else range(0, S - block_size + 1, block_size)
+    for start in stops:
+        stop = min(start + block_size, S)
+        s = Q @ K[start:stop].T / (np.sqrt(d_k) if scale else 1.0)
+        if mask is not None:
+            s = np.where(mask[:, start:stop] if mask_cols else mask[:, :stop - start], s, -np.inf)
+        with np.errstate(all="ignore"):
+            m, l, acc = update_ref(m, l, acc, s, V[start:stop])
+    if not normalise:
+        return acc
+    with np.errstate(all="ignore"):
+        if not guard:
+            return acc / l[:, None]
+        return np.where(l[:, None] > 0, acc / np.where(l > 0, l, 1.0)[:, None], 0.0)
+
+
+def tiled_ref(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size)
+
+
+def tiled_not_normalised(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size, normalise=False)
+
+
+def tiled_max_starts_at_zero(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size, m0=0.0)
+
+
+def tiled_drops_last_block(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size, last=False)
+
+
+def tiled_unscaled(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size, scale=False)
+
+
+def tiled_nan_rows(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size, guard=False)
+
+
+def tiled_mask_first_columns(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size, mask_cols=False)
+
+
 REFERENCE = {
     "attention_flops": (flops_ref,),
     "online_softmax_update": (update_ref,),
+    "tiled_attention": (tiled_ref,),
 }
 
 WRONG = {
@@ -124,5 +176,13 @@ WRONG = {
         ("output normalised", (update_normalised,), "keep acc unnormalised"),
         ("NaN when all masked", (update_no_nan_guard,), "is NaN"),
         ("two outputs", (update_returns_two,), "expected a tuple"),
+    ],
+    "tiled_attention": [
+        ("acc not divided by l", (tiled_not_normalised,), "you returned acc itself"),
+        ("running max starts at 0", (tiled_max_starts_at_zero,), "start the running max at minus infinity"),
+        ("last short block dropped", (tiled_drops_last_block,), "the last block is shorter"),
+        ("no 1/sqrt(d_k)", (tiled_unscaled,), "divide each block's scores by sqrt(d_k)"),
+        ("NaN for a query with no key", (tiled_nan_rows,), "divide only where l > 0"),
+        ("mask columns of the first block reused", (tiled_mask_first_columns,), "slice the mask's columns"),
     ],
 }

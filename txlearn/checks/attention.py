@@ -65,6 +65,53 @@ def causal_mask(causal_mask):
                      hint=diagnose(g, _causal_wrongs(L, S), MASK_DEFAULT, atol=1e-5))
 
 
+# ---------------------------------------------------------------- exercise: padding_mask
+
+PAD_POLARITY = ("what does True mean in the course's masks?",
+                "True marks a real token (may attend), False the padding; yours is the opposite")
+PAD_OFF_BY_ONE = ("how many real tokens does a sequence of length n have?",
+                  "positions 0 .. n - 1 are real: compare strictly (position < length); yours "
+                  "also marks position n, or misses position n - 1")
+PAD_TRANSPOSED = ("one row per sequence, one column per position",
+                  "return (B, S): row b is sequence b; yours is transposed (S, B)")
+PAD_LEFT = ("where does the padding go?",
+            "the sequences are padded at the end: real tokens first, then padding; yours puts the "
+            "padding first")
+PAD_NOT_BOOL = ("masks are booleans, not numbers",
+                "return a boolean array (True = real token); 0/1 numbers get added to scores by "
+                "mistake")
+PAD_DEFAULT = ("mask[b, j] is True exactly when position j comes before the length of sequence b",)
+
+
+def _padding_wrongs(lengths, S):
+    pos, n = np.arange(S)[None, :], np.asarray(lengths)[:, None]
+    return [(pos >= n, PAD_POLARITY), (pos <= n, PAD_OFF_BY_ONE), (pos < n - 1, PAD_OFF_BY_ONE),
+            ((pos < n).T, PAD_TRANSPOSED), (pos >= S - n, PAD_LEFT)]
+
+
+@exercise("padding_mask")
+def padding_mask(padding_mask):
+    cases = [("lengths [3, 1, 4], S = 4", [3, 1, 4], 4),
+             ("lengths [2, 2], S = 5 (a square batch would hide a transpose)", [2, 2], 5),
+             ("an empty sequence: lengths [0, 3], S = 3", np.array([0, 3]), 3),
+             ("one sequence, no padding: lengths [6], S = 6", [6], 6)]
+    for case, lengths, S in cases:
+        got = call(padding_mask, lengths, S, case=case)
+        right = np.arange(S)[None, :] < np.asarray(lengths)[:, None]
+        g = as_array(got)
+        expect_true(g is not None, case=case, message=f"expected an array, got {type(got).__name__}",
+                    hint=("return a boolean array of shape (B, S)",))
+        if g.dtype != np.bool_:
+            expect_true(False, case=case, message=f"dtype {g.dtype}, expected bool",
+                        hint=PAD_NOT_BOOL if g.shape == right.shape and np.array_equal(
+                            g.astype(bool), right) else diagnose(g, _padding_wrongs(lengths, S),
+                                                                  PAD_DEFAULT, atol=1e-5))
+        expect_shape(g, right.shape, case=case,
+                     hint=diagnose(g, _padding_wrongs(lengths, S), PAD_TRANSPOSED, atol=1e-5))
+        expect_close(g, right, case=case, atol=0,
+                     hint=diagnose(g, _padding_wrongs(lengths, S), PAD_DEFAULT, atol=1e-5))
+
+
 # ---------------------------------------------------------------- exercise: masked_attention
 
 SCALE_NONE = ("the scores are too large: what keeps their variance at 1?",
@@ -108,7 +155,8 @@ GENERIC = ("weights = softmax(Q K^T / sqrt(d_k)) over the keys, hidden keys 0; o
 
 
 # the hints given when no catalogued mistake is recognised (tests assert a mistake never gets them)
-DEFAULTS = {"causal_mask": [MASK_DEFAULT], "masked_attention": [GENERIC]}
+DEFAULTS = {"causal_mask": [MASK_DEFAULT], "padding_mask": [PAD_DEFAULT],
+            "masked_attention": [GENERIC]}
 
 
 def _softmax(s, axis=-1):

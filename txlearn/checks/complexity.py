@@ -7,9 +7,9 @@ diagnostic case runs first.
 
 import numpy as np
 
-from txlearn.checks import call, expect_close, expect_true, exercise
+from txlearn.checks import as_array, call, diagnose, expect_close, expect_shape, expect_true, exercise
 from txlearn.complexity import attention_flops as _attention_flops
-from txlearn.complexity import online_softmax_update_np
+from txlearn.complexity import online_softmax_update_np, tiled_attention_np
 
 # ---------------------------------------------------------------- exercise: attention_flops
 
@@ -40,7 +40,8 @@ DEFAULT_FLOPS = ("projections 4 x 2 T d_model^2, scores 2 T^2 d_model, weighted 
 DEFAULT_UPDATE = ("m' = max(m, max s), alpha = exp(m - m'), l' = alpha l + sum p, acc' = alpha "
                   "acc + p V",)
 # the hints given when no catalogued mistake is recognised (tests assert a mistake never gets them)
-DEFAULTS = {"attention_flops": [DEFAULT_FLOPS], "online_softmax_update": [DEFAULT_UPDATE]}
+DEFAULTS = {"attention_flops": [DEFAULT_FLOPS], "online_softmax_update": [DEFAULT_UPDATE],
+            "tiled_attention": []}
 
 
 def _flop_wrongs(T, d, h):
@@ -54,10 +55,10 @@ def _flop_wrongs(T, d, h):
 
 
 @exercise("attention_flops")
-def attention_flops(fn):
+def attention_flops(attention_flops):
     for T, d_model, n_heads in ((10, 8, 4), (1000, 64, 8), (3, 96, 12)):
         case = f"T={T}, d_model={d_model}, n_heads={n_heads}"
-        got = call(fn, T, d_model, n_heads, case=case)
+        got = call(attention_flops, T, d_model, n_heads, case=case)
         expect_true(isinstance(got, (int, np.integer)) and not isinstance(got, bool), case=case,
                     message=f"expected an int, got {type(got).__name__}",
                     hint=("a FLOP count is a whole number",
@@ -140,9 +141,9 @@ def _cases():
 
 
 @exercise("online_softmax_update")
-def online_softmax_update(fn):
+def online_softmax_update(online_update):
     for case, m, l, acc, s, V in _cases():
-        got = call(fn, m.copy(), l.copy(), acc.copy(), s.copy(), V.copy(), case=case)
+        got = call(online_update, m.copy(), l.copy(), acc.copy(), s.copy(), V.copy(), case=case)
         expect_true(isinstance(got, (tuple, list)) and len(got) == 3, case=case,
                     message=f"expected a tuple (m, l, acc), got {type(got).__name__}",
                     hint=("return three things: the new running max, sum and output",))
@@ -157,3 +158,83 @@ def online_softmax_update(fn):
                     break
         for name, g, e in zip(("running max m", "running sum l", "output acc"), got, right):
             expect_close(g, e, case=f"{case}, {name}", rtol=1e-9, atol=1e-12, hint=hint)
+
+
+# ---------------------------------------------------------------- exercise: tiled_attention
+
+TILE_NOT_NORMALISED = ("the running output is unnormalised",
+                       "after the last block divide the running output by the running sum (acc / "
+                       "l); you returned acc itself")
+TILE_M_ZERO = ("what may the running maximum start at?",
+               "start the running max at minus infinity: starting at 0 makes exp(s - 0) underflow "
+               "to 0 when every score is far below 0, and the output is lost")
+TILE_LAST_BLOCK = ("does every key land in some block?",
+                   "when S is not a multiple of block_size the last block is shorter: keep it "
+                   "(your loop stops before it)")
+TILE_NO_SCALE = ("the scores are too large: what keeps their variance at 1?",
+                 "divide each block's scores by sqrt(d_k)")
+TILE_EMPTY_NAN = ("what should a query with no visible key return?",
+                  "a query whose keys are all hidden ends with l = 0: its output is 0, so divide "
+                  "only where l > 0")
+TILE_MASK_BLOCK = ("which columns of the mask belong to this block?",
+                   "slice the mask's columns with the block's keys (start to stop), as you slice K "
+                   "and V")
+TILE_DEFAULT = ("the result must equal ordinary attention: softmax(Q K^T / sqrt(d_k)) V with hidden "
+                "keys left out, whatever the block size",)
+DEFAULTS["tiled_attention"] = [TILE_DEFAULT]
+
+
+def _tiled_variants(Q, K, V, mask, block_size):
+    """What each catalogued mistake computes on these inputs (float64, for diagnose)."""
+    L, d_k = Q.shape
+    S = K.shape[0]
+
+    def run(scale=True, m0=-np.inf, last=True, normalise=True, guard=True, mask_cols=True):
+        m, l = np.full(L, m0), np.zeros(L)
+        acc = np.zeros((L, V.shape[1]))
+        stops = range(0, S, block_size) if last else range(0, S - block_size + 1, block_size)
+        for start in stops:
+            stop = min(start + block_size, S)
+            s = Q @ K[start:stop].T / (np.sqrt(d_k) if scale else 1.0)
+            if mask is not None:
+                cols = mask[:, start:stop] if mask_cols else mask[:, :stop - start]
+                s = np.where(cols, s, -np.inf)
+            m, l, acc = online_softmax_update_np(m, l, acc, s, V[start:stop])
+        if not normalise:
+            return acc
+        if not guard:
+            return acc / l[:, None]
+        return np.where(l[:, None] > 0, acc / np.where(l > 0, l, 1.0)[:, None], 0.0)
+
+    with np.errstate(all="ignore"):
+        return [(lambda: run(normalise=False), TILE_NOT_NORMALISED),
+                (lambda: run(m0=0.0), TILE_M_ZERO),
+                (lambda: run(last=False), TILE_LAST_BLOCK),
+                (lambda: run(scale=False), TILE_NO_SCALE),
+                (lambda: run(guard=False), TILE_EMPTY_NAN),
+                (lambda: run(mask_cols=False), TILE_MASK_BLOCK)]
+
+
+@exercise("tiled_attention", needs=("online_softmax_update",))
+def tiled_attention(tiled_attention):
+    rng = np.random.default_rng(8)
+    Q, K, V = rng.normal(size=(3, 4)), rng.normal(size=(7, 4)), rng.normal(size=(7, 2))
+    far = np.vstack([Q[:2], -40.0 * K[:1] / np.linalg.norm(K[0]) ** 2 * 4])  # query 2: scores ~ -80
+    mask = np.ones((3, 7), bool)
+    mask[1, :] = False                     # query 1 sees no key
+    mask[0, 5] = False
+    cases = [("S = 7 keys in blocks of 3 (the last block is shorter), query 1 sees no key, "
+              "query 2's scores near -80", far, K, V, mask, 3),
+             ("no mask, blocks of 2, scores near -900 for every key", -30.0 * np.ones((2, 4)),
+              30.0 * np.ones((5, 4)), rng.normal(size=(5, 3)), None, 2),
+             ("one block holding every key (block_size 16 >= S)", Q, K, V, None, 16)]
+    for case, q, k, v, msk, block in cases:
+        got = call(tiled_attention, q.copy(), k.copy(), v.copy(),
+                   None if msk is None else msk.copy(), block, case=case)
+        right = tiled_attention_np(q, k, v, msk, block_size=block)
+        expect_shape(got, right.shape, case=case, hint=("the output has one row per query and "
+                                                        "d_v columns: (L, d_v)",))
+        g = as_array(got, np.float64)
+        hint = TILE_EMPTY_NAN if g is not None and np.isnan(g).any() and msk is not None else \
+            diagnose(g, _tiled_variants(q, k, v, msk, block), TILE_DEFAULT, atol=1e-9)
+        expect_close(g, right, case=case, rtol=1e-9, atol=1e-12, hint=hint)
