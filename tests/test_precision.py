@@ -12,7 +12,9 @@ component's own arithmetic, not the rounding of its inputs (which no code can un
                  functions, |ref| of each element, but at least tiny / eps (tiny = the dtype's
                  smallest normal number): results below tiny may be off by C * tiny, since
                  subnormal numbers may be flushed to 0 (exp(-2u) overflowing to inf in
-                 sigmoid(2u) = 1 / (1 + exp(-2u)) does that to GELU(-10) = -3e-40 in float32).
+                 sigmoid(2u) = 1 / (1 + exp(-2u)) does that to the tanh form of GELU at
+                 x = -10.25, -3e-40, in float32).
+    Where the reference is exactly 0 (masked weights, fully masked rows), so must the result be.
 
 How C is chosen (two numbers per case; "measured" = the worst ratio err / (eps * scale) over 50
 seeds, which ``python tests/test_precision.py`` prints):
@@ -45,7 +47,8 @@ up to 4 radians), large norms' inputs (a float16 sum of squares overflows at 65,
 
 To add a component (e.g. a whole model): append one ``Case`` to CASES with its ``build`` (the
 component in a dtype), ``inputs`` (its arguments in that dtype, from the global seed) and
-``reference`` (float64 output from the built component and the float64 inputs), and its C.
+``reference`` (float64 output from the built component and the float64 inputs), its C and C_f32
+(measured with ``python tests/test_precision.py``, then set as above).
 """
 
 from __future__ import annotations
@@ -56,7 +59,6 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-import numpy as np
 import pytest
 import torch
 
@@ -387,6 +389,8 @@ def measure(case: Case, dtype: torch.dtype, seed: int = 0) -> float:
     finite = torch.isfinite(ref)
     assert torch.equal(torch.isfinite(got), finite), f"{case.name}: inf/NaN where ref has none"
     assert torch.equal(got[~finite], ref[~finite]), f"{case.name}: wrong infinities"
+    # exact zeros stay exact: masked weights, fully masked rows, an underflowed exp
+    assert (got[ref == 0] == 0).all(), f"{case.name}: nonzero where the reference is exactly 0"
     err = (got - ref)[finite].abs()
     if case.elementwise:  # below the smallest normal number, an absolute error of C * tiny
         scale = ref[finite].abs().clamp_min(torch.finfo(dtype).tiny / torch.finfo(dtype).eps)
