@@ -41,8 +41,8 @@ and 128 (bfloat16, 0 for a small nonzero result).
 
 The hard inputs are the ones where a 16-bit computation breaks: large and close logits (a score
 error delta is a relative weight error delta), logits whose division by the temperature
-overflows float16, long RoPE and sinusoidal positions (an angle near 1,000 in bfloat16 is off by
-up to 4 radians), large norms' inputs (a float16 sum of squares overflows at 65,504), tiny ones
+overflows float16, long RoPE and sinusoidal positions (an angle between 1,024 and 2,048 in
+bfloat16 is off by up to 4 radians), large norms' inputs (a float16 sum of squares overflows at 65,504), tiny ones
 (the squares underflow), fully masked rows (output exactly 0), and decoding with a KV cache.
 
 To add a component (e.g. a whole model): append one ``Case`` to CASES with its ``build`` (the
@@ -194,7 +194,7 @@ CASES = [
          lambda dt: lambda x: softmax.softmax(x, temperature=0.4),
          lambda dt: cast((randn(4, 33, scale=40, shift=3e4),), dt),
          lambda f, a: softmax.softmax_np(a[0].numpy(), temperature=0.4), C=1, C_f32=2),
-    # Hard: logits near 30,000 over temperature 30: x / tau = 1,000 is rounded by up to 4 in
+    # Hard: logits near 30,000 over temperature 30: x / tau = 1,000 is rounded by up to 2 in
     # bfloat16 (0.25 in float16) before the shift, where x - max(x) is exact.
     # measured 2.18 / 0.26 / 0.25
     Case("softmax large logits, tau 30",

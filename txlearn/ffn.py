@@ -60,9 +60,10 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     Equal to ``torch.nn.functional.gelu(x, approximate=...)`` (tested).
 
     Precision: ``1 + erf(u)`` and ``1 + tanh(u)`` cancel for negative u (at x = -3,
-    1 + erf = 0.0027, which float16 arithmetic gets 9% wrong; past x = -5 float32 returns 0
-    where the answer is 1e-6 x), so they are computed as the equal ``erfc(-u)`` and
-    ``2 sigmoid(2u)``, which do not; in float32 for float16 and bfloat16, returned in x's dtype.
+    1 + erf = 0.0027, which float16 arithmetic gets 9% wrong; in float32, GELU(-5.5) comes out
+    57% too large and GELU(-6) as 0), so they are computed as the equal ``erfc(-u)`` and
+    ``2 sigmoid(2u)``, which do not cancel; in float32 for float16 and bfloat16, returned in x's
+    dtype.
     Raises ValueError for another `approximate`.
     """
     xc = upcast(x)  # float32 for float16/bfloat16

@@ -21,9 +21,10 @@ same permutation of W_Q's and W_K's output columns converts a checkpoint (tested
 
 Precision: angles are computed in float64 and their cos and sin rounded to the compute dtype
 (:mod:`txlearn.precision`: float32 for float16 and bfloat16 inputs), never the angles themselves.
-An angle m * theta_i grows with the position: near 1,000 neighbouring bfloat16 numbers are 8
-apart (float16: 0.5; float32: 6e-5), so an angle rounded to bfloat16 can be off by 4 radians,
-a rotation by a nearly random angle (lesson 04 measures it).
+An angle m * theta_i grows with the position: between 1,024 and 2,048 neighbouring bfloat16
+numbers are 8 apart (float16: 1; float32: 1.2e-4), so an angle rounded to bfloat16 can be off by
+4 radians, a rotation by a nearly random angle (lesson 04 measures it). Near position 65,519 even
+float32 numbers are 0.004 apart, hence float64 angles.
 """
 
 from __future__ import annotations
