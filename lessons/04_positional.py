@@ -189,6 +189,112 @@ assert gap < 1e-10
 assert mixed.abs().max().item() > 1.0   # mixing pairings without converting gives other scores
 
 # %% [markdown]
+# ## 6. RoPE in bfloat16: the angle must not be rounded
+#
+# Models often run in bfloat16, which keeps 8 significant bits: between 1024 and 2048 its numbers
+# are 8 apart. The angle $m\,\theta_i$ grows with the position $m$, so at long positions the
+# *angle* cannot be held in bfloat16 at all, even though its cosine and sine (numbers in
+# $[-1, 1]$) can. Measured: the spacing of bfloat16 numbers near $m\,\theta_1$ at $m = 1857$.
+
+# %%
+from txlearn.positional import apply_rope_np, rope_angles_np
+
+d_k, m = 32, 1857
+angle = rope_angles_np([m], d_k)[0, 1]                      # m * theta_1, float64 radians
+near = torch.tensor(np.linspace(angle - 20, angle + 20, 4001))           # float64 grid
+spacing = torch.diff(near.to(torch.bfloat16).unique().double()).unique()  # distinct bf16 gaps
+rounding = torch.tensor(angle).to(torch.bfloat16).item() - angle
+print(f"m theta_1 = {angle:.4f} rad; bfloat16 numbers there are {spacing.tolist()} apart; "
+      f"rounding moves the angle by {rounding:+.2f} rad")
+assert spacing.tolist() == [8.0] and abs(rounding) <= 4.0 and abs(rounding) > 3.0
+
+# %% [markdown]
+# A rotation by an angle that is off by 3.7 radians is a rotation by a nearly random angle. Code
+# that rounds the angles to the input's dtype before taking cos and sin (a fault reported
+# publicly in other transformer code) does exactly that. Below, that faulty version next to
+# `txlearn`'s `apply_rope`, which computes the angles and their cos and sin in float64, rotates in
+# float32 and rounds only the result to bfloat16, on $x = e_2$ (so features 2 and 3 of the output
+# are $(\cos, \sin)(m\,\theta_1)$):
+
+# %%
+def rope_rounding_the_angles(x, positions):
+    """The fault, for comparison only: angles rounded to x's dtype before cos and sin."""
+    angles = torch.tensor(rope_angles_np(positions, x.shape[-1]), dtype=x.dtype)  # (T, d_k/2)
+    a, b = x[..., 0::2], x[..., 1::2]                                             # (T, d_k/2)
+    c, s = torch.cos(angles), torch.sin(angles)
+    return torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)       # (T, d_k)
+
+
+e_2 = torch.zeros(1, d_k, dtype=torch.bfloat16)
+e_2[0, 2] = 1.0
+right = apply_rope_np(e_2.double().numpy(), [m])[0, 2:4]
+faulty = rope_rounding_the_angles(e_2, [m])[0, 2:4].double().numpy()
+fixed = apply_rope(e_2, [m])[0, 2:4].double().numpy()
+print(f"position {m}, features 2-3: right {np.round(right, 6)}, angles rounded to bfloat16 "
+      f"{np.round(faulty, 4)}, apply_rope {np.round(fixed, 4)}")
+assert np.abs(faulty - right).max() > 1.0          # the issue's [0.2754, -0.9609]
+assert np.abs(fixed - right).max() <= 2 ** -9      # within one bfloat16 rounding of the answer
+
+# %% [markdown]
+# Over positions, for a random unit vector: the error of the faulty rotation grows with the
+# position (the spacing of bfloat16 numbers near the angle doubles with every doubling of $m$) until
+# the rotation is as good as random, while `apply_rope`'s stays at the cost of rounding the right
+# answer to bfloat16 once (at most $2^{-9}$ per feature of a unit vector).
+
+# %%
+positions = [1, 10, 100, 1001, 1857, 3001, 10000, 30000]
+u = torch.randn(len(positions), d_k, dtype=torch.float64)
+u = (u / u.norm(dim=-1, keepdim=True)).to(torch.bfloat16)               # unit vectors, rounded
+exact = apply_rope_np(u.double().numpy(), positions)                   # float64 answer
+err_faulty = np.abs(rope_rounding_the_angles(u, positions).double().numpy() - exact).max(-1)
+err_fixed = np.abs(apply_rope(u, positions).double().numpy() - exact).max(-1)
+err_floor = np.abs(torch.tensor(exact).to(torch.bfloat16).double().numpy() - exact).max(-1)
+for p, a, b, c in zip(positions, err_faulty, err_fixed, err_floor):
+    print(f"m = {p:>5}: angles rounded {a:.4f}   apply_rope {b:.4f}   rounding the answer {c:.4f}")
+assert err_fixed.max() <= 2 ** -9 + 1e-6                # one bfloat16 rounding, at every position
+assert err_faulty[positions.index(1001):].min() > 0.1    # the fault: wrong from m = 1001 on
+
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.loglog(positions, err_faulty, "o-", label="angles rounded to bfloat16")
+ax.loglog(positions, err_fixed, "s-", label="apply_rope (cos, sin from float64)")
+ax.axhline(2 ** -9, color="grey", ls=":", lw=0.8, label="half a bfloat16 step, $2^{-9}$")
+ax.set(xlabel="position m", ylabel="max |error| (unit vector)", title="RoPE in bfloat16")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# The fault also breaks the promise of section 5: scores no longer depend on $m - n$ alone. The
+# same $q$ and $k$, 7 positions apart, placed at four starting positions:
+
+# %%
+q16, k16 = q.to(torch.bfloat16)[None], k.to(torch.bfloat16)[None]      # (1, d_k), from section 5
+scale = (q16.double().norm() * k16.double().norm()).item()
+
+
+def score(rope, m):
+    return (rope(q16, [m + 7]).double() * rope(k16, [m]).double()).sum().item() / scale
+
+
+starts = [0, 1850, 3000, 20000]
+spread_fixed = np.ptp([score(apply_rope, s) for s in starts])
+spread_faulty = np.ptp([score(rope_rounding_the_angles, s) for s in starts])
+print(f"spread of q.k / (|q||k|) over the starts: apply_rope {spread_fixed:.4f}, "
+      f"angles rounded {spread_faulty:.2f}")
+assert spread_fixed <= 2 * 2 ** -8        # each rotated vector rounded once to bfloat16
+assert spread_faulty > 0.1
+
+# %% [markdown]
+# Float32 angles are not enough at long positions either: near $m = 65{,}519$ float32 numbers are
+# $2^{-8} \approx 0.004$ apart, so a float32 angle there is off by up to 0.002 radians, about
+# 16,000 times float32's own precision. That is why `apply_rope` computes angles in float64.
+
+# %%
+near = torch.tensor(np.linspace(65519 - 0.05, 65519 + 0.05, 1001))
+spacing32 = torch.diff(near.float().unique().double()).unique().tolist()
+print(f"float32 numbers near 65,519 are {spacing32} apart")
+assert spacing32 == [2 ** -8]
+
+# %% [markdown]
 # ## Summary
 #
 # - Attention alone is permutation equivariant (to $10^{-12}$): without positions, order is invisible.

@@ -227,6 +227,86 @@ assert final[(True, False)] < 0.6                            # pre-LN trains wit
 # the need for warm-up. One seed is a small sample: with another seed (tried while writing this
 # lesson) post-LN with warm-up had only reached 1.7 after 150 steps against 1.9 without, while
 # pre-LN again solved the task; "warm-up helps post-LN" holds, the size of the rescue varies.
+
+# %% [markdown]
+# ## 5. Norms in float16: the statistics must be float32
+#
+# Models are often run in float16, whose largest number is 65,504. RMSNorm of the token
+# $x = [300, 400]$ needs the mean square $(300^2 + 400^2)/2 = 125{,}000$: the sum of squares
+# (250,000), and here each square already, is past float16's range. Computed in float16
+# arithmetic, the squares become $\infty$, the root $\infty$, and $x / \infty = 0$: the token is
+# wiped out. LayerNorm of $[1000, -1000, 1000, -1000]$ fails the same way (its variance is
+# $10^6$). `txlearn.norms`, like `F.rms_norm` and `F.layer_norm`, computes the statistics in
+# float32 and rounds only the result to float16:
+
+# %%
+from txlearn.norms import layer_norm, rms_norm
+
+fp16_max = torch.finfo(torch.float16).max
+x16 = torch.tensor([300.0, 400.0], dtype=torch.float16)
+naive = x16 / torch.sqrt((x16 ** 2).mean(-1, keepdim=True) + 1e-6)    # all in float16
+right = rms_norm_np([300.0, 400.0])                                 # float64: [0.8485, 1.1314]
+print(f"float16 max {fp16_max:.0f}; 300^2 + 400^2 = {300 ** 2 + 400 ** 2}; "
+      f"squares in float16: {(x16 ** 2).tolist()}")
+print(f"RMSNorm [300, 400]: float16 arithmetic {naive.tolist()}, txlearn {rms_norm(x16).tolist()}, "
+      f"right {np.round(right, 6).tolist()}")
+assert naive.tolist() == [0.0, 0.0]
+assert np.abs(rms_norm(x16).double().numpy() - right).max() <= 2 ** -10   # one float16 rounding
+assert torch.equal(rms_norm(x16), F.rms_norm(x16, (2,), eps=1e-6))        # PyTorch's own: the same
+
+z16 = torch.tensor([1000.0, -1000.0, 1000.0, -1000.0], dtype=torch.float16)
+mu = z16.mean()
+naive_ln = (z16 - mu) / torch.sqrt(((z16 - mu) ** 2).mean() + 1e-5)      # all in float16
+print(f"LayerNorm [1000, -1000, 1000, -1000]: float16 arithmetic {naive_ln.tolist()}, "
+      f"txlearn {layer_norm(z16).tolist()}")
+assert naive_ln.abs().max() == 0 and layer_norm(z16).tolist() == [1.0, -1.0, 1.0, -1.0]
+
+# %% [markdown]
+# How large may a token's entries be? That depends on how the mean is summed, and the answer
+# surprised us: PyTorch's `mean` of a float16 tensor adds in float32 and rounds only the mean, so
+# the float16 formula above breaks only once a single square overflows, at $|x| \geq 256$; a
+# float16 sum (`.sum()` before dividing by $d_{model}$) breaks as soon as
+# $d_{model}\,x^2 > 65{,}504$, at $|x| \approx 32$ for $d_{model} = 64$. Small entries fail too:
+# float16 squares below $6 \times 10^{-8}$ are 0. Measured on 64 tokens of $d_{model} = 64$ normal
+# entries of scale $s$ (the largest of them is about $4s$):
+
+# %%
+def rms_norm_float16_arithmetic(x, eps=1e-6, sum_first=False):
+    """The faulty versions, for comparison only: every operation in float16."""
+    ms = (x ** 2).sum(-1, keepdim=True) / x.shape[-1] if sum_first else (x ** 2).mean(-1, keepdim=True)
+    return x / torch.sqrt(ms + eps)
+
+
+scales = np.logspace(-4, 3, 29)
+errs = {"float16 mean": [], "float16 sum": [], "txlearn rms_norm": []}
+for s in scales:
+    x = (s * torch.randn(64, 64, dtype=torch.float64)).to(torch.float16)
+    ref = torch.tensor(rms_norm_np(x.double().numpy()))              # float64, same inputs
+    for name, y in (("float16 mean", rms_norm_float16_arithmetic(x)),
+                    ("float16 sum", rms_norm_float16_arithmetic(x, sum_first=True)),
+                    ("txlearn rms_norm", rms_norm(x))):
+        errs[name].append(((y.double() - ref).abs().max() / ref.abs().max()).item())
+errs = {k: np.array(v) for k, v in errs.items()}
+
+fig, ax = plt.subplots(figsize=(6, 3))
+for name, e in errs.items():
+    ax.loglog(scales, np.maximum(e, 1e-6), "o-", ms=3, label=name)
+ax.axhline(2 ** -10, color="grey", ls=":", lw=0.8, label="float16 eps, $2^{-10}$")
+ax.set(xlabel="scale s of the entries", ylabel="max error / max |RMSNorm|", title="RMSNorm in float16")
+ax.legend(fontsize=8)
+plt.show()
+
+for name, e in errs.items():
+    ok = scales[e <= 2 ** -10]
+    print(f"{name:>16}: within one float16 eps for s in [{ok.min():.0e}, {ok.max():.0e}]")
+assert errs["txlearn rms_norm"].max() <= 2 ** -10           # float32 statistics: every scale
+assert errs["float16 mean"][scales >= 300].min() >= 0.99    # a square overflows: zeros
+assert errs["float16 sum"][scales >= 100].min() >= 0.99     # the sum overflows much earlier
+assert errs["float16 mean"][scales <= 1e-3].min() > 2 ** -10  # squares underflow
+
+# %% [markdown]
+# With its statistics in float32, RMSNorm in float16 stays within one float16 rounding of the
+# float64 answer at every scale measured, from $10^{-4}$ to $10^{3}$; the result is still float16.
 #
 # ## Summary
 #

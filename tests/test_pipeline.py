@@ -55,10 +55,20 @@ def test_drift_is_reported(tmp_path):
 def test_unbalanced_solution_markers_are_a_build_error(tmp_path):
     bad = tmp_path / "exercises" / "source" / "01_bad.py"
     bad.parent.mkdir(parents=True)
-    bad.write_text('# %% tags=["answer"] exercise="x"\ndef f():\n    ### BEGIN SOLUTION\n'
-                   '    return 1\n\n# %% tags=["check"] exercise="x"\n'
-                   'from txlearn.checks import check\ncheck("x", f)\n')
+    body = ('# %% tags=["answer"] exercise="x"\ndef f():\n    ### BEGIN SOLUTION\n'
+            '    return 1\n\n# %% tags=["check"] exercise="x"\n'
+            'from txlearn.checks import check\ncheck("x", f)\n')
+    bad.write_text(body)
+    with pytest.raises(build.BuildError, match="YAML header.*lacks title, minutes, objectives"):
+        build.build_exercises(bad, build.Layout(tmp_path))
+    header = ('# ---\n# jupyter:\n#   txlearn:\n#     title: "t"\n#     minutes: 5\n'
+              '#     objectives: [o]\n# ---\n\n')
+    bad.write_text(header + body)
     with pytest.raises(build.BuildError, match="never closed"):
+        build.build_exercises(bad, build.Layout(tmp_path))
+    bad.write_text(header.replace("#     minutes: 5\n", "#     minutes: 5\n#     limits: {cpu: 1}\n")
+                   + body.replace("    ### BEGIN SOLUTION\n", ""))
+    with pytest.raises(build.BuildError, match=r"unknown limits \['cpu'\]"):
         build.build_exercises(bad, build.Layout(tmp_path))
 
 

@@ -2,8 +2,9 @@
 
 The components, one module per lesson, in the order the course builds them: ``softmax`` (01),
 ``masks`` and ``attention`` (02), ``heads`` (03), ``positional`` (04), ``ffn`` (05), ``norms`` (06),
-``layer`` (07), ``complexity`` (08), and ``sampling`` (choosing the next token, 09); ``plotting``
-draws the course's figures. Two subpackages: ``capstone`` (lesson 09: data, model, training,
+``layer`` (07), ``complexity`` (08), and ``sampling`` (choosing the next token, 09); ``precision``
+states the dtype rule (float32 arithmetic for float16/bfloat16 inputs); ``plotting`` draws the
+course's figures. Two subpackages: ``capstone`` (lesson 09: data, model, training,
 checkpoints, generation, the pretrained encoder) and ``course`` (notebook generation and grading);
 ``checks`` holds the exercise checks that learners' check cells call. Import what you need from its
 module, e.g. ``from txlearn.attention import scaled_dot_product_attention``. Modules load lazily, so
@@ -22,7 +23,7 @@ __version__ = "0.1.0"
 
 _MODULES = (
     "softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
-    "complexity", "sampling", "plotting", "checks", "capstone", "course", "cli",
+    "complexity", "sampling", "precision", "plotting", "checks", "capstone", "course", "cli",
 )
 
 _moved.install()

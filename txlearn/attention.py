@@ -5,6 +5,12 @@
 Masks are boolean, ``True`` = may attend (see :mod:`txlearn.masks`). A query whose keys are all
 masked has no distribution to average with; the course defines its output as 0 (all its weights
 0) and keeps its gradients finite, where a plain ``softmax`` over a row of ``-inf`` gives NaN.
+
+Precision: float16 and bfloat16 inputs are computed in float32 (:mod:`txlearn.precision`) and the
+results rounded once to the input's dtype. The scores need it: softmax turns an error delta in a
+score into a relative error of about delta in its weight, and a bfloat16 score near 100 is
+rounded by up to 0.25 (``tests/test_precision.py`` measures it on large, close logits). The cost
+is the (L, S) scores held in float32, twice the bytes of float16 ones.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import math
 
 import numpy as np
 import torch
+
+from txlearn.precision import compute_dtype, upcast
 
 __all__ = ["masked_softmax", "scaled_dot_product_attention", "attention_np", "masked_softmax_np"]
 
@@ -52,9 +60,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     and its gradient is 0. The max-shift ``m_i`` (lesson 01) keeps ``exp`` from overflowing;
     it is ``torch.softmax``'s fused kernel (tested equal to lesson 01's softmax and to the
     float64 reference :func:`masked_softmax_np`), one pass instead of five over the T x T scores.
+    float16 and bfloat16 scores are exponentiated and summed in float32 (``torch.softmax``'s
+    ``dtype=`` argument) and the weights rounded once to their dtype.
 
     Args:
-        scores: float tensor ``(..., L, S)``.
+        scores: float tensor ``(..., L, S)``, any floating dtype.
         mask: bool, broadcastable to `scores`, ``True`` = allowed; ``None`` = all allowed.
         dim: the axis that sums to 1 (the keys' axis, -1, in attention).
 
@@ -64,13 +74,15 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     Raises:
         ValueError: `mask` is not boolean, or does not broadcast to `scores` (shapes named).
     """
-    if mask is None:
-        return torch.softmax(scores, dim=dim)  # the max-shifted softmax of lesson 01, one kernel
+    work = compute_dtype(scores.dtype)  # float32 for float16/bfloat16 scores
+    if mask is None:  # the max-shifted softmax of lesson 01, one kernel
+        return torch.softmax(scores, dim=dim, dtype=work).to(scores.dtype)
     _check_mask(mask, scores.shape, mask.dtype == torch.bool)
     empty = ~mask.any(dim=dim, keepdim=True)  # (..., L, 1) rows with no allowed key
     scores = scores.masked_fill(~mask, float("-inf"))  # hidden entries: exp(-inf) = 0
     scores = scores.masked_fill(empty, 0.0)  # an empty row: finite softmax, zeroed just below
-    return torch.softmax(scores, dim=dim).masked_fill(empty, 0.0)  # 0 weights, 0 gradient
+    weights = torch.softmax(scores, dim=dim, dtype=work).masked_fill(empty, 0.0)  # 0 weights, 0 grad
+    return weights.to(scores.dtype)
 
 
 def scaled_dot_product_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
@@ -78,7 +90,7 @@ def scaled_dot_product_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tens
     """Scaled dot-product attention, ``softmax(Q K^T / sqrt(d_k)) V`` with a boolean mask.
 
     Args:
-        Q: queries ``(..., L, d_k)``, float.
+        Q: queries ``(..., L, d_k)``, float16, bfloat16, float32 or float64.
         K: keys ``(..., S, d_k)``, same dtype.
         V: values ``(..., S, d_v)``, same dtype.
         mask: bool, broadcastable to ``(..., L, S)``, ``True`` = query i may attend to key j
@@ -86,24 +98,30 @@ def scaled_dot_product_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tens
         return_weights: also return the attention weights.
 
     Returns:
-        ``out (..., L, d_v)``, or ``(out, weights (..., L, S))`` if `return_weights`. Rows of
-        `weights` sum to 1; a fully masked query gets weights 0 and output 0.
+        ``out (..., L, d_v)``, or ``(out, weights (..., L, S))`` if `return_weights`, in the
+        dtype of Q (computed in float32 for float16 and bfloat16, see the module's docstring).
+        Rows of `weights` sum to 1; a fully masked query gets weights 0 and output 0.
 
     Raises:
-        ValueError: d_k of Q and K differ, K and V have different S, or the mask is not boolean
-            or does not broadcast to ``(..., L, S)`` (the shapes are named).
+        ValueError: d_k of Q and K differ, K and V have different S, Q, K and V have different
+            dtypes, or the mask is not boolean or does not broadcast to ``(..., L, S)`` (the
+            shapes and dtypes are named).
 
     Source: Vaswani et al. 2017, section 3.2.1, eq. (1); lesson 02.
     """
     _check_qkv(Q.shape, K.shape, V.shape)
-    d_k = Q.shape[-1]
+    if not Q.dtype == K.dtype == V.dtype:
+        raise ValueError(f"Q, K and V must share one dtype, got Q {Q.dtype}, K {K.dtype}, "
+                         f"V {V.dtype}")
+    dtype, d_k = Q.dtype, Q.shape[-1]
+    Q, K, V = upcast(Q), upcast(K), upcast(V)  # float32 for float16/bfloat16 (module docstring)
     # Q K^T / sqrt(d_k), with the scale applied to Q (L x d_k numbers) rather than to the scores
     # (L x S numbers): the same product, one pass fewer over the large matrix.
     scores = (Q / math.sqrt(d_k)) @ K.transpose(-2, -1)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
     weights = masked_softmax(scores, mask, dim=-1)  # (..., L, S)
     del scores  # free the L x S scores before the next product (peak memory: one matrix fewer)
-    out = weights @ V  # (..., L, S) @ (..., S, d_v) -> (..., L, d_v)
-    return (out, weights) if return_weights else out
+    out = (weights @ V).to(dtype)  # (..., L, S) @ (..., S, d_v) -> (..., L, d_v)
+    return (out, weights.to(dtype)) if return_weights else out
 
 
 def masked_softmax_np(scores: np.ndarray, mask: np.ndarray | None = None,

@@ -34,6 +34,8 @@ from typing import Callable, Iterable
 import numpy as np
 import torch
 
+from txlearn.precision import compute_dtype
+
 __all__ = [
     "layer_param_counts",
     "layer_param_count",
@@ -579,14 +581,24 @@ def online_softmax_update_np(m: np.ndarray, l: np.ndarray, acc: np.ndarray,
 
 def online_softmax_update(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor,
                           scores: torch.Tensor, V: torch.Tensor):
-    """PyTorch version of :func:`online_softmax_update_np` (same equations, shapes and source)."""
+    """PyTorch version of :func:`online_softmax_update_np` (same equations, shapes and source).
+
+    Computes in ``compute_dtype`` of the state's dtype (float32 for a float16 or bfloat16
+    state, see :mod:`txlearn.precision`), with `scores` and `V` converted to it, and returns the
+    new state in the dtype of `m`, `l` and `acc`. Keep the state in float32 for 16-bit inputs,
+    as :func:`tiled_attention` does: a 16-bit state is rounded again at every block.
+    """
+    dtype = m.dtype
+    work = compute_dtype(dtype)  # float32 for a float16/bfloat16 state
+    m, l, acc = m.to(work), l.to(work), acc.to(work)
+    scores, V = scores.to(work), V.to(work)
     m_new = torch.maximum(m, scores.amax(dim=-1))  # (..., L)
     m_safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
     alpha = torch.exp(m - m_safe)  # (..., L)
     p = torch.exp(scores - m_safe.unsqueeze(-1))  # (..., L, S_block)
     l_new = alpha * l + p.sum(dim=-1)
     acc_new = alpha.unsqueeze(-1) * acc + p @ V  # (..., L, d_v)
-    return m_new, l_new, acc_new
+    return m_new.to(dtype), l_new.to(dtype), acc_new.to(dtype)
 
 
 def _check_qkv(Q, K, V, block_size: int) -> None:
@@ -642,19 +654,23 @@ def tiled_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
 
     Peak memory: ``O(L block_size)`` for the block's scores plus ``O(L d_v)`` for the state, i.e.
     linear in T at a fixed block size, where ordinary attention needs ``O(L S)`` (lesson 08
-    measures both with :func:`peak_memory_bytes`). Returns the dtype of Q.
+    measures both with :func:`peak_memory_bytes`). Returns the dtype of Q. For float16 and
+    bfloat16 inputs the scores, the state and the output are computed in float32 (each block of
+    K and V converted as it is used; :mod:`txlearn.precision`) and the output rounded once, as
+    FlashAttention keeps its running max and sums in float32.
     """
     _check_qkv(Q, K, V, block_size)
-    S, d_k = K.shape[-2], Q.shape[-1]
+    S, d_k, dtype = K.shape[-2], Q.shape[-1], Q.dtype
+    work = compute_dtype(dtype)  # float32 for float16/bfloat16 inputs
+    Q = Q.to(work) / math.sqrt(d_k)  # scale the (L, d_k) queries once, not every (L, b) block
     m = Q.new_full(Q.shape[:-1], -math.inf)  # (..., L)
     l = Q.new_zeros(Q.shape[:-1])  # (..., L)
     acc = Q.new_zeros(Q.shape[:-1] + V.shape[-1:])  # (..., L, d_v)
-    Q = Q / math.sqrt(d_k)  # scale the (L, d_k) queries once, not every (L, b) block of scores
     for start in range(0, S, block_size):
         stop = min(start + block_size, S)
-        scores = Q @ K[..., start:stop, :].transpose(-1, -2)  # (..., L, b)
+        scores = Q @ K[..., start:stop, :].to(work).transpose(-1, -2)  # (..., L, b)
         if mask is not None:
             scores = scores.masked_fill(~_mask_block(mask, start, stop), -math.inf)
-        m, l, acc = online_softmax_update(m, l, acc, scores, V[..., start:stop, :])
+        m, l, acc = online_softmax_update(m, l, acc, scores, V[..., start:stop, :].to(work))
     out = acc / l.clamp_min(torch.finfo(l.dtype).tiny).unsqueeze(-1)  # (..., L, d_v)
-    return out.masked_fill((l == 0).unsqueeze(-1), 0.0)
+    return out.masked_fill((l == 0).unsqueeze(-1), 0.0).to(dtype)

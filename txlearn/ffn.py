@@ -15,6 +15,11 @@ course's one counter, :func:`txlearn.complexity.layer_param_counts` and
 
 Naming: ``W_3`` is the gate (passed through SiLU). In Meta's LLaMA code the gate is ``w1`` and the
 up-projection ``w3`` (Hugging Face: ``gate_proj``, ``up_proj``); swap them when loading.
+
+Precision: the activations compute in float32 for float16 and bfloat16 inputs and return the
+input's dtype, and GELU is computed without the cancellation of ``1 + erf(x / sqrt 2)`` for
+negative x (:func:`gelu`). The FFN's matrix products run in the module's
+dtype, with PyTorch's float32 accumulation (:mod:`txlearn.precision`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import math
 import numpy as np
 import torch
 from torch import nn
+
+from txlearn.precision import upcast
 
 __all__ = [
     "ACTIVATIONS",
@@ -49,18 +56,28 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     approximate="none": exact, ``0.5 x (1 + erf(x / sqrt 2))``;
     approximate="tanh": ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))``.
     Equal to ``torch.nn.functional.gelu(x, approximate=...)`` (tested).
+
+    Precision: ``1 + erf(u)`` and ``1 + tanh(u)`` cancel for negative u (at x = -3,
+    1 + erf = 0.0027, which float16 arithmetic gets 9% wrong; in float32, GELU(-5.5) comes out
+    57% too large and GELU(-6) as 0), so they are computed as the equal ``erfc(-u)`` and
+    ``2 sigmoid(2u)``, which do not cancel; in float32 for float16 and bfloat16, returned in x's
+    dtype.
     Raises ValueError for another `approximate`.
     """
-    if approximate == "none":
-        return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-    if approximate == "tanh":
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    xc = upcast(x)  # float32 for float16/bfloat16
+    if approximate == "none":  # 1 + erf(x / sqrt 2) = erfc(-x / sqrt 2)
+        return (0.5 * xc * torch.erfc(-xc / math.sqrt(2.0))).to(x.dtype)
+    if approximate == "tanh":  # 0.5 (1 + tanh(u)) = sigmoid(2u)
+        u = math.sqrt(2.0 / math.pi) * (xc + 0.044715 * xc ** 3)
+        return (xc * torch.sigmoid(2.0 * u)).to(x.dtype)
     raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
 def silu(x: torch.Tensor) -> torch.Tensor:
-    """SiLU(x) = Swish_1(x) = x * sigmoid(x), elementwise (Ramachandran et al. 2017)."""
-    return x * torch.sigmoid(x)
+    """SiLU(x) = Swish_1(x) = x * sigmoid(x), elementwise (Ramachandran et al. 2017); computed
+    in float32 for float16 and bfloat16, returned in x's dtype."""
+    xc = upcast(x)
+    return (xc * torch.sigmoid(xc)).to(x.dtype)
 
 
 def relu_np(x) -> np.ndarray:
@@ -68,16 +85,19 @@ def relu_np(x) -> np.ndarray:
     return np.maximum(np.asarray(x, dtype=np.float64), 0.0)
 
 
-_erf_np = np.vectorize(math.erf, otypes=[np.float64])
+_erfc_np = np.vectorize(math.erfc, otypes=[np.float64])
 
 
 def gelu_np(x, approximate: str = "none") -> np.ndarray:
-    """float64 NumPy GELU; see :func:`gelu`."""
+    """float64 NumPy GELU; see :func:`gelu` (the same cancellation-free forms, so it stays a
+    reference for x far below 0, where ``1 + erf`` loses every digit even in float64)."""
     x = np.asarray(x, dtype=np.float64)
-    if approximate == "none":
-        return 0.5 * x * (1.0 + _erf_np(x / math.sqrt(2.0)))
-    if approximate == "tanh":
-        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    if approximate == "none":  # 0.5 x (1 + erf(x / sqrt 2)) = 0.5 x erfc(-x / sqrt 2)
+        return 0.5 * x * _erfc_np(-x / math.sqrt(2.0))
+    if approximate == "tanh":  # 0.5 x (1 + tanh(u)) = x sigmoid(2u) = x / (1 + exp(-2u))
+        u = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)
+        with np.errstate(over="ignore"):  # exp(-2u) = inf for u << 0 gives x / inf = -0
+            return x / (1.0 + np.exp(-2.0 * u))
     raise ValueError(f"gelu_np: approximate must be 'none' or 'tanh', got {approximate!r}")
 
 
@@ -129,8 +149,11 @@ class FeedForward(nn.Module):
     Parameters: ``W_1 (d_model, d_ff)``, ``b_1 (d_ff,)``, ``W_2 (d_ff, d_model)``, ``b_2 (d_model,)``;
         SwiGLU adds the gate ``W_3 (d_model, d_ff)``, ``b_3 (d_ff,)``.
     forward(x): x (..., d_model) float -> (..., d_model), same dtype; every position alone.
+        Runs in the dtype of the parameters (cast the module with ``.to(dtype)``): matrix
+        products in that dtype (accumulated in float32 by PyTorch), activations and the SwiGLU
+        product in float32 for float16 and bfloat16.
     Raises: ValueError for an unknown activation, a non-positive size, or an input whose last
-        dimension is not d_model (naming both).
+        dimension is not d_model (naming both), or whose dtype is not the parameters'.
     Source: Vaswani et al. 2017, section 3.3, eq. 2; Shazeer 2020, eq. 6; lesson 05.
     """
 
@@ -167,9 +190,13 @@ class FeedForward(nn.Module):
         if x.dim() == 0 or x.shape[-1] != self.d_model:
             raise ValueError(f"FeedForward: input has shape {tuple(x.shape)}, but d_model="
                              f"{self.d_model} (the last dimension must be {self.d_model})")
+        if x.dtype != self.W_1.dtype:
+            raise ValueError(f"FeedForward: input has dtype {x.dtype} but the parameters are "
+                             f"{self.W_1.dtype}: cast one to the other (module.to(dtype))")
         h = self._affine(x, self.W_1, self.b_1)                       # (..., d_ff)
         if self.activation == "swiglu":
-            h = silu(self._affine(x, self.W_3, self.b_3)) * h         # (..., d_ff)
+            gate = silu(upcast(self._affine(x, self.W_3, self.b_3)))  # (..., d_ff) float32+
+            h = (gate * upcast(h)).to(x.dtype)                        # (..., d_ff)
         else:
             h = _act(self.activation)(h)                              # (..., d_ff)
         return self._affine(h, self.W_2, self.b_2)                    # (..., d_model)

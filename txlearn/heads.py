@@ -11,6 +11,12 @@ multi-query attention (Shazeer 2019), ``n_kv_heads = n_heads`` ordinary multi-he
 
 Weights are ``(d_in, d_out)`` and applied as ``x @ W + b`` (right-multiplication); PyTorch's
 ``(d_out, d_in)`` layout is converted only when loading (:meth:`MultiHeadAttention.load_torch_weights`).
+
+Precision: a module cast with ``.to(torch.bfloat16)`` (or float16) runs in that dtype. The
+projections are matrix products in the module's dtype (PyTorch accumulates them in float32 and
+rounds once); the attention between the heads computes its scores and softmax in float32
+(:mod:`txlearn.attention`); the KV cache stores K and V in the module's dtype, so a bfloat16
+cache takes half the bytes of a float32 one.
 """
 
 from __future__ import annotations
@@ -81,7 +87,8 @@ class KVCache:
     """Keys and values of the positions seen so far, for one attention layer.
 
     Stores ``K, V`` of shape ``(B, n_kv_heads, S, d_k)``, before any sharing with query heads,
-    so a GQA layer caches ``n_heads / n_kv_heads`` times less than a multi-head one.
+    so a GQA layer caches ``n_heads / n_kv_heads`` times less than a multi-head one. They keep
+    the dtype of the first keys appended (that of the layer), and later ones must match it.
     """
 
     def __init__(self) -> None:
@@ -97,11 +104,16 @@ class KVCache:
         ``(B, n_kv_heads, S, d_k)``.
 
         Raises:
-            ValueError: the new keys' batch, heads or d_k differ from the cached ones.
+            ValueError: the new keys' batch, heads or d_k differ from the cached ones, or their
+                dtype does (a float32 step appended to a bfloat16 cache would silently double
+                its bytes).
         """
         if self.K is not None and (K.shape[:2] != self.K.shape[:2] or K.shape[3] != self.K.shape[3]):
             raise ValueError(f"new keys {tuple(K.shape)} do not match cached keys "
                              f"{tuple(self.K.shape)} in (B, n_kv_heads, ., d_k)")
+        if self.K is not None and (K.dtype != self.K.dtype or V.dtype != self.V.dtype):
+            raise ValueError(f"new keys and values of dtype {K.dtype}, {V.dtype} do not match "
+                             f"the cache's {self.K.dtype}")
         self.K = K if self.K is None else torch.cat([self.K, K], dim=2)  # (B, n_kv, S, d_k)
         self.V = V if self.V is None else torch.cat([self.V, V], dim=2)  # (B, n_kv, S, d_k)
         return self.K, self.V
@@ -133,6 +145,11 @@ class MultiHeadAttention(nn.Module):
     with ``use_sdpa=True`` a call that does not ask for the weights runs PyTorch's fused
     ``F.scaled_dot_product_attention`` instead (the fast path, for training; see
     ``benchmarks/``). Asking for the weights always takes the teaching path.
+
+    Precision: runs in the dtype of its parameters (``.to(torch.bfloat16)``, float16, float32,
+    float64); the scores and softmax in float32 for 16-bit dtypes (see the module's docstring).
+    The fused path is as accurate on CPU: ``F.scaled_dot_product_attention`` accumulates 16-bit
+    inputs in float32 too (``tests/test_precision.py`` holds both paths to 2 eps of the dtype).
 
     Raises:
         ValueError: ``d_model`` not divisible by ``n_heads``, or ``n_heads`` not divisible by
@@ -179,6 +196,10 @@ class MultiHeadAttention(nn.Module):
         if x_kv.dim() != 3 or x_kv.shape[-1] != self.d_model or x_kv.shape[0] != x.shape[0]:
             raise ValueError(f"x_kv must be (B={x.shape[0]}, S, d_model={self.d_model}), "
                              f"got {tuple(x_kv.shape)}")
+        for name, t in (("x", x), ("x_kv", x_kv)):
+            if t.dtype != self.W_Q.dtype:
+                raise ValueError(f"{name} has dtype {t.dtype} but the parameters are "
+                                 f"{self.W_Q.dtype}: cast one to the other (module.to(dtype))")
 
     def forward(self, x: torch.Tensor, x_kv: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
@@ -197,10 +218,12 @@ class MultiHeadAttention(nn.Module):
             return_weights: also return the per-head weights.
 
         Returns:
-            ``out (B, L, d_model)``, or ``(out, weights (B, n_heads, L, S))``.
+            ``out (B, L, d_model)``, or ``(out, weights (B, n_heads, L, S))``, in the dtype of
+            the parameters.
 
         Raises:
-            ValueError: wrong input shapes, or a mask that is not boolean or does not broadcast.
+            ValueError: wrong input shapes, an input whose dtype is not the parameters', or a
+                mask that is not boolean or does not broadcast.
         """
         x_kv = x if x_kv is None else x_kv
         self._check_inputs(x, x_kv)

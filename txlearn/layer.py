@@ -15,6 +15,12 @@ positional encodings of lesson 04. ``TransformerLayer`` equals ``torch.nn.Transf
 with copied weights (``from_torch``; tests/test_layer.py), in eval mode. Departures from PyTorch's
 layer, stated: dropout is applied only to each sub-layer's output (the paper's places), not also
 inside the FFN or to the attention weights; masks are True = may attend (``DESIGN.md``).
+
+Precision: every module here runs in the dtype of its parameters (``model.to(torch.bfloat16)``):
+the residual stream and the matrix products in that dtype, and in float32 for float16 and
+bfloat16 the parts whose numerics need it: attention scores and softmax, LayerNorm's statistics,
+the activations, the embedding's sum with the positional encoding (:mod:`txlearn.precision`).
+``tests/test_precision.py`` bounds each module's error against float64 in eps of its dtype.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from txlearn.ffn import FeedForward
 from txlearn.heads import KVCache, MultiHeadAttention
 from txlearn.norms import LayerNorm
 from txlearn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
+from txlearn.precision import upcast
 
 __all__ = ["TransformerLayer", "TransformerStack", "TokenEmbedding", "OutputHead"]
 
@@ -47,6 +54,9 @@ class TransformerLayer(nn.Module):
         bias: biases in the attention and FFN linear maps.
 
     Submodules: ``attn`` (MultiHeadAttention), ``norm1``, ``ffn`` (FeedForward), ``norm2``.
+
+    Precision: runs in the dtype of its parameters (``.to(torch.bfloat16)``); see the module's
+    docstring for the parts computed in float32.
 
     Raises:
         ValueError: d_model not divisible by n_heads, n_heads not by n_kv_heads, an unknown
@@ -86,7 +96,8 @@ class TransformerLayer(nn.Module):
             ``(B, T, d_model)``, the shape of x, so layers stack; or ``(out, weights)``.
 
         Raises:
-            ValueError: x is not ``(B, T, d_model)`` or a mask does not broadcast (from ``attn``).
+            ValueError: x is not ``(B, T, d_model)``, its dtype is not the parameters', or a
+                mask does not broadcast (from ``attn``).
         """
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
@@ -206,8 +217,11 @@ class TokenEmbedding(nn.Module):
             means s = 1 (GPT-2, BERT).
         dropout: probability on the sum (paper section 5.4).
 
-    forward(ids, start=0): ids integer ``(B, T)`` -> float ``(B, T, d_model)``; `start` is the
-    position of the first token (the number of cached positions when decoding with a KV cache).
+    forward(ids, start=0): ids integer ``(B, T)`` -> float ``(B, T, d_model)`` in the dtype of
+    ``W_E``; `start` is the position of the first token (the number of cached positions when
+    decoding with a KV cache). The scaling and the positional sum are computed in float32 for
+    float16 and bfloat16 tables and rounded once (the sinusoidal table itself comes from float64,
+    so long positions keep their accuracy).
 
     Raises:
         ValueError: an unknown `positional`, ``"learned"`` without `max_len`, ids outside
@@ -232,14 +246,16 @@ class TokenEmbedding(nn.Module):
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.n_vocab):
             raise ValueError(f"token ids must be in [0, {self.n_vocab}), got range "
                              f"[{int(ids.min())}, {int(ids.max())}]")
-        x = self.W_E[ids] * self.scale  # (B, T, d_model)
+        dtype = self.W_E.dtype
+        x = upcast(self.W_E[ids]) * self.scale  # (B, T, d_model), float32 for 16-bit tables
         T = ids.shape[-1]
         if self.positional == "sinusoidal":
             P = sinusoidal_encoding(start + T, self.d_model, dtype=x.dtype, device=x.device)
             x = x + P[start:]  # (T, d_model) broadcast over B
         elif self.positional == "learned":
-            x = x + self.pos(torch.arange(start, start + T, device=ids.device))  # (T, d_model)
-        return self.dropout(x)
+            P = self.pos(torch.arange(start, start + T, device=ids.device))  # (T, d_model)
+            x = x + P.to(x.dtype)
+        return self.dropout(x.to(dtype))
 
 
 class OutputHead(nn.Module):
@@ -251,8 +267,10 @@ class OutputHead(nn.Module):
         tie_to: a :class:`TokenEmbedding` whose ``W_E (n_vocab, d_model)`` is reused,
             transposed (weight tying, paper section 3.4; Press & Wolf 2017).
 
-    forward(x): ``(..., d_model) -> (..., n_vocab)`` logits (float, not probabilities).
-    Raises ValueError when `tie_to` has another width or vocabulary than the head (both named).
+    forward(x): ``(..., d_model) -> (..., n_vocab)`` logits (float, not probabilities), in
+    the dtype of the weights (a matrix product, accumulated in float32 by PyTorch).
+    Raises ValueError when `tie_to` has another width or vocabulary than the head (both named),
+    or when x's dtype is not the weights'.
     Source: Vaswani et al. 2017, section 3.4; lesson 07.
     """
 
@@ -271,5 +289,8 @@ class OutputHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         W = self.W_E.T if self.tied else self.W_U  # (d_model, n_vocab)
+        if x.dtype != W.dtype:
+            raise ValueError(f"OutputHead: x has dtype {x.dtype} but the weights are {W.dtype}: "
+                             "cast one to the other (module.to(dtype))")
         logits = x @ W  # (..., n_vocab)
         return logits if self.b_U is None else logits + self.b_U

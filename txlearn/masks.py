@@ -9,6 +9,11 @@ attend*. This is the polarity of the boolean ``attn_mask`` of
 Masks are combined with logical operations (``&``), never by adding large negative numbers to
 the scores: a sum of two ``-1e9`` terms, or a ``0/1`` keep-mask added by mistake, silently changes
 the weights, while a boolean AND cannot.
+
+Precision: boolean masks hold no numbers, so they are the same for every dtype of the scores
+they are applied to (float16, bfloat16, float32, float64); :func:`to_additive`'s 0 and -inf are
+exact in every floating dtype, where a "large negative" constant is not (-1e9 is beyond
+float16's largest magnitude, 65,504, and becomes -inf there).
 """
 
 from __future__ import annotations
@@ -192,6 +197,7 @@ def to_additive(mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
 
     This is the float ``attn_mask`` that ``F.scaled_dot_product_attention`` and
     ``nn.MultiheadAttention`` add to the scores. The course itself keeps masks boolean.
+    Exact in every floating `dtype` (float16, bfloat16, float32, float64).
 
     Raises:
         ValueError: `mask` is not boolean.

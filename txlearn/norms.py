@@ -7,6 +7,12 @@ Equations (d = d_model, the last axis; statistics are per token, over features o
     RMSNorm(x)   = gamma * x / sqrt(mean(x^2) + eps)      (no mean subtracted, no beta)
 
 eps sits *inside* the square root (as in ``torch.nn.LayerNorm`` and ``torch.nn.RMSNorm``).
+
+Precision: the statistics (and the whole normalisation) are computed in float32 for float16 and
+bfloat16 inputs, and the result is returned in the input's dtype, as ``F.layer_norm`` and
+``F.rms_norm`` do. In float16 a sum of squares overflows early: ``[300, 400]`` has
+300^2 + 400^2 = 250,000 > 65,504, float16's largest number, and RMSNorm computed in float16
+returns ``[0, 0]`` instead of ``[0.8485, 1.1314]`` (lesson 06 measures it).
 Sources: Ba, Kiros, Hinton 2016, "Layer Normalization", eq. 4; Zhang and Sennrich 2019,
 "Root Mean Square Layer Normalization", eq. 4; Vaswani et al. 2017, section 3.1 (post-LN
 ``LayerNorm(x + Sublayer(x))``); Xiong et al. 2020, "On Layer Normalization in the Transformer
@@ -20,6 +26,8 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import nn
+
+from txlearn.precision import upcast
 
 __all__ = [
     "layer_norm_np",
@@ -96,33 +104,38 @@ def layer_norm(x: torch.Tensor, gamma: torch.Tensor | None = None,
                beta: torch.Tensor | None = None, eps: float = 1e-5) -> torch.Tensor:
     """LayerNorm over the last dimension (PyTorch, differentiable); see :func:`layer_norm_np`.
 
-    Args: x (..., d_model) float tensor; gamma, beta (d_model,) or None. Returns x's shape and
-    dtype. Raises ValueError when gamma/beta do not match the last dimension of x.
+    Args: x (..., d_model) float tensor; gamma, beta (d_model,) or None, any float dtype.
+    Returns x's shape and dtype, computed in float32 for float16 and bfloat16 (the variance of
+    ``[1000, -1000, 1000, -1000]``, 10^6, overflows float16). Raises ValueError when gamma/beta
+    do not match the last dimension of x.
     """
     for name, p in (("gamma", gamma), ("beta", beta)):
         if p is not None:
             _check_feature_dim(tuple(x.shape), p.shape[-1] if p.dim() else -1, f"layer_norm's {name}")
-    mu = x.mean(dim=-1, keepdim=True)                         # (..., 1)
-    var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)          # (..., 1) biased
-    y = (x - mu) / torch.sqrt(var + eps)
+    xc = upcast(x)                                            # float32 for float16/bfloat16
+    mu = xc.mean(dim=-1, keepdim=True)                        # (..., 1)
+    var = ((xc - mu) ** 2).mean(dim=-1, keepdim=True)         # (..., 1) biased
+    y = (xc - mu) / torch.sqrt(var + eps)
     if gamma is not None:
-        y = y * gamma
+        y = y * gamma.to(y.dtype)
     if beta is not None:
-        y = y + beta
-    return y
+        y = y + beta.to(y.dtype)
+    return y.to(x.dtype)
 
 
 def rms_norm(x: torch.Tensor, gamma: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
     """RMSNorm over the last dimension (PyTorch, differentiable); see :func:`rms_norm_np`.
 
-    Args: x (..., d_model); gamma (d_model,) or None. Returns x's shape and dtype.
+    Args: x (..., d_model); gamma (d_model,) or None. Returns x's shape and dtype, computed in
+    float32 for float16 and bfloat16 (the mean square of ``[300, 400]`` overflows float16).
     Raises ValueError when gamma does not match the last dimension of x.
     """
     if gamma is not None:
         _check_feature_dim(tuple(x.shape), gamma.shape[-1] if gamma.dim() else -1, "rms_norm's gamma")
-    rms = torch.sqrt((x ** 2).mean(dim=-1, keepdim=True) + eps)   # (..., 1)
-    y = x / rms
-    return y * gamma if gamma is not None else y
+    xc = upcast(x)                                                # float32 for float16/bfloat16
+    rms = torch.sqrt((xc ** 2).mean(dim=-1, keepdim=True) + eps)  # (..., 1)
+    y = xc / rms
+    return (y * gamma.to(y.dtype) if gamma is not None else y).to(x.dtype)
 
 
 class LayerNorm(nn.Module):
@@ -131,7 +144,8 @@ class LayerNorm(nn.Module):
     Biased variance, eps inside the square root: equal to ``torch.nn.LayerNorm(d_model, eps)``
     (tested). Parameters ``gamma`` (d_model,) initialised to 1 and ``beta`` (d_model,) to 0.
 
-    forward(x): x (..., d_model) -> (..., d_model), same dtype.
+    forward(x): x (..., d_model) -> (..., d_model), same dtype; statistics in float32 for
+    float16 and bfloat16 (:func:`layer_norm`).
     Raises ValueError when the last dimension of x is not d_model (naming both).
     Source: Ba et al. 2016, eq. 4; lesson 06.
     """
@@ -158,7 +172,8 @@ class RMSNorm(nn.Module):
     No mean subtraction and no beta. Equal to ``torch.nn.RMSNorm(d_model, eps=eps)`` (tested).
     Parameter ``gamma`` (d_model,) initialised to 1.
 
-    forward(x): x (..., d_model) -> (..., d_model), same dtype.
+    forward(x): x (..., d_model) -> (..., d_model), same dtype; statistics in float32 for
+    float16 and bfloat16 (:func:`rms_norm`).
     Raises ValueError when the last dimension of x is not d_model (naming both).
     Source: Zhang and Sennrich 2019, eq. 4; lesson 06.
     """

@@ -18,6 +18,13 @@ so that q_m . k_n depends only on m - n. Two channel pairings are in use, named 
 
 :func:`interleaved_to_half` and :func:`half_to_interleaved` permute channels between the two; the
 same permutation of W_Q's and W_K's output columns converts a checkpoint (tested).
+
+Precision: angles are computed in float64 and their cos and sin rounded to the compute dtype
+(:mod:`txlearn.precision`: float32 for float16 and bfloat16 inputs), never the angles themselves.
+An angle m * theta_i grows with the position: between 1,024 and 2,048 neighbouring bfloat16
+numbers are 8 apart (float16: 1; float32: 1.2e-4), so an angle rounded to bfloat16 can be off by
+4 radians, a rotation by a nearly random angle (lesson 04 measures it). Near position 65,519 even
+float32 numbers are 0.004 apart, hence float64 angles.
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+
+from txlearn.precision import compute_dtype
 
 __all__ = [
     "sinusoidal_encoding",
@@ -76,7 +85,8 @@ def sinusoidal_encoding(T: int, d_model: int, base: float = 10000.0,
     """The sinusoidal table as a tensor (T, d_model) of `dtype` (no gradient).
 
     Computed in float64 then cast, so it equals :func:`sinusoidal_encoding_np` to the dtype's
-    rounding. Add it to the token embeddings: ``x + sinusoidal_encoding(T, d_model)``.
+    rounding (half an eps) in every dtype and at every position: the angles pos * omega_i are
+    never rounded to `dtype`. Add it to the token embeddings: ``x + sinusoidal_encoding(T, d_model)``.
     Raises ValueError for an odd d_model or T < 0. Source: Vaswani et al. 2017, section 3.5.
     """
     return torch.tensor(sinusoidal_encoding_np(T, d_model, base), dtype=dtype, device=device)
@@ -106,7 +116,8 @@ class LearnedPositionalEmbedding(nn.Module):
     """A learned table ``W_pos (max_len, d_model)``: position p gets row p (BERT, GPT-2).
 
     forward(positions): an int T (positions 0 .. T-1; returns (T, d_model)) or an integer tensor
-    of positions of any shape (returns (*positions.shape, d_model)); dtype of W_pos.
+    of positions of any shape (returns (*positions.shape, d_model)); dtype of W_pos (a lookup,
+    exact in every dtype).
     Raises ValueError for a position past the table, ``>= max_len``, or negative (naming both):
     a learned table has no row for a position it never saw. Init: N(0, 0.02^2) (GPT-2).
     Source: Gehring et al. 2017, section 3.1; Vaswani et al. 2017, section 3.5; lesson 04.
@@ -206,16 +217,22 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
         base: theta_i = base^(-2i/d).
     Returns: (..., T, d), dtype of x; norms of every pair are preserved, and
         ``apply_rope(q, m) . apply_rope(k, n)`` depends on m - n only.
+    Precision: the angles m * theta_i and their cos and sin in float64; the rotation in float32
+        for float16 and bfloat16 inputs (the input's dtype otherwise), rounded once to x's dtype.
+        Rounding the angles to a 16-bit dtype instead breaks the m - n property at long positions
+        (bfloat16, position 1857: an error of 1.9 on a unit vector; lesson 04).
     Raises: ValueError for an odd d, an unknown pairing, or len(positions) != T.
     """
     T = x.shape[-2] if x.dim() >= 2 else 0
     positions = torch.arange(T) if positions is None else torch.as_tensor(positions)
     _check_rope_args(tuple(x.shape), positions.numel(), pairing)
-    angles = torch.tensor(rope_angles_np(positions.cpu().numpy(), x.shape[-1], base),
-                          dtype=x.dtype, device=x.device)              # (T, d/2)
-    a, b = _split_pairs(x, pairing)                                    # (..., T, d/2) each
-    a, b = _rotate(a, b, torch.cos(angles), torch.sin(angles))
-    return _join_pairs(a, b, pairing)                                  # (..., T, d)
+    angles = rope_angles_np(positions.cpu().numpy(), x.shape[-1], base)  # (T, d/2) float64
+    work = compute_dtype(x.dtype)  # float32 for float16/bfloat16: never round the angles
+    cos = torch.tensor(np.cos(angles), dtype=work, device=x.device)     # (T, d/2)
+    sin = torch.tensor(np.sin(angles), dtype=work, device=x.device)     # (T, d/2)
+    a, b = _split_pairs(x.to(work), pairing)                           # (..., T, d/2) each
+    a, b = _rotate(a, b, cos, sin)
+    return _join_pairs(a, b, pairing).to(x.dtype)                      # (..., T, d)
 
 
 def apply_rope_np(x, positions=None, pairing: str = "interleaved",

@@ -9,7 +9,14 @@ PyTorch ones are tested against ``torch.softmax`` and ``torch.log_softmax``.
 
 Both are computed after subtracting the maximum along the axis (the max-shift): the result is
 unchanged, because softmax(x) = softmax(x - c) for any constant c, and exp() of a number <= 0 can
-neither overflow nor make every term 0. Lesson 01 measures what happens without it.
+neither overflow nor make every term 0. Lesson 01 measures what happens without it. The shift is
+taken before dividing by tau, ``z = (x - max x) / tau``: the same numbers (max(x / tau) =
+max(x) / tau for tau > 0), but the difference of two close logits is exact in floating point,
+while ``x / tau`` would round each large logit first (a logit near 30,000 divided by 0.4 even
+overflows float16).
+
+The PyTorch functions take float16 and bfloat16 tensors and compute in float32
+(:mod:`txlearn.precision`), returning the input's dtype.
 
 Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1 (equation 1 and
 footnote 4 for the 1/sqrt(d_k) scale); ``notebooks/01_softmax.ipynb``.
@@ -22,6 +29,8 @@ import numbers
 
 import numpy as np
 import torch
+
+from txlearn.precision import upcast
 
 __all__ = [
     "softmax", "log_softmax", "softmax_np", "log_softmax_np", "naive_softmax_np",
@@ -56,9 +65,9 @@ def _check_float_tensor(x: torch.Tensor) -> None:
 def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     """Softmax along `axis`, float64 NumPy reference: ``exp(x_i/tau) / sum_j exp(x_j/tau)``.
 
-    Computed as ``exp(z - max(z)) / sum exp(z - max(z))`` with ``z = x / tau``; the max is taken
-    per slice along `axis`, so every slice has one term equal to exp(0) = 1 and the result has
-    no overflow and no 0/0. Entries equal to -inf get weight 0 (a slice needs one finite entry).
+    Computed as ``exp(z) / sum exp(z)`` with ``z = (x - max(x)) / tau``; the max is taken per
+    slice along `axis`, so every slice has one term equal to exp(0) = 1 and the result has no
+    overflow and no 0/0. Entries equal to -inf get weight 0 (a slice needs one finite entry).
 
     Args:
         x: array-like of any shape, converted to float64.
@@ -76,8 +85,7 @@ def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     _check_temperature(temperature)
     x = np.asarray(x, dtype=np.float64)
     _check_axis(axis, x.ndim)
-    z = x / temperature
-    z = z - z.max(axis=axis, keepdims=True)  # (..., 1, ...) broadcast along `axis`
+    z = (x - x.max(axis=axis, keepdims=True)) / temperature  # max: (..., 1, ...) along `axis`
     e = np.exp(z)
     return e / e.sum(axis=axis, keepdims=True)
 
@@ -85,7 +93,7 @@ def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
 def log_softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     """Log of the softmax along `axis`, float64 NumPy: ``z_i - log sum_j exp(z_j)``, ``z = x/tau``.
 
-    Computed as ``(z - m) - log sum exp(z - m)`` with ``m = max(z)``, which stays finite where
+    Computed as ``z' - log sum exp(z')`` with ``z' = (x - max x) / tau``, which stays finite where
     ``log(softmax_np(x))`` would give log(0) = -inf (e.g. ``[0, -1000] -> [0, -1000]``).
 
     Args, returns and raises: as :func:`softmax_np`; the values are <= 0 (natural log).
@@ -95,8 +103,7 @@ def log_softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     _check_temperature(temperature)
     x = np.asarray(x, dtype=np.float64)
     _check_axis(axis, x.ndim)
-    z = x / temperature
-    z = z - z.max(axis=axis, keepdims=True)  # (..., 1, ...) broadcast along `axis`
+    z = (x - x.max(axis=axis, keepdims=True)) / temperature  # max: (..., 1, ...) along `axis`
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
 
@@ -240,13 +247,15 @@ def _check_qk_shapes(q_shape: tuple, k_shape: tuple) -> None:
 def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.Tensor:
     """Softmax along `dim` in PyTorch: ``exp(x_i/tau) / sum_j exp(x_j/tau)``, with the max-shift.
 
-    The same computation as :func:`softmax_np`, in the dtype of `x` and differentiable. The
-    shift ``max(z)`` is detached: softmax(z - c) = softmax(z) for any c, so it carries no
-    gradient. Equal to ``torch.softmax(x / tau, dim)`` (tested); like it, a slice whose entries
-    are all -inf gives NaN (attention handles fully masked rows itself, lesson 02).
+    The same computation as :func:`softmax_np`, differentiable. The shift ``max(x)`` is
+    detached: softmax(z - c) = softmax(z) for any c, so it carries no gradient. Equal to
+    ``torch.softmax(x / tau, dim)`` (tested); like it, a slice whose entries are all -inf gives
+    NaN (attention handles fully masked rows itself, lesson 02). float16 and bfloat16 inputs
+    are computed in float32 and the result rounded once to their dtype (``torch.softmax`` does
+    the same on CPU); ``tests/test_precision.py`` holds the error under 1 eps of the dtype.
 
     Args:
-        x: floating-point tensor of any shape.
+        x: floating-point tensor of any shape (float16, bfloat16, float32 or float64).
         dim: the dimension that is normalised.
         temperature: tau > 0.
 
@@ -262,26 +271,27 @@ def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.T
     _check_float_tensor(x)
     _check_temperature(temperature)
     _check_axis(dim, x.dim(), "dim")
-    z = x / temperature
-    z = z - z.amax(dim=dim, keepdim=True).detach()  # (..., 1, ...) broadcast along `dim`
+    xc = upcast(x)  # float32 for float16/bfloat16 inputs
+    z = (xc - xc.amax(dim=dim, keepdim=True).detach()) / temperature  # max: (..., 1, ...)
     e = torch.exp(z)
-    return e / e.sum(dim=dim, keepdim=True)
+    return (e / e.sum(dim=dim, keepdim=True)).to(x.dtype)
 
 
 def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.Tensor:
     """Log-softmax along `dim` in PyTorch: ``z_i - log sum_j exp(z_j)``, ``z = x/tau``, max-shifted.
 
-    The same computation as :func:`log_softmax_np`, in the dtype of `x`; equal to
-    ``torch.log_softmax(x / tau, dim)`` (tested). Args, returns and raises as :func:`softmax`.
+    The same computation as :func:`log_softmax_np`, in float32 for float16 and bfloat16 inputs,
+    returned in the dtype of `x`; equal to ``torch.log_softmax(x / tau, dim)`` (tested). Args,
+    returns and raises as :func:`softmax`.
 
     Source: lesson 01 (the log-sum-exp trick).
     """
     _check_float_tensor(x)
     _check_temperature(temperature)
     _check_axis(dim, x.dim(), "dim")
-    z = x / temperature
-    z = z - z.amax(dim=dim, keepdim=True).detach()  # (..., 1, ...) broadcast along `dim`
-    return z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))
+    xc = upcast(x)  # float32 for float16/bfloat16 inputs
+    z = (xc - xc.amax(dim=dim, keepdim=True).detach()) / temperature  # max: (..., 1, ...)
+    return (z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))).to(x.dtype)
 
 
 def softmax_jacobian(x: torch.Tensor) -> torch.Tensor:
@@ -291,7 +301,8 @@ def softmax_jacobian(x: torch.Tensor) -> torch.Tensor:
         x: floating-point logits of shape (..., n).
 
     Returns:
-        tensor of shape (..., n, n), the dtype of `x`; ``J[..., i, j] = ds_i / dx_j``.
+        tensor of shape (..., n, n), the dtype of `x` (computed in float32 for float16 and
+        bfloat16: ``s_i - s_i^2`` cancels when s_i is near 1); ``J[..., i, j] = ds_i / dx_j``.
 
     Raises:
         ValueError: `x` is not a floating-point tensor, or is 0-d.
@@ -301,10 +312,10 @@ def softmax_jacobian(x: torch.Tensor) -> torch.Tensor:
     _check_float_tensor(x)
     if x.dim() == 0:
         raise ValueError("softmax_jacobian needs logits of shape (..., n), got a 0-d tensor")
-    s = softmax(x, dim=-1)                        # (..., n)
+    s = softmax(upcast(x), dim=-1)                # (..., n), float32 for 16-bit inputs
     diag = torch.diag_embed(s)                    # (..., n, n)
     outer = s.unsqueeze(-1) * s.unsqueeze(-2)     # (..., n, 1) * (..., 1, n) -> (..., n, n)
-    return diag - outer
+    return (diag - outer).to(x.dtype)
 
 
 def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -315,15 +326,17 @@ def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:
         dim: the dimension of the distribution.
 
     Returns:
-        tensor of the shape of `p` without `dim`, the dtype of `p`.
+        tensor of the shape of `p` without `dim`, the dtype of `p` (summed in float32 for
+        float16 and bfloat16).
 
     Raises:
         ValueError: `p` is not a floating-point tensor, or `dim` is out of range.
     """
     _check_float_tensor(p)
     _check_axis(dim, p.dim(), "dim")
-    logp = torch.log(torch.where(p > 0, p, torch.ones_like(p)))  # 0 log 0 -> 0 log 1 = 0
-    return -(p * logp).sum(dim=dim)
+    pc = upcast(p)  # float32 for float16/bfloat16 inputs
+    logp = torch.log(torch.where(pc > 0, pc, torch.ones_like(pc)))  # 0 log 0 -> 0 log 1 = 0
+    return (-(pc * logp).sum(dim=dim)).to(p.dtype)
 
 
 def scaled_scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
@@ -334,7 +347,9 @@ def scaled_scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
         K: keys, shape (..., S, d_k); leading dims broadcast against Q's.
 
     Returns:
-        tensor of shape (..., L, S).
+        tensor of shape (..., L, S), the dtype of Q; float16 and bfloat16 are multiplied and
+        scaled in float32 and rounded once (a float16 ``Q K^T`` can pass 65,504 before the
+        division by sqrt(d_k) brings it back in range).
 
     Raises:
         ValueError: a non-floating tensor; fewer than 2 dims; the last dims (d_k) differ.
@@ -345,4 +360,5 @@ def scaled_scores(Q: torch.Tensor, K: torch.Tensor) -> torch.Tensor:
     _check_float_tensor(K)
     _check_qk_shapes(tuple(Q.shape), tuple(K.shape))
     d_k = Q.shape[-1]
-    return Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
+    scores = upcast(Q) @ upcast(K).transpose(-2, -1) / math.sqrt(d_k)  # (..., L, d_k) @ (..., d_k, S)
+    return scores.to(Q.dtype)  # (..., L, S)

@@ -664,7 +664,7 @@ def run_exercise(name: str, objects: Sequence[Any], namespace: dict | None = Non
                 extra(*objects)
             except CheckFailure as err:
                 what = "your code raised an exception" if err.kind == "raised" else err.what
-                raise CheckFailure(what, case=f"hidden: {err.case}" if err.case else "hidden",
+                raise CheckFailure(what, case=f"hidden case {err.case}" if err.case else "hidden case",
                                    hint=err.hints, kind=err.kind) from None
     except CheckFailure as err:
         err.exercise = name
