@@ -48,19 +48,21 @@ lab: work
 		--ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url="/lab/tree/$$(ls notebooks/00_*.ipynb | head -n 1)" $(LAB_ARGS)
 
-# Installed only when missing (dpkg knows them), never by `make lab`.
+# Installed only when missing (dpkg knows them), never by `make lab`. Without dpkg (not Debian),
+# install them yourself: the tests that need them fail with a message saying so.
 debian-test-packages:
-	@command -v dpkg-query >/dev/null || { echo "no dpkg: install $(DEBIAN_TEST_PACKAGES) yourself"; exit 0; }; \
+	@command -v dpkg-query >/dev/null || { echo "no dpkg: install $(DEBIAN_TEST_PACKAGES)"; exit 0; }; \
 	missing=$$(for p in $(DEBIAN_TEST_PACKAGES); do \
-		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
-	[ -z "$$missing" ] && exit 0; \
-	if [ "$$(id -u)" = 0 ]; then \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
+	done); \
+	install="apt-get install -y -qq --no-install-recommends $$missing"; \
+	if [ -z "$$missing" ]; then exit 0; \
+	elif [ "$$(id -u)" = 0 ]; then \
 		echo "installing Debian packages the tests need: $$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$install; \
 	else \
 		echo "the tests need Debian packages that are missing: $$missing"; \
-		echo "run: sudo apt-get update && sudo apt-get install -y --no-install-recommends $$missing"; \
-		exit 1; \
+		echo "run: sudo apt-get update && sudo $$install"; exit 1; \
 	fi
 
 test: $(STAMP) debian-test-packages

@@ -256,20 +256,23 @@ def _nav(links: list[tuple[str, str, str]]) -> str:
 
 def _rewrite_links(nb, lesson_pages: dict[str, str], exercise_pages: dict[str, str]) -> None:
     """Point markdown links at notebooks to the book's pages: a lesson's ``NN_name.ipynb`` to
-    its page, the learner's ``../work/NN_name.ipynb`` (or exercises/student/) to the
-    statements page. Links to notebooks the book does not hold are left for check_links."""
+    its page, the learner's ``../work/NN_name.ipynb`` (or exercises/student/) to the statements
+    page. A link to a course notebook that this build leaves out keeps its text and loses its
+    target; any other link is left for check_links to judge."""
     def target(match: re.Match) -> str:
-        href = match.group(1)
+        text, href = match.group(1), match.group(2)
         stem = Path(urlsplit(href).path).stem
-        if ("work/" in href or "exercises/" in href) and stem in exercise_pages:
-            return f"]({exercise_pages[stem]})"
-        if stem in lesson_pages:
-            return f"]({lesson_pages[stem]})"
+        exercises = "work/" in href or "exercises/" in href
+        pages = exercise_pages if exercises else lesson_pages
+        if stem in pages:
+            return f"[{text}]({pages[stem]})"
+        if re.fullmatch(r"\d\d_\w+", stem):
+            return text                        # a course notebook not in this build
         return match.group(0)
 
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = re.sub(r"\]\(([^)\s]+\.ipynb)\)", target, cell.source)
+            cell.source = re.sub(r"\[([^\]]*)\]\(([^)\s]+\.ipynb)\)", target, cell.source)
 
 
 def _write(exporter, nb, path: Path, title: str, top: str, bottom: str) -> None:
