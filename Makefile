@@ -9,13 +9,18 @@ TORCH_CPU := torch==2.13.0
 PYTEST_WORKERS ?= 2
 # The capstone's training budget (seconds) under `make test`; `make course` runs the full default.
 TEST_TRAIN_SECONDS ?= 8
+# Debian packages the tests need (the book's browser test drives Debian's Chromium). `make test`
+# installs the missing ones when run as root; otherwise it stops and prints the command.
+DEBIAN_TEST_PACKAGES := chromium bubblewrap
 
-.PHONY: lab test course venv work build clean-venv help
+.PHONY: lab test book course venv work build clean-venv help debian-test-packages
 
 help:
 	@echo "make lab     set up .venv, copy your exercise notebooks into $(WORK)/, open JupyterLab"
 	@echo "make test    set up .venv and run every test, lesson and exercise check"
-	@echo "make course  execute every lesson at full budget into build/course/*.html"
+	@echo "make book    execute every lesson at full budget into an offline HTML book, build/book/"
+	@echo "             (open build/book/index.html; the folder works offline and from a zip)"
+	@echo "make course  the same as make book"
 
 # Recreate the venv when it is missing or not Python 3.11 (stale); reinstall when pyproject changes.
 $(STAMP): pyproject.toml
@@ -41,17 +46,35 @@ lab: work
 		--ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url="/lab/tree/$$(ls notebooks/00_*.ipynb | head -n 1)" $(LAB_ARGS)
 
-test: $(STAMP)
+# Installed only when missing (dpkg knows them), never by `make lab`. Without dpkg (not Debian),
+# install them yourself: the tests that need them fail with a message saying so.
+debian-test-packages:
+	@command -v dpkg-query >/dev/null || { echo "no dpkg: install $(DEBIAN_TEST_PACKAGES)"; exit 0; }; \
+	missing=$$(for p in $(DEBIAN_TEST_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
+	done); \
+	install="apt-get install -y -qq --no-install-recommends $$missing"; \
+	if [ -z "$$missing" ]; then exit 0; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing Debian packages the tests need: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$install; \
+	else \
+		echo "the tests need Debian packages that are missing: $$missing"; \
+		echo "run: sudo apt-get update && sudo $$install"; exit 1; \
+	fi
+
+test: $(STAMP) debian-test-packages
 	$(VENV)/bin/txlearn build --check
 	@# One torch thread per worker: two workers on two cores, without oversubscription.
 	TXLEARN_TRAIN_SECONDS=$(TEST_TRAIN_SECONDS) HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 		$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval-lax \
 		--nbval-current-env --nbval-cell-timeout=600 --durations=15 tests notebooks
 
-course: $(STAMP)
-	@mkdir -p build/course
-	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter nbconvert --to html --execute \
-		--ExecutePreprocessor.timeout=1200 --output-dir build/course notebooks/*.ipynb
+# The capstone's training budget is never shortened here: only `make test` does that.
+book: $(STAMP)
+	env -u TXLEARN_TRAIN_SECONDS HF_HUB_OFFLINE=1 $(VENV)/bin/txlearn book build/book
+
+course: book
 
 clean-venv:
 	rm -rf $(VENV)

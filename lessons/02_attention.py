@@ -24,6 +24,7 @@ from torch.nn.attention.bias import causal_lower_right
 from txlearn.attention import attention_np, scaled_dot_product_attention
 from txlearn.masks import (causal_mask, combine_masks, key_padding_to_attn_mask,
                            padding_mask)
+from txlearn.plotting import heatmap
 
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
@@ -145,12 +146,12 @@ assert np.allclose(out.numpy(), out_np, atol=1e-5)
 assert torch.allclose(out, out_torch, atol=1e-5)
 assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 6), atol=1e-6)  # rows sum to 1
 
-fig, axes = plt.subplots(1, 2, figsize=(8, 3.4))
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
 labels = ["a", "b", "c", "d", "e"]
-axes[0].imshow(W, cmap="Blues", vmin=0, vmax=1)
+heatmap(axes[0], W, "attention weight", cmap="Blues", vmin=0, vmax=1)
 axes[0].set(title="learned: attend to the next", xlabel="key", ylabel="query",
             xticks=range(T), yticks=range(T), xticklabels=labels, yticklabels=labels)
-axes[1].imshow(weights[0, 0].numpy(), cmap="Blues", vmin=0)
+heatmap(axes[1], weights[0, 0], "attention weight", cmap="Blues", vmin=0)
 axes[1].set(title="random Q, K: a soft spread", xlabel="key j", ylabel="query i")
 plt.tight_layout()
 plt.show()
@@ -176,9 +177,10 @@ both = combine_masks(causal_mask(6), pad)                        # (B, 6, 6)
 panels = [("causal_mask(6)", causal_mask(6)), ("causal_mask(2, 6)", causal_mask(2, 6)),
           ("padding_mask([6, 4], 6)", padding_mask([6, 4], 6)),
           ("causal AND padding, seq. 2", both[1])]
-fig, axes = plt.subplots(1, 4, figsize=(12, 2.8))
+fig, axes = plt.subplots(1, 4, figsize=(13, 2.8))
 for ax, (title, m) in zip(axes, panels):
-    ax.imshow(m.numpy(), cmap="Greys", vmin=0, vmax=1)
+    _, bar = heatmap(ax, m, "may attend", cmap=plt.get_cmap("Greys", 2), vmin=0, vmax=1)
+    bar.set_ticks([0.25, 0.75], labels=["False", "True"])      # two colours, one per value
     ax.set(title=title, xlabel="key", ylabel="sequence" if title.startswith("padding") else "query")
 fig.suptitle("dark = True = may attend", fontsize=9)
 plt.tight_layout()

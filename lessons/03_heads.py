@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from txlearn.heads import KVCache, MultiHeadAttention, kv_cache_bytes, merge_heads, split_heads
 from txlearn.masks import causal_mask
+from txlearn.plotting import heatmap
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # the tensors here are tiny: one thread is fastest on a shared CPU
@@ -138,9 +139,9 @@ assert min(acc_prev, acc_first) > 0.99
 assert on_prev.max() > 0.95 and on_first.max() > 0.95
 assert on_prev.argmax() != on_first.argmax()            # two different heads
 
-fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
+fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
 for h, ax in enumerate(axes):
-    ax.imshow(w2[h].numpy(), cmap="Blues", vmin=0, vmax=1)
+    heatmap(ax, w2[h], "attention weight", cmap="Blues", vmin=0, vmax=1)
     role = "previous token" if on_prev[h] > on_first[h] else "first token"
     ax.set(title=f"head {h}: {role}", xlabel="key position", ylabel="query position")
 plt.tight_layout()

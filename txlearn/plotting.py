@@ -1,5 +1,7 @@
 """Shared figure helpers for the lessons.
 
+``heatmap`` draws a matrix (attention weights, masks, encodings) with a labelled colour bar, so
+every heatmap of the course says what its colours mean; the lessons draw every heatmap with it.
 ``layer_diagram`` draws the transformer layer that the course builds (lesson 00's map): the
 sub-layers bottom-up, the residual connections around them, and the lesson that derives each
 piece. Plots are never compared byte for byte; tests check what a figure contains (its labels).
@@ -10,9 +12,38 @@ Source: Vaswani et al. (2017), figure 1 (the encoder side); ``notebooks/00_map.i
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
-__all__ = ["layer_boxes", "layer_diagram"]
+__all__ = ["heatmap", "layer_boxes", "layer_diagram"]
+
+def heatmap(ax, values, label: str, **imshow_kwargs):
+    """Draw a matrix as an image on `ax`, with a colour bar labelled `label` beside it.
+
+    Row i of `values` is drawn at height i from the top (for attention weights: query i, key j
+    in column j), as ``ax.imshow`` draws it.
+
+    Args:
+        ax: the matplotlib Axes to draw into; the colour bar takes a slice of its width.
+        values: 2-D array-like (rows, columns): a NumPy array or a CPU tensor without grad;
+            booleans are drawn as 0 and 1.
+        label: what the colours encode, with units where there are any ("attention weight").
+        **imshow_kwargs: passed to ``ax.imshow`` (``cmap``, ``vmin``, ``vmax``, ``aspect``).
+
+    Returns:
+        (image, colorbar): the ``AxesImage`` and its ``Colorbar`` (set its ticks as needed).
+
+    Raises:
+        ValueError: `values` is not 2-D (the message gives its shape).
+    """
+    values = np.asarray(values)
+    if values.ndim != 2:
+        raise ValueError(f"heatmap: values must be 2-D (rows, columns), got shape {values.shape}")
+    image = ax.imshow(values.astype(float) if values.dtype == bool else values, **imshow_kwargs)
+    colorbar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    colorbar.set_label(label)
+    return image, colorbar
+
 
 _GREY, _POS, _ATTN, _NORM, _FFN = "#dddddd", "#f4d7a1", "#a9cbe8", "#e8e3a9", "#b5e0b0"
 _EMBED = ("token embedding  (B, T) -> (B, T, d_model)", "07", _GREY)

@@ -1,0 +1,513 @@
+"""The course as an offline HTML book: every lesson executed, its math typeset without a network.
+
+``txlearn book DEST`` (``make book``) writes::
+
+    DEST/index.html              contents: README's lesson table (what each lesson measures),
+                                 links to every lesson and exercise set, how the book was built
+    DEST/NN_name.html            each lesson, executed, figures embedded as data: URLs, with
+                                 previous / contents / exercises / next links
+    DEST/exercises/NN_name.html  each exercise set's statements: the student version (stubs,
+                                 no solutions), shown without executing it
+    DEST/mathjax/                MathJax 2.7, copied from the PyPI package jupyter-server-mathjax
+
+Every reference a page loads is a relative path inside DEST (checked when the book is written),
+so the folder works when zipped, unzipped elsewhere and opened on a machine with no network.
+
+Math: nbconvert's markdown renderer leaves ``$...$``, ``$$...$$`` and ``\\begin{...}`` spans in
+the page for MathJax, the typesetter JupyterLab itself uses for the lessons' TeX; here MathJax is
+loaded from ``mathjax/`` instead of a CDN and draws with its own web fonts (STIX-Web), so pages
+look the same in every browser and need no math font on the reader's machine. MathJax's
+"noErrors"/"noUndefined" fallbacks are off: a TeX mistake shows as a red error box (and fails the
+browser test in ``tests/test_book.py``) instead of silently printing its source.
+
+The lesson table has one source: the table under "## The lessons" in README.md. Its rows must
+match ``notebooks/*.ipynb`` one for one; a lesson missing from either side stops the build.
+Lessons are executed with nbclient (cwd ``notebooks/``, a kernel of the running Python) and
+exported with nbconvert's ``lab`` template, with its CDN scripts (require.js, mermaid) removed.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import importlib.metadata
+import importlib.util
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import nbformat
+
+from txlearn.course.build import ROOT, Layout
+
+__all__ = ["BookError", "LessonEntry", "Page", "build", "check_links", "execute", "lesson_table",
+           "mathjax_source"]
+
+MARKER = ".txlearn-book"  # marks a folder as a book this module wrote (safe to replace)
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
+
+# nbconvert's lab template, minus its CDN scripts, plus the book's navigation and a local MathJax
+# with the configuration of nbconvert's own (tex2jax delimiters, AMS numbering).
+TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block html_head_js_mathjax -%}
+<script type="text/x-mathjax-config">
+MathJax.Hub.Config({
+  TeX: {equationNumbers: {autoNumber: "AMS", useLabelIds: true},
+        noErrors: {disabled: true}, noUndefined: {disabled: true}},
+  tex2jax: {inlineMath: [["$", "$"], ["\\(", "\\)"]], displayMath: [["$$", "$$"], ["\\[", "\\]"]],
+            processEscapes: true, processEnvironments: true},
+  displayAlign: "center", messageStyle: "none",
+  "HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null,
+               linebreaks: {automatic: true}}
+});
+</script>
+<script src="{{ resources.mathjax_url }}"></script>
+<style type="text/css">
+  .txlearn-nav { display: flex; flex-wrap: wrap; gap: 0.5em 2em; justify-content: space-between;
+                 max-width: 1100px; margin: 0 auto; padding: 0.7em 1em;
+                 font-family: var(--jp-ui-font-family); font-size: 0.95em; }
+  .txlearn-nav a { text-decoration: none; }
+  .txlearn-note { max-width: 1100px; margin: 0.5em auto; padding: 0.6em 1em;
+                  background: #f3f6fa; border-left: 4px solid #6b8fb8;
+                  font-family: var(--jp-ui-font-family); }
+</style>
+{%- endblock html_head_js_mathjax -%}
+{%- block body_header -%}
+{{ super() }}
+{{ resources.txlearn_top }}
+{%- endblock body_header -%}
+{% block body_footer %}
+{{ resources.txlearn_bottom }}
+{{ super() }}
+{% endblock body_footer %}
+"""
+
+
+class BookError(Exception):
+    """The book cannot be written: a lesson failed, the lesson table and notebooks/ disagree,
+    a page references something outside the book, or DEST is not a book folder."""
+
+
+@dataclass(frozen=True)
+class LessonEntry:
+    """One row of README's lesson table: ``number`` "01", ``stem`` "01_softmax", ``title`` (plain
+    text), ``measures`` (the row's markdown, as written in README)."""
+
+    number: str
+    stem: str
+    title: str
+    measures: str
+
+
+@dataclass
+class Page:
+    """A page the book wrote: ``path`` relative to DEST; ``kind`` "contents", "lesson" or
+    "exercises"; ``notebook`` as rendered (executed for lessons when asked); ``seconds`` of
+    execution (None when not executed); ``figures``: image outputs embedded in the page."""
+
+    path: Path
+    kind: str
+    notebook: nbformat.NotebookNode
+    seconds: float | None = None
+    figures: int = 0
+
+
+def lesson_table(readme: Path = ROOT / "README.md") -> list[LessonEntry]:
+    """Parse the lesson table of README.md (header ``NN | lesson | what it measures``).
+
+    The lesson cell must be a link to ``notebooks/NN_name.ipynb``. Raises BookError when the
+    table is missing or a row does not have that form.
+    """
+    from markdown_it import MarkdownIt
+
+    tokens = MarkdownIt("commonmark").enable("table").parse(readme.read_text(encoding="utf-8"))
+    rows, row, in_table, header = [], [], False, []
+    for tok in tokens:
+        if tok.type == "table_open":
+            in_table, header, rows = True, [], []
+        elif tok.type == "table_close":
+            if [h.lower() for h in header] == ["nn", "lesson", "what it measures"]:
+                return [_entry(cells, readme) for cells in rows]
+            in_table = False
+        elif in_table and tok.type == "tr_open":
+            row = []
+        elif in_table and tok.type == "inline":
+            row.append(tok)
+        elif in_table and tok.type == "tr_close":
+            if header:
+                rows.append(row)
+            else:
+                header = [t.content.strip() for t in row]
+    raise BookError(f"{readme}: no table with the header 'NN | lesson | what it measures'")
+
+
+def _entry(cells, readme: Path) -> LessonEntry:
+    number, lesson, measures = cells
+    children = lesson.children or []
+    link = next((t for t in children if t.type == "link_open"), None)
+    href = link.attrGet("href") if link is not None else ""
+    if not re.fullmatch(r"notebooks/\d\d_\w+\.ipynb", str(href)):
+        raise BookError(f"{readme}: lesson {number.content!r}: the lesson cell must link to "
+                        f"notebooks/NN_name.ipynb, got {lesson.content!r}")
+    title = "".join(t.content for t in children if t.type in ("text", "code_inline"))
+    return LessonEntry(number.content.strip(), Path(href).stem, title.strip(),
+                       measures.content.strip())
+
+
+def _select(entries: list[LessonEntry], lessons) -> list[LessonEntry]:
+    if lessons is None:
+        return entries
+    wanted = [str(x) for x in lessons]
+    chosen = [e for e in entries if e.number in wanted or e.stem in wanted]
+    unknown = set(wanted) - {e.number for e in chosen} - {e.stem for e in chosen}
+    if unknown:
+        raise BookError(f"no lesson {', '.join(sorted(unknown))} in README's lesson table "
+                        f"(lessons: {', '.join(e.number for e in entries)})")
+    return chosen
+
+
+def _check_table(entries: list[LessonEntry], layout: Layout) -> None:
+    on_disk = {p.stem for p in layout.notebooks.glob("*.ipynb")}
+    in_table = {e.stem for e in entries}
+    if on_disk != in_table:
+        raise BookError("README's lesson table and notebooks/ disagree: "
+                        f"without a row: {sorted(on_disk - in_table)}; "
+                        f"without a notebook: {sorted(in_table - on_disk)}")
+
+
+def mathjax_source() -> Path:
+    """The MathJax 2.7 folder shipped inside the jupyter-server-mathjax package."""
+    spec = importlib.util.find_spec("jupyter_server_mathjax")
+    if spec is None or not spec.submodule_search_locations:
+        raise BookError("the package jupyter-server-mathjax is missing (it ships the book's "
+                        "MathJax): pip install -e . in the course's venv")
+    static = Path(spec.submodule_search_locations[0]) / "static"
+    if not (static / "MathJax.js").is_file():
+        raise BookError(f"{static}: no MathJax.js in jupyter-server-mathjax")
+    return static
+
+
+def _kernel_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("MPLBACKEND", None)      # let ipykernel choose its inline backend: figures as PNG
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    return env
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> float:
+    """Run every cell of `nb` in place (outputs stored in `nb`) in a fresh kernel of the running
+    Python, with working folder `cwd`; `timeout` per cell in seconds. Returns wall seconds.
+    Raises BookError naming the failing cell's error."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    start = time.perf_counter()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(cwd)}})
+    # The kernel's own log (a start-up warning on every run) is kept out of the build's output
+    # and quoted only when the kernel dies.
+    with tempfile.TemporaryFile("w+") as log:
+        try:
+            client.execute(env=_kernel_env(), stderr=log)
+        except CellExecutionError as err:
+            raise BookError(f"a cell failed:\n{str(err)[-2000:]}") from None
+        except DeadKernelError as err:
+            log.seek(0)
+            raise BookError(f"the kernel died ({err}); its log:\n{log.read()[-2000:]}") from None
+    return time.perf_counter() - start
+
+
+def _figures(nb) -> int:
+    return sum(1 for cell in nb.cells if cell.cell_type == "code"
+               for out in cell.get("outputs", [])
+               if any(k.startswith("image/") for k in out.get("data", {})))
+
+
+def _exporter(depth: int):
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab", template_file="txlearn_book.html.j2",
+                            extra_loaders=[DictLoader({"txlearn_book.html.j2": TEMPLATE})],
+                            embed_images=True)
+    exporter.mathjax_url = "../" * depth + f"mathjax/MathJax.js?config={MATHJAX_CONFIG}"
+    return exporter
+
+
+def _nav(links: list[tuple[str, str, str]]) -> str:
+    """links: (rel, href, text); an empty href keeps the slot without a link."""
+    parts = []
+    for rel, href, text in links:
+        if href:
+            rel_attr = f' rel="{rel}"' if rel else ""
+            parts.append(f'<a{rel_attr} href="{html.escape(href)}">{html.escape(text)}</a>')
+        else:
+            parts.append("<span></span>")
+    return '<nav class="txlearn-nav">' + "".join(parts) + "</nav>"
+
+
+def _rewrite_links(nb, lesson_pages: dict[str, str], exercise_pages: dict[str, str]) -> None:
+    """Point markdown links at notebooks to the book's pages: a lesson's ``NN_name.ipynb`` to
+    its page, the learner's ``../work/NN_name.ipynb`` (or exercises/student/) to the statements
+    page. A link to a course notebook that this build leaves out keeps its text and loses its
+    target; any other link is left for check_links to judge."""
+    def target(match: re.Match) -> str:
+        text, href = match.group(1), match.group(2)
+        stem = Path(urlsplit(href).path).stem
+        exercises = "work/" in href or "exercises/" in href
+        pages = exercise_pages if exercises else lesson_pages
+        if stem in pages:
+            return f"[{text}]({pages[stem]})"
+        if re.fullmatch(r"\d\d_\w+", stem):
+            return text                        # a course notebook not in this build
+        return match.group(0)
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = re.sub(r"\[([^\]]*)\]\(([^)\s]+\.ipynb)\)", target, cell.source)
+
+
+def _write(exporter, nb, path: Path, title: str, top: str, bottom: str) -> None:
+    nb.metadata["title"] = title
+    body, _ = exporter.from_notebook_node(nb, resources={"txlearn_top": top,
+                                                         "txlearn_bottom": bottom})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(body, encoding="utf-8")
+
+
+def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execute_: bool) -> str:
+    rows = ["| NN | lesson | what it measures | exercises | run (s) |",
+            "|---|---|---|---|---|"]
+    for e in entries:
+        page = built.get(e.stem)
+        title = e.title.replace("|", "\\|")
+        lesson = f"[{title}]({page.path.as_posix()})" if page else f"{title} (not in this build)"
+        ex = f"[statements]({exercises[e.stem]})" if e.stem in exercises else ""
+        run = f"{page.seconds:.1f}" if page and page.seconds is not None else ""
+        measures = re.sub(r"\]\(notebooks/(\w+)\.ipynb\)", r"](\1.html)", e.measures)
+        rows.append(f"| {e.number} | {lesson} | {measures} | {ex} | {run} |")
+    budget = os.environ.get("TXLEARN_TRAIN_SECONDS")
+    if not execute_:
+        how = ("The lessons were **not executed** for this build (text and code only, no "
+               "outputs): `make book` writes the executed book.")
+    else:
+        how = ("Every lesson listed with a link was executed for this build; each ends its "
+               "measured claims in an `assert`, so a page exists only if its claims held. ")
+        how += (f"The capstone's training budget was cut to {budget} s (`TXLEARN_TRAIN_SECONDS`, "
+                "as under `make test`), so its numbers are not the full run's."
+                if budget else "The capstone trained with its full default budget.")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    versions = ", ".join(f"{name} {_version(name)}" for name in ("txlearn", "torch", "numpy"))
+    return "\n".join([
+        "# txlearn: the transformer from first principles",
+        "",
+        "An open course that derives the transformer layer one component at a time and measures "
+        "every claim it makes. Read the lessons in order; each links to the statements of its "
+        "exercises. To solve the exercises, run `make lab` in the course's repository: it copies "
+        "them into `work/` and opens JupyterLab, and each check cell says what is wrong.",
+        "",
+        *rows,
+        "",
+        how,
+        "",
+        f"Built {stamp} with {versions}. This folder needs no network: every page, figure and "
+        "the math typesetter (MathJax, in `mathjax/`) are inside it, linked by relative paths, "
+        "so it can be zipped and opened anywhere.",
+    ])
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def _prepare(dest: Path) -> Path:
+    if dest.exists() and any(dest.iterdir()) and not (dest / MARKER).exists():
+        raise BookError(f"{dest} exists and is not a book written by txlearn: choose a new or "
+                        "empty folder (the book replaces its folder's contents)")
+    partial = dest.with_name(dest.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    return partial
+
+
+def build(dest: Path, lessons=None, execute_lessons: bool = True, timeout: int = 1200,
+          layout: Layout = Layout(), readme: Path | None = None, progress=None) -> list[Page]:
+    """Write the book into `dest` (created; a previous book there is replaced).
+
+    Args:
+        dest: the book's folder. Refused (BookError) when it exists, is not empty and was not
+            written by this function.
+        lessons: lesson numbers ("01") or stems ("01_softmax") to include; None for all. The
+            contents page lists every lesson of the table either way.
+        execute_lessons: run each lesson first (outputs and figures on the page); False renders
+            the sources as they are (a quick look at the text and the math).
+        timeout: seconds allowed per cell.
+        layout: where lessons/notebooks/exercises live (the repository by default).
+        readme: the file holding the lesson table (``layout.root / "README.md"``).
+        progress: called with each Page as soon as it is written.
+
+    Returns:
+        the pages written: contents first, then each lesson followed by its exercises page.
+
+    Raises:
+        BookError: a cell of a lesson failed (the error is quoted), README's table and
+            notebooks/ disagree, a page references a file outside the book, or `dest` is refused.
+            Nothing is left behind: the book is written beside `dest` and moved there at the end.
+    """
+    dest = Path(dest).resolve()
+    entries = lesson_table(readme or layout.root / "README.md")
+    _check_table(entries, layout)
+    chosen = _select(entries, lessons)
+    partial = _prepare(dest)
+    try:
+        writer = _Writer(partial, layout, chosen, execute_lessons, timeout, progress)
+        pages = writer.lessons()
+        pages.insert(0, writer.contents(entries, pages))
+        check_links(partial)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    (partial / MARKER).write_text("written by txlearn.book; replaced by the next build\n")
+    if dest.exists():
+        shutil.rmtree(dest)
+    partial.rename(dest)
+    return pages
+
+
+class _Writer:
+    """Writes the pages of one build into `folder` (MathJax first)."""
+
+    def __init__(self, folder: Path, layout: Layout, chosen: list[LessonEntry],
+                 execute_lessons: bool, timeout: int, progress):
+        self.folder, self.layout, self.chosen = folder, layout, chosen
+        self.execute, self.timeout, self.progress = execute_lessons, timeout, progress
+        self.lesson_pages = {e.stem: f"{e.stem}.html" for e in chosen}
+        self.exercise_pages = {e.stem: f"exercises/{e.stem}.html" for e in chosen
+                               if (layout.student / f"{e.stem}.ipynb").exists()}
+        self.top_level, self.nested = _exporter(0), _exporter(1)
+        shutil.copytree(mathjax_source(), folder / "mathjax")
+
+    def _done(self, page: Page) -> Page:
+        if self.progress is not None:
+            self.progress(page)
+        return page
+
+    def lessons(self) -> list[Page]:
+        pages = []
+        for i, entry in enumerate(self.chosen):
+            before = self.chosen[i - 1] if i > 0 else None
+            after = self.chosen[i + 1] if i + 1 < len(self.chosen) else None
+            pages.append(self._done(self.lesson(entry, before, after)))
+            if entry.stem in self.exercise_pages:
+                pages.append(self._done(self.exercises(entry)))
+        return pages
+
+    def lesson(self, entry: LessonEntry, before, after) -> Page:
+        nb = nbformat.read(self.layout.notebooks / f"{entry.stem}.ipynb", as_version=4)
+        seconds = None
+        if self.execute:
+            try:
+                seconds = execute(nb, self.layout.notebooks, self.timeout)
+            except BookError as err:
+                raise BookError(f"lesson {entry.stem}: {err}") from None
+        _rewrite_links(nb, self.lesson_pages, self.exercise_pages)
+        nav = _nav([
+            ("prev", self.lesson_pages[before.stem] if before else "",
+             f"\u2039 {before.number} {before.title}" if before else ""),
+            ("contents", "index.html", "contents"),
+            ("", self.exercise_pages.get(entry.stem, ""), f"exercises {entry.number}"),
+            ("next", self.lesson_pages[after.stem] if after else "",
+             f"{after.number} {after.title} \u203a" if after else ""),
+        ])
+        note = "" if self.execute else (
+            '<p class="txlearn-note">Not executed: this build shows the lesson\'s text and code '
+            "without outputs (<code>make book</code> writes the executed book).</p>")
+        path = Path(self.lesson_pages[entry.stem])
+        _write(self.top_level, nb, self.folder / path,
+               f"{entry.number} {entry.title} \u00b7 txlearn", nav + note, nav)
+        return Page(path, "lesson", nb, seconds, _figures(nb))
+
+    def exercises(self, entry: LessonEntry) -> Page:
+        nb = nbformat.read(self.layout.student / f"{entry.stem}.ipynb", as_version=4)
+        _rewrite_links(nb, {k: f"../{v}" for k, v in self.lesson_pages.items()}, {})
+        nav = _nav([("prev", f"../{self.lesson_pages[entry.stem]}",
+                     f"\u2039 lesson {entry.number}: {entry.title}"),
+                    ("contents", "../index.html", "contents")])
+        note = ('<p class="txlearn-note">The exercise statements of lesson '
+                f"{html.escape(entry.number)}, as a learner receives them (no solutions, not "
+                "executed). To solve them, run <code>make lab</code> in the course's repository: "
+                f"it copies this notebook to <code>work/{html.escape(entry.stem)}.ipynb</code>, "
+                "where each check cell says what is wrong.</p>")
+        path = Path(self.exercise_pages[entry.stem])
+        _write(self.nested, nb, self.folder / path, f"{entry.number} exercises \u00b7 txlearn",
+               nav + note, nav)
+        return Page(path, "exercises", nb)
+
+    def contents(self, entries: list[LessonEntry], pages: list[Page]) -> Page:
+        built = {p.path.stem: p for p in pages if p.kind == "lesson"}
+        text = _contents(entries, built, self.exercise_pages, self.execute)
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+        _write(self.top_level, nb, self.folder / "index.html", "txlearn: the course as a book",
+               "", "")
+        return Page(Path("index.html"), "contents", nb)
+
+
+class _References(HTMLParser):
+    """Collects (tag, attribute, value) of every reference a page loads or links to."""
+
+    ATTRS = {"a": "href", "link": "href", "img": "src", "script": "src", "iframe": "src",
+             "source": "src", "video": "src", "audio": "src", "embed": "src", "object": "data"}
+
+    def __init__(self):
+        super().__init__()
+        self.refs: list[tuple[str, str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        wanted = self.ATTRS.get(tag)
+        for name, value in attrs:
+            if name == wanted and value is not None:
+                self.refs.append((tag, value))
+
+
+def check_links(folder: Path) -> None:
+    """Check that every page under `folder` loads nothing from outside it.
+
+    Allowed: ``data:`` URLs, ``#fragments``, relative paths to existing files inside `folder`,
+    and, for ``<a href>`` only (a reader's click, not a load), ``http(s):``/``mailto:`` links.
+    Raises BookError listing the offending references (page, tag, value).
+    """
+    folder = Path(folder).resolve()
+    bad = []
+    for page in sorted(folder.rglob("*.html")):
+        if (folder / "mathjax") in page.parents:
+            continue
+        parser = _References()
+        parser.feed(page.read_text(encoding="utf-8"))
+        for tag, value in parser.refs:
+            parts = urlsplit(value)
+            if value.startswith(("#", "data:")):
+                continue
+            if parts.scheme or parts.netloc or value.startswith("/"):
+                if tag == "a" and parts.scheme in ("http", "https", "mailto"):
+                    continue
+                bad.append(f"{page.relative_to(folder)}: <{tag}> {value} (not inside the book)")
+                continue
+            target = (page.parent / unquote(parts.path)).resolve()
+            if folder not in target.parents or not target.is_file():
+                bad.append(f"{page.relative_to(folder)}: <{tag}> {value} (no such file in the "
+                           "book)")
+    if bad:
+        raise BookError(f"{len(bad)} reference(s) would break offline or from a zip:\n  "
+                        + "\n  ".join(bad[:20]))
