@@ -9,7 +9,8 @@ TORCH_CPU := torch==2.13.0
 PYTEST_WORKERS ?= 2
 # The capstone's training budget (seconds) under `make test`; `make course` runs the full default.
 TEST_TRAIN_SECONDS ?= 8
-# Debian packages the tests need (the book's browser test drives Debian's Chromium). `make test`
+# Debian packages the tests need (the book's browser test drives Chromium; the grader's tests
+# sandbox submissions with bubblewrap). `make test`
 # installs the missing ones when run as root; otherwise it stops and prints the command.
 DEBIAN_TEST_PACKAGES := chromium bubblewrap
 
