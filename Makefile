@@ -10,8 +10,8 @@ PYTEST_WORKERS ?= 2
 # The capstone's training budget (seconds) under `make test`; `make course` runs the full default.
 TEST_TRAIN_SECONDS ?= 8
 # Debian packages the tests need (the book's browser test drives Chromium; the grader's tests
-# sandbox submissions with bubblewrap). `make test`
-# installs the missing ones when run as root; otherwise it stops and prints the command.
+# sandbox submissions with bubblewrap). `make test` installs the missing ones when run as root;
+# otherwise it stops and prints the command. `make lab` never installs them.
 DEBIAN_TEST_PACKAGES := chromium bubblewrap
 
 .PHONY: lab test book course venv work build clean-venv help debian-test-packages
