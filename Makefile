@@ -54,6 +54,9 @@ course: $(STAMP)
 	@mkdir -p build/course
 	HF_HUB_OFFLINE=1 $(VENV)/bin/jupyter nbconvert --to html --execute \
 		--ExecutePreprocessor.timeout=1200 --output-dir build/course notebooks/*.ipynb
+	@# Lessons link to each other as NN_name.ipynb#Heading (what JupyterLab opens); the HTML
+	@# copies must link to NN_name.html#Heading (nbconvert keeps links as written).
+	perl -pi -e 's/href="(\d\d_\w+)\.ipynb(#[^"]*)?"/href="$$1.html$$2"/g' build/course/*.html
 
 clean-venv:
 	rm -rf $(VENV)
