@@ -165,6 +165,7 @@ on_prev1, on_first1 = w1[0, t, t - 1].mean().item(), w1[0, t, 0].mean().item()
 print(f"1 head:  accuracy prev {acc_prev1:.3f}, first {acc_first1:.3f}; "
       f"mean weight on t-1 = {on_prev1:.2f}, on position 0 = {on_first1:.2f}")
 assert min(acc_prev1, acc_first1) < 0.99 < min(acc_prev, acc_first)
+assert min(acc_prev1, acc_first1) > 0.95                # ...but not by much: a surprise
 assert 0.3 < on_prev1 < 0.7 and 0.3 < on_first1 < 0.7   # shared about evenly, on average
 assert on_prev1 + on_first1 > 0.85                      # and spent on the two positions
 
