@@ -3,8 +3,9 @@
 #
 # This course builds one transformer layer from first principles, a component at a time, and
 # *measures* every claim it makes: a number or a plot, each followed by an `assert` with a stated
-# tolerance, so running a lesson tests it. This first notebook shows where we are going, how to
-# work through the course, and checks that your environment can run it.
+# tolerance, so running a lesson tests it. This first notebook shows where we are going, fixes
+# the symbols every lesson uses ([the notation table](#Notation) below; each lesson links back to
+# it), says how to work through the course, and checks that your environment can run it.
 #
 # ## The layer in words
 #
@@ -12,7 +13,9 @@
 #
 # 1. **Tokens to vectors.** A batch of `B` sequences of `T` token ids, shape `(B, T)`, becomes
 #    `(B, T, d_model)` through an embedding table; a **positional encoding** is added, because
-#    nothing later knows the order of the tokens (lesson 04).
+#    attention by itself cannot see the order of the tokens. (Only a causal mask, which lets each
+#    token see the ones before it, gives order away: lesson 02 measures both cases, lesson 04
+#    trains a causal model without positions that learns them anyway.)
 # 2. **Attention.** Each token forms a query $q$, a key $k$ and a value $v$ by multiplying its
 #    vector with $W_Q, W_K, W_V$. Its output is an average of all values, weighted by
 #    $\mathrm{softmax}(q K^\top / \sqrt{d_k})$: how well its query matches each key (lessons 01-02).
@@ -92,9 +95,9 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 # |---|---|---|
 # | 00 | the map (this notebook) | the layer diagram; an environment check |
 # | 01 | softmax and the $1/\sqrt{d_k}$ scale | Var$(q \cdot k)$ grows as $d_k$; softmax saturation and its vanishing Jacobian; float32 overflow and the max-shift |
-# | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V; attention heatmaps; causal and padding masks; permutation equivariance |
-# | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; KV-cache memory of MHA, GQA, MQA for real model sizes |
-# | 04 | positional encodings | order blindness without them; sinusoidal, learned, RoPE; past the trained length |
+# | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V; attention heatmaps; causal and padding masks; generating text one token at a time; masking by adding $-10^9$ and where it fails; permutation equivariance, and how a causal mask breaks it |
+# | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; how one head copes with two lookups; the KV cache; KV-cache memory of MHA, GQA, MQA for real model sizes |
+# | 04 | positional encodings | order blindness without them; a causal model learning positions without them; sinusoidal, learned, RoPE; loss past the trained length for each |
 # | 05 | the position-wise FFN | attention alone stays in the values' convex hull; the FFN leaves it; ReLU/GELU/SwiGLU; its share of parameters and FLOPs |
 # | 06 | residuals and normalisation | gradient norm vs depth with and without residuals; LayerNorm and RMSNorm; post-LN vs pre-LN |
 # | 07 | one full layer | the forward pass step by step on a tiny example; equality with `torch.nn.TransformerEncoderLayer` |
@@ -169,6 +172,25 @@ assert out.shape == (T, d_k)
 assert gap < 1e-12                                                  # float64 rounding
 assert torch.allclose(weights.sum(-1), torch.ones(T, dtype=torch.float64), atol=1e-12)
 assert Q.grad is not None and torch.isfinite(Q.grad).all()
+
+# %% [markdown]
+# Step 1 of the map said attention cannot see order. Measured on the same example: reverse the
+# 4 tokens and, without a mask, the outputs are the same vectors in reverse order (to float64
+# rounding); with a causal mask they are not, because each token then sees only the tokens
+# before it (lessons 02 and 04 take this further).
+
+# %%
+reverse = torch.arange(T - 1, -1, -1)
+Qd = Q.detach()
+gaps = {}
+for causal in (False, True):
+    of_reversed = F.scaled_dot_product_attention(Qd[reverse], K[reverse], V[reverse], is_causal=causal)
+    reversed_of = F.scaled_dot_product_attention(Qd, K, V, is_causal=causal)[reverse]
+    gaps[causal] = (of_reversed - reversed_of).abs().max().item()
+    print(f"causal mask {causal!s:5}: max |attn(reversed tokens) - reversed attn(tokens)| "
+          f"= {gaps[causal]:.1e}")
+assert gaps[False] < 1e-12          # no mask: order-blind, to float64 rounding
+assert gaps[True] > 0.1             # causal mask: the order changes the outputs
 
 # %% [markdown]
 # All asserts passed: your environment is ready. Next, lesson 01 (`notebooks/01_softmax.ipynb`)

@@ -1,6 +1,8 @@
 # %% [markdown]
 # # 01 · Softmax and the $1/\sqrt{d_k}$ scale
 #
+# Symbols: see [the notation table](00_map.ipynb#Notation) of lesson 00.
+#
 # Attention turns the scores of one query against all keys into weights with a softmax,
 #
 # $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V
@@ -69,10 +71,10 @@ assert np.abs(softmax_np(x, temperature=1e6) - 0.25).max() < 1e-5            # t
 # %%
 d_ks = 2 ** np.arange(11)                    # 1, 2, 4, ..., 1024
 n_samples = 4000
-var_unscaled = np.array([sample_scores_np(int(d), n_samples, scaled=False, seed=int(d)).var()
-                         for d in d_ks])
-var_scaled = np.array([sample_scores_np(int(d), n_samples, scaled=True, seed=int(d)).var()
-                       for d in d_ks])
+var_unscaled = np.array([sample_scores_np(int(d_k), n_samples, scaled=False, seed=int(d_k)).var()
+                         for d_k in d_ks])
+var_scaled = np.array([sample_scores_np(int(d_k), n_samples, scaled=True, seed=int(d_k)).var()
+                       for d_k in d_ks])
 slope, intercept = np.polyfit(np.log(d_ks), np.log(var_unscaled), 1)
 
 fig, ax = plt.subplots(figsize=(6, 4))
@@ -104,27 +106,27 @@ assert np.all(np.abs(var_scaled - 1) < 5 * standard_error)        # ~1 at every 
 #
 # ## 3. Without the scale, the softmax saturates
 #
-# One query against $T = 16$ keys, all standard normal, 500 independent trials per $d_k$. We
-# record the largest attention weight and the entropy $H(p) = -\sum_i p_i \log p_i$ (in nats) of
+# One query against $S = 16$ keys, all standard normal, 500 independent trials per $d_k$. We
+# record the largest attention weight and the entropy $H(p) = -\sum_j p_j \log p_j$ (in nats) of
 # each row, with and without the division by $\sqrt{d_k}$. Uniform weights over 16 keys have
 # entropy $\log 16 = 2.77$ nats; a one-hot row has entropy 0.
 
 # %%
-T, trials = 16, 500
+S, trials = 16, 500
 
 
 def score_rows(d_k, rng):
-    """Scores of `trials` queries against T keys each: (trials, T), unscaled."""
+    """Scores of `trials` queries against S keys each: (trials, S), unscaled."""
     q = rng.standard_normal((trials, 1, d_k))               # (trials, 1, d_k)
-    K = rng.standard_normal((trials, T, d_k))               # (trials, T, d_k)
-    return (q @ np.swapaxes(K, -1, -2))[:, 0, :]            # (trials, 1, T) -> (trials, T)
+    K = rng.standard_normal((trials, S, d_k))               # (trials, S, d_k)
+    return (q @ np.swapaxes(K, -1, -2))[:, 0, :]            # (trials, 1, S) -> (trials, S)
 
 
 stats = {"unscaled": [], "scaled": []}   # per d_k: (mean max weight, mean entropy, J norms)
 for d_k in d_ks:
     s = score_rows(int(d_k), rng)
     for name, logits in (("unscaled", s), ("scaled", s / math.sqrt(d_k))):
-        p = softmax_np(logits, axis=-1)                                        # (trials, T)
+        p = softmax_np(logits, axis=-1)                                        # (trials, S)
         J_norm = np.linalg.norm(softmax_jacobian_np(logits), ord=2, axis=(-2, -1))  # (trials,)
         stats[name].append((p.max(-1).mean(), entropy_np(p).mean(), J_norm, p.max(-1)))
 
@@ -135,8 +137,8 @@ fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
 for name, marker in (("unscaled", "o-"), ("scaled", "s-")):
     ax1.semilogx(d_ks, max_w[name], marker, base=2, label=name)
     ax2.semilogx(d_ks, H[name], marker, base=2, label=name)
-ax1.axhline(1 / T, color="gray", ls=":", label="uniform, 1/T")
-ax2.axhline(math.log(T), color="gray", ls=":", label="uniform, log T")
+ax1.axhline(1 / S, color="gray", ls=":", label="uniform, 1/S")
+ax2.axhline(math.log(S), color="gray", ls=":", label="uniform, log S")
 ax1.set(xlabel="$d_k$", ylabel="mean largest weight", title="largest attention weight")
 ax2.set(xlabel="$d_k$", ylabel="mean entropy (nats)", title="entropy of the weights")
 ax1.legend()
@@ -150,7 +152,7 @@ print(f"scaled, over all d_k: largest weight in [{max_w['scaled'].min():.3f}, "
 assert max_w["unscaled"][-1] > 0.9 and H["unscaled"][-1] < 0.2      # nearly one-hot
 assert np.all(np.diff(max_w["unscaled"]) > 0)                        # saturates steadily
 assert np.ptp(max_w["scaled"]) < 0.08 and np.ptp(H["scaled"]) < 0.15  # flat in d_k
-assert H["scaled"].min() > 0.8 * math.log(T)                         # spread over the keys
+assert H["scaled"].min() > 0.8 * math.log(S)                         # spread over the keys
 
 # %% [markdown]
 # With the scale, the weights look the same at every width; without it, a 1024-wide head puts
@@ -183,7 +185,7 @@ assert gap < 1e-15
 # spectral norm $\lVert J \rVert_2$:
 
 # %%
-z = rng.standard_normal(T)
+z = rng.standard_normal(S)
 cs = np.logspace(-2, 2, 41)
 J_norms = np.array([np.linalg.norm(softmax_jacobian_np(c * z), ord=2) for c in cs])
 bounds = np.array([2 * (1 - softmax_np(c * z).max()) for c in cs])
@@ -192,22 +194,22 @@ c_peak = cs[J_norms.argmax()]
 fig, ax = plt.subplots(figsize=(6, 4))
 ax.loglog(cs, J_norms, "o-", label="$\\|J\\|_2$ measured")
 ax.loglog(cs, bounds, "k--", label="bound $2(1 - \\max_i s_i)$")
-ax.axhline(1 / T, color="gray", ls=":", label="uniform: $1/T$")
+ax.axhline(1 / S, color="gray", ls=":", label="uniform: $1/S$")
 ax.set(xlabel="logit scale $c$", ylabel="spectral norm of J",
-       title="softmax Jacobian vs logit scale (T = 16)")
+       title="softmax Jacobian vs logit scale (S = 16)")
 ax.legend()
 plt.show()
 
-print(f"||J|| = {J_norms[0]:.4f} at c = 0.01 (1/T = {1 / T:.4f}), peak {J_norms.max():.3f} "
+print(f"||J|| = {J_norms[0]:.4f} at c = 0.01 (1/S = {1 / S:.4f}), peak {J_norms.max():.3f} "
       f"at c = {c_peak:.1f}, {J_norms[-1]:.1e} at c = 100")
 assert np.all(J_norms <= bounds + 1e-12)               # the Gershgorin bound holds
-assert abs(J_norms[0] - 1 / T) < 0.01                  # near-uniform: ||J|| ~ 1/T
+assert abs(J_norms[0] - 1 / S) < 0.01                  # near-uniform: ||J|| ~ 1/S
 assert J_norms[-1] < 1e-2 * J_norms.max()              # saturated: 100x smaller than the peak
 assert np.all(np.diff(J_norms[cs >= c_peak]) < 0)      # past the peak it only shrinks
 
 # %% [markdown]
 # Note what the curve does *not* say: "smaller logits always give bigger gradients" is false.
-# Near-uniform weights have a small Jacobian too ($\lVert J \rVert_2 \approx 1/T$); it peaks at a
+# Near-uniform weights have a small Jacobian too ($\lVert J \rVert_2 \approx 1/S$); it peaks at a
 # moderate scale, where a few keys compete, and then decays exponentially. The $1/\sqrt{d_k}$
 # scale does not maximise the gradient; it keeps the logits at unit scale at every width, so the
 # network starts on the left of the collapse, whatever $d_k$ is.
@@ -223,7 +225,7 @@ fig, ax = plt.subplots(figsize=(6, 4))
 for name, marker in (("unscaled", "o-"), ("scaled", "s-")):
     ax.loglog(d_ks, J_median[name], marker, base=2, label=name)
 ax.set(xlabel="$d_k$", ylabel="median $\\|J\\|_2$ (log scale)",
-       title="softmax Jacobian norm vs $d_k$ (T = 16)")
+       title="softmax Jacobian norm vs $d_k$ (S = 16)")
 ax.legend()
 plt.show()
 
@@ -265,7 +267,7 @@ assert ce_grad > 1.0 and J_norms[-1] < 1e-3
 # numbers) and becomes exactly 0 below about $e^{-103.3}$, and `0/0` is NaN too.
 #
 # The fix is the shift invariance of section 1 with $c = -\max_j x_j$: every exponent is then
-# $\le 0$ and the largest term is exactly $e^0 = 1$, so the sum lies in $[1, T]$. We evaluate
+# $\le 0$ and the largest term is exactly $e^0 = 1$, so the sum of $n$ terms lies in $[1, n]$. We evaluate
 # `[m, m-1, m-2]` in float32 for $m$ from -120 to 120, naive and shifted, against a float64
 # reference.
 
@@ -333,10 +335,10 @@ assert np.abs(log_softmax_np([0.0, -1000.0]) - [0.0, -1000.0]).max() < 1e-12
 # |---|---|
 # | Var$(q \cdot k) = d_k$ for $q, k \sim N(0, I)$ | log-log slope within 0.02 of 1, $d_k = 1 \dots 1024$ |
 # | Var$(q \cdot k / \sqrt{d_k}) = 1$ | every $d_k$ within 5 standard errors of 1 |
-# | unscaled scores saturate the softmax | $d_k = 1024$, $T = 16$: largest weight > 0.9, entropy < 0.2 nats |
+# | unscaled scores saturate the softmax | $d_k = 1024$, $S = 16$: largest weight > 0.9, entropy < 0.2 nats |
 # | scaled scores do not | largest weight and entropy flat across $d_k$ |
 # | saturation kills the gradient | $\lVert J \rVert_2 \le 2(1 - \max s)$; median $\lVert J \rVert_2$ unscaled at 1024 is < 1% of scaled |
-# | ...but smaller logits are not always better | near-uniform $\lVert J \rVert_2 \approx 1/T$; unscaled larger than scaled for $2 \le d_k \le 32$ |
+# | ...but smaller logits are not always better | near-uniform $\lVert J \rVert_2 \approx 1/S$; unscaled larger than scaled for $2 \le d_k \le 32$ |
 # | naive float32 softmax fails | NaN from a largest logit of 89 up, and for all logits below about -104 |
 # | the max-shift fixes it | error < $10^{-6}$ for every $m \in [-120, 120]$ |
 #

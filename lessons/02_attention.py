@@ -1,5 +1,7 @@
 # %% [markdown]
-# # 02 Attention as a soft lookup
+# # 02 · Attention as a soft lookup
+#
+# Symbols: see [the notation table](00_map.ipynb#Notation) of lesson 00.
 #
 # Lesson 01 showed why the scores are divided by $\sqrt{d_k}$. This lesson builds the whole
 # operation around them,
@@ -12,21 +14,28 @@
 #
 # The code lives in the package: `txlearn.masks` (causal and padding masks) and
 # `txlearn.attention` (`scaled_dot_product_attention`, and `attention_np`, its float64 NumPy
-# twin).
+# twin). Section 5 also uses `txlearn.sampling.sample_next`, the course's one sampler.
 
 # %%
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from txlearn.attention import attention_np, scaled_dot_product_attention
+from txlearn.attention import attention_np, masked_softmax, scaled_dot_product_attention
+from txlearn.capstone.data import CharVocab, load_corpus, random_windows, split_by_position
+from txlearn.capstone.generate import generate
+from txlearn.capstone.model import CharTransformer
 from txlearn.masks import (causal_mask, combine_masks, key_padding_to_attn_mask,
                            padding_mask)
 from txlearn.plotting import heatmap
+from txlearn.sampling import sample_next
 
 torch.manual_seed(0)
+torch.set_num_threads(1)  # the tensors here are tiny: one thread is fastest on a shared CPU
 rng = np.random.default_rng(0)
 
 # %% [markdown]
@@ -85,42 +94,42 @@ assert np.abs(grad).max() > 1.0             # a usable signal, not ~0
 # In a transformer every position plays all three roles. Its embedding $x$ is projected three
 # times: $q = x W_Q$ asks "what am I looking for?", $k = x W_K$ says "what do I contain?", and
 # $v = x W_V$ is what is handed over when found. Why two different projections for $q$ and $k$?
-# With one shared $W$, the score of $i$ looking at $j$, $x_i W W^\top x_j^\top$, equals the score
-# of $j$ looking at $i$: the score matrix is **symmetric**. Relevance is not: "a pronoun looks
+# With one shared $W$, the score of query $i$ against key $j$, $s_{ij} = x_i W W^\top x_j^\top$,
+# equals $s_{ji}$: the score matrix is **symmetric**. Relevance is not: "a pronoun looks
 # for its noun" does not imply "the noun looks for the pronoun".
 #
 # A tiny test: five positions, each must attend to the *next* one, and the last to the first (a
 # cycle). A symmetric score matrix cannot do this: it would need
-# $S_{01} > S_{40} > S_{34} > S_{23} > S_{12} > S_{01}$. We train both versions on the same
+# $s_{01} > s_{40} > s_{34} > s_{23} > s_{12} > s_{01}$. We train both versions on the same
 # embeddings and measure the weight each gives to the right key.
 
 # %%
-T, d, d_k = 5, 8, 8
-E = torch.randn(T, d)                       # one embedding per position
+T, d_model, d_k = 5, 8, 8
+x_cycle = torch.randn(T, d_model)           # one embedding per position
 target = (torch.arange(T) + 1) % T          # position i should attend to i + 1 (cyclic)
 
 def train_scores(tied, steps=200):
     torch.manual_seed(1)
-    W_Q = torch.nn.Parameter(torch.randn(d, d_k) / d ** 0.5)
-    W_K = W_Q if tied else torch.nn.Parameter(torch.randn(d, d_k) / d ** 0.5)
+    W_Q = torch.nn.Parameter(torch.randn(d_model, d_k) / d_model ** 0.5)
+    W_K = W_Q if tied else torch.nn.Parameter(torch.randn(d_model, d_k) / d_model ** 0.5)
     opt = torch.optim.Adam([W_Q] if tied else [W_Q, W_K], lr=0.05)
     for _ in range(steps):
-        S = (E @ W_Q) @ (E @ W_K).T / d_k ** 0.5   # (T, T) scores
-        loss = F.cross_entropy(S, target)
+        scores = (x_cycle @ W_Q) @ (x_cycle @ W_K).T / d_k ** 0.5   # (L, S) = (T, T)
+        loss = F.cross_entropy(scores, target)
         opt.zero_grad()
         loss.backward()
         opt.step()
-    return S.detach()
+    return scores.detach()
 
-S_sep, S_tied = train_scores(tied=False), train_scores(tied=True)
-hit = lambda S: torch.softmax(S, -1)[torch.arange(T), target].mean().item()
-print(f"separate W_Q, W_K: weight on the right key = {hit(S_sep):.3f}, "
-      f"max |S - S^T| = {(S_sep - S_sep.T).abs().max():.2f}")
-print(f"shared W (Q = K):  weight on the right key = {hit(S_tied):.3f}, "
-      f"max |S - S^T| = {(S_tied - S_tied.T).abs().max():.2f}")
-assert hit(S_sep) > 0.95                    # learns the cycle
-assert hit(S_tied) < 0.5                    # cannot: its scores are symmetric
-assert torch.allclose(S_tied, S_tied.T, atol=1e-5)
+scores_sep, scores_tied = train_scores(tied=False), train_scores(tied=True)
+hit = lambda scores: torch.softmax(scores, -1)[torch.arange(T), target].mean().item()
+print(f"separate W_Q, W_K: weight on the right key = {hit(scores_sep):.3f}, "
+      f"max |s - s^T| = {(scores_sep - scores_sep.T).abs().max():.2f}")
+print(f"shared W (Q = K):  weight on the right key = {hit(scores_tied):.3f}, "
+      f"max |s - s^T| = {(scores_tied - scores_tied.T).abs().max():.2f}")
+assert hit(scores_sep) > 0.95               # learns the cycle
+assert hit(scores_tied) < 0.5               # cannot: its scores are symmetric
+assert torch.allclose(scores_tied, scores_tied.T, atol=1e-5)
 
 # %% [markdown]
 # ## 3. The attention matrix
@@ -132,7 +141,7 @@ assert torch.allclose(S_tied, S_tied.T, atol=1e-5)
 
 # %%
 with torch.no_grad():
-    W = torch.softmax(S_sep, -1)
+    weights_cycle = torch.softmax(scores_sep, -1)   # (T, T)
 Q = torch.randn(2, 4, 6, 8)                 # (B, n_heads, L, d_k): any leading axes work
 K = torch.randn(2, 4, 7, 8)                 # (B, n_heads, S, d_k)
 V = torch.randn(2, 4, 7, 5)                 # (B, n_heads, S, d_v)
@@ -148,10 +157,10 @@ assert torch.allclose(weights.sum(-1), torch.ones(2, 4, 6), atol=1e-6)  # rows s
 
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
 labels = ["a", "b", "c", "d", "e"]
-heatmap(axes[0], W, "attention weight", cmap="Blues", vmin=0, vmax=1)
-axes[0].set(title="learned: attend to the next", xlabel="key", ylabel="query",
+heatmap(axes[0], weights_cycle, "weight $a_{ij}$", cmap="Blues", vmin=0, vmax=1)
+axes[0].set(title="learned: attend to the next", xlabel="key j", ylabel="query i",
             xticks=range(T), yticks=range(T), xticklabels=labels, yticklabels=labels)
-heatmap(axes[1], weights[0, 0], "attention weight", cmap="Blues", vmin=0)
+heatmap(axes[1], weights[0, 0], "weight $a_{ij}$", cmap="Blues", vmin=0, vmax=1)
 axes[1].set(title="random Q, K: a soft spread", xlabel="key j", ylabel="query i")
 plt.tight_layout()
 plt.show()
@@ -165,11 +174,14 @@ plt.show()
 #
 # - **Causal mask**: a language model predicting token $t+1$ may only look at positions
 #   $\le t$. `causal_mask(T)` is the lower triangle *including* the diagonal.
-# - With a cache, only the last $L$ of $S$ positions are new queries. `causal_mask(L, S)` is then
-#   aligned to the **bottom-right** corner: the last query sees all $S$ keys.
+# - When only the last $L$ of $S$ positions are new queries (text generation with a cache,
+#   section 5), `causal_mask(L, S)` is aligned to the **bottom-right** corner: the last query
+#   sees all $S$ keys.
 # - **Padding mask**: sequences of different lengths padded to one length $S$;
 #   `padding_mask(lengths, S)` is `True` on real tokens.
-# - Masks combine with a logical AND (`combine_masks`), never by adding large negative numbers.
+# - Masks combine with a logical AND (`combine_masks`). Much code instead *adds* a large negative
+#   number such as $-10^9$ to the hidden scores; section 6 measures when that is exact and when
+#   it fails.
 
 # %%
 pad = key_padding_to_attn_mask(padding_mask([6, 4], 6))[:, 0]   # (B, 1, S)
@@ -182,32 +194,10 @@ for ax, (title, m) in zip(axes, panels):
     _, bar = heatmap(ax, m, "may attend", cmap=plt.get_cmap("Greys", 2), vmin=0, vmax=1)
     bar.set_ticks([0.25, 0.75], labels=["False", "True"])      # two colours, one per value
     ax.set(title=title, xlabel="key", ylabel="sequence" if title.startswith("padding") else "query")
-fig.suptitle("dark = True = may attend", fontsize=9)
 plt.tight_layout()
 plt.show()
 assert causal_mask(6).sum().item() == 21                 # 6 * 7 / 2 allowed pairs
 assert both[1, :, 4:].sum().item() == 0                  # padded keys hidden from every query
-
-# %% [markdown]
-# **Bottom-right, not top-left.** PyTorch's `F.scaled_dot_product_attention(..., is_causal=True)`
-# aligns its triangle to the *top-left* corner. For a square mask the two agree; for the last
-# 2 queries of a 5-token sequence they do not, and `is_causal=True` silently hides keys the new
-# tokens are entitled to see. `torch.nn.attention.bias.causal_lower_right` gives the
-# bottom-right version, and matches ours.
-
-# %%
-Qc, Kc, Vc = torch.randn(1, 2, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 4)
-ours_c = scaled_dot_product_attention(Qc, Kc, Vc, causal_mask(2, 5))
-top_left = F.scaled_dot_product_attention(Qc, Kc, Vc, is_causal=True)
-lower_right = F.scaled_dot_product_attention(Qc, Kc, Vc,
-                                             attn_mask=causal_lower_right(2, 5)._materialize())
-print(f"ours vs causal_lower_right: {(ours_c - lower_right).abs().max():.1e}")
-print(f"ours vs is_causal=True:     {(ours_c - top_left).abs().max():.2f}")
-assert torch.allclose(ours_c, lower_right, atol=1e-6)
-assert (ours_c - top_left).abs().max() > 0.1             # genuinely different outputs
-T6 = torch.randn(1, 6, 8)
-assert torch.allclose(scaled_dot_product_attention(T6, T6, T6, causal_mask(6)),
-                      F.scaled_dot_product_attention(T6, T6, T6, is_causal=True), atol=1e-6)
 
 # %% [markdown]
 # **Causality, measured.** Change every token after position $t = 2$: outputs at positions
@@ -224,12 +214,128 @@ print("positions 0-2 identical:", torch.equal(a[:, :3], b[:, :3]),
 assert torch.equal(a[:, :3], b[:, :3])
 
 # %% [markdown]
-# **Why not add a 0/1 mask, or -1e9?** Adding the keep-mask (1 = keep) to equal scores gives
-# weights $[0.42, 0.42, 0.16]$, not $[0.5, 0.5, 0]$: it only shifts scores by 1. Our boolean
-# mask gives the exact answer. And a query with *no* visible key (a fully padded row) has no
-# distribution to average; the course defines its output as 0 with finite gradients. PyTorch's
-# own APIs disagree with each other here (measured with torch 2.13 on CPU: `F.sdpa`'s boolean
-# mask gives 0, `nn.MultiheadAttention` gives NaN), so do not rely on them for it.
+# ## 5. Generating text, one token at a time
+#
+# The causal mask is what lets a model *write*. A causal language model maps token ids `(B, T)`
+# to logits `(B, T, n_vocab)`; row $t$ scores every candidate for token $t+1$, having seen tokens
+# $0 \dots t$ only. To generate, run the model on the prompt, turn the **last** row into one token
+# (`txlearn.sampling.sample_next`: greedy at temperature $\tau = 0$, otherwise a draw from
+# $\mathrm{softmax}(\text{logits} / \tau)$), append it, and repeat.
+#
+# The model is the capstone's `CharTransformer` (lesson 09) made small: one layer,
+# $d_{model} = 64$, 4 heads, a context of 32 characters. How its layer works is the subject of
+# lessons 03 to 07; here only its contract matters. We train it for 300 steps (a few seconds) on
+# the course corpus, the Python language reference, one character per token.
+
+# %%
+text = load_corpus()
+vocab = CharVocab.from_text(text)
+n_vocab, block_size = len(vocab), 32
+train_ids, _ = split_by_position(vocab.encode(text), block_size)
+
+torch.manual_seed(0)
+lm = CharTransformer(n_vocab, d_model=64, n_heads=4, n_layers=1, d_ff=128, block_size=block_size)
+opt = torch.optim.Adam(lm.parameters(), lr=1e-2)
+batches = torch.Generator().manual_seed(0)
+for step in range(300):
+    inputs, targets = random_windows(train_ids, 32, block_size, batches)   # (B, T) each
+    loss = F.cross_entropy(lm(inputs).flatten(0, 1), targets.flatten())     # (B*T, n_vocab)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+lm.eval()
+print(f"training loss after 300 steps: {loss.item():.2f} nats per character "
+      f"(guessing uniformly among {n_vocab} characters: ln {n_vocab} = {math.log(n_vocab):.2f})")
+assert loss.item() < 0.65 * math.log(n_vocab)         # it has learned something about the text
+
+# %% [markdown]
+# The loop itself, written out. We expect it to produce exactly what the package's `generate`
+# produces without a cache (same sampler, same seeded random numbers), as long as the text fits
+# in the model's context of 32 characters (`generate` also handles longer texts).
+
+# %%
+def generate_by_hand(model, prompt_ids, n_new, temperature, seed):
+    ids = [int(i) for i in prompt_ids]
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = model(torch.tensor([ids]))               # (1, T, n_vocab): every row again
+            next_id = sample_next(logits[0, -1], temperature, generator=generator)  # last row only
+            ids.append(int(next_id))
+    return torch.tensor(ids)
+
+prompt = vocab.encode("The ")
+n_new = block_size - len(prompt)                          # fill the context exactly
+for tau in (0.0, 0.8):
+    ours = generate_by_hand(lm, prompt, n_new, tau, seed=0)
+    package = generate(lm, prompt, n_new, temperature=tau, seed=0, use_cache=False)
+    print(f"tau = {tau}: {vocab.decode(ours)!r}   identical to generate(): {torch.equal(ours, package)}")
+    assert torch.equal(ours, package)
+
+# %% [markdown]
+# Greedy decoding ($\tau = 0$) always takes the most likely character, so once a context repeats
+# it repeats the same continuation: we expect it to fall into a loop, and sampling not to. A
+# crude measure over 200 characters: the share of distinct 8-character substrings.
+
+# %%
+def distinct_share(ids, n=8):
+    grams = [tuple(ids[i:i + n].tolist()) for i in range(len(ids) - n + 1)]
+    return len(set(grams)) / len(grams)
+
+greedy = generate(lm, prompt, 200, temperature=0.0)[len(prompt):]
+sampled = generate(lm, prompt, 200, temperature=0.8, seed=0)[len(prompt):]
+print("greedy: ", repr(vocab.decode(greedy[:90])))
+print("sampled:", repr(vocab.decode(sampled[:90])))
+print(f"distinct 8-character substrings: greedy {distinct_share(greedy):.2f}, "
+      f"sampled {distinct_share(sampled):.2f}")
+assert distinct_share(greedy) < 0.5 < distinct_share(sampled)
+
+# %% [markdown]
+# **Most of that loop's work is repeated.** At every step the model recomputes all $T$ rows and
+# uses only the last. Because of the causal mask, the earlier rows cannot have changed when a
+# token was appended (the causality test above): we expect the logits of positions $0 \dots T-1$
+# to come out the same when the model runs on $T + 1$ tokens.
+
+# %%
+ids = generate(lm, prompt, n_new, temperature=0.8, seed=0)            # (32,)
+with torch.no_grad():
+    step_gaps = [(lm(ids[None, :n])[0] - lm(ids[None, :n + 1])[0, :n]).abs().max().item()
+                 for n in range(len(prompt), block_size)]
+print(f"largest change of an earlier row when one token is appended: {max(step_gaps):.1e}")
+assert max(step_gaps) < 1e-4          # float32 rounding of logits of order 10: nothing new
+
+# %% [markdown]
+# So a generator can keep, in every layer, the keys and values of the positions it has already
+# processed (the **KV cache**, built in lesson 03) and run only the new position: $L = 1$ query
+# against $S$ keys. Its mask is the *bottom* row of the full causal mask: `causal_mask(1, S)`,
+# aligned bottom-right. Lesson 09 measures how much time the cache saves.
+#
+# **Bottom-right, not top-left.** PyTorch's `F.scaled_dot_product_attention(..., is_causal=True)`
+# aligns its triangle to the *top-left* corner. For a square mask the two agree; for the last
+# 2 queries of a 5-token sequence they do not, and `is_causal=True` silently hides keys the new
+# tokens are entitled to see. `torch.nn.attention.bias.causal_lower_right` gives the
+# bottom-right version, and matches ours.
+
+# %%
+Qc, Kc, Vc = torch.randn(1, 2, 8), torch.randn(1, 5, 8), torch.randn(1, 5, 4)
+ours_c = scaled_dot_product_attention(Qc, Kc, Vc, causal_mask(2, 5))
+top_left = F.scaled_dot_product_attention(Qc, Kc, Vc, is_causal=True)
+lower_right = F.scaled_dot_product_attention(Qc, Kc, Vc,
+                                             attn_mask=causal_lower_right(2, 5)._materialize())
+print(f"ours vs causal_lower_right: {(ours_c - lower_right).abs().max():.1e}")
+print(f"ours vs is_causal=True:     {(ours_c - top_left).abs().max():.2f}")
+assert torch.allclose(ours_c, lower_right, atol=1e-6)
+assert (ours_c - top_left).abs().max() > 0.1             # genuinely different outputs
+x6 = torch.randn(1, 6, 8)
+assert torch.allclose(scaled_dot_product_attention(x6, x6, x6, causal_mask(6)),
+                      F.scaled_dot_product_attention(x6, x6, x6, is_causal=True), atol=1e-6)
+
+# %% [markdown]
+# ## 6. Masking by adding numbers: 0/1, $-10^9$, and rows with nothing to see
+#
+# **Adding the 0/1 mask itself** is wrong: adding the keep-mask (1 = keep) to equal scores gives
+# weights $[0.42, 0.42, 0.16]$, not $[0.5, 0.5, 0]$; it only shifts scores by 1. Our boolean
+# mask gives the exact answer.
 
 # %%
 s0 = torch.zeros(1, 3)
@@ -241,6 +347,75 @@ print("0/1 mask added:", np.round(added.numpy(), 6), "  boolean mask:", ours_w.n
 assert torch.allclose(added, torch.tensor([[0.422319, 0.422319, 0.155362]]), atol=1e-6)
 assert torch.allclose(ours_w, torch.tensor([[0.5, 0.5, 0.0]]))
 
+# %% [markdown]
+# **Adding $-10^9$** to every hidden score (BERT's original code, many tutorials) is a different
+# matter. What we expect, from lesson 01: the softmax subtracts the row's largest score, which
+# is a visible one, so a hidden key's term is $e^{-10^9 + \dots}$, which is exactly 0 in float32
+# and float64. For every row with **at least one visible key** the weights should equal the
+# boolean mask's bit for bit. We test 4000 random rows with random masks.
+
+# %%
+scores = torch.randn(4000, 10)
+visible = torch.rand(4000, 10) > 0.5
+visible[:, 0] |= ~visible.any(-1)                       # at least one visible key per row
+for dtype in (torch.float32, torch.float64):
+    s = scores.to(dtype)
+    by_adding = torch.softmax(s + (~visible).to(dtype) * -1e9, dim=-1)
+    by_boolean = masked_softmax(s, visible)
+    print(f"{str(dtype):14s} rows equal bit for bit: {torch.equal(by_adding, by_boolean)}")
+    assert torch.equal(by_adding, by_boolean)
+
+# %% [markdown]
+# Its failures are elsewhere, and we expect three:
+#
+# 1. **A row with no visible key** (a query at a padded position, or a sequence that is all
+#    padding). Every score moves by the same $-10^9$ and the softmax is shift invariant, so the
+#    row keeps a full distribution over keys it was told to ignore. In float32 the spacing of
+#    numbers near $10^9$ is 64, so $s - 10^9$ rounds to exactly $-10^9$ for every small $s$: the
+#    weights become exactly uniform, an average over the padding. In float64 the spacing is
+#    $10^{-7}$, the differences survive, and the row gets the *unmasked* weights: the mask is
+#    silently ignored. The course's boolean mask gives weights 0 (output 0).
+# 2. **float16** holds numbers up to 65504, so $-10^9$ becomes $-\infty$, and `masked_fill` with
+#    $-10^9$ refuses to run.
+# 3. With $-\infty$ in float16, the common form `(1 - mask) * -1e9` multiplies $0 \times -\infty$
+#    on the **visible** keys: NaN in every row.
+
+# %%
+row = torch.tensor([0.3, -1.2, 2.0, 0.5, -0.4, 1.1])       # one query's scores, S = 6
+nothing = torch.zeros(6, dtype=torch.bool)                   # no visible key
+w32 = torch.softmax(row + (~nothing).float() * -1e9, -1)
+w64 = torch.softmax(row.double() + (~nothing).double() * -1e9, -1)
+print("no visible key, float32 + -1e9:", np.round(w32.numpy(), 4))
+print("no visible key, float64 + -1e9:", np.round(w64.numpy(), 4),
+      "  unmasked softmax:", np.round(torch.softmax(row.double(), -1).numpy(), 4))
+print("no visible key, boolean mask:  ", masked_softmax(row, nothing).numpy())
+assert torch.equal(row - 1e9, torch.full((6,), -1e9))       # float32 spacing at 1e9 is 64
+assert torch.equal(w32, torch.full((6,), 1 / 6))            # exactly uniform over the padding
+assert torch.allclose(w64, torch.softmax(row.double(), -1), rtol=0, atol=1e-6)  # mask ignored
+assert torch.equal(masked_softmax(row, nothing), torch.zeros(6))
+
+half = torch.finfo(torch.float16)
+minus_1e9_half = torch.tensor(-1e9, dtype=torch.float16)
+try:
+    row.half().masked_fill(~nothing, -1e9)
+    fill_error = None
+except RuntimeError as err:
+    fill_error = str(err)
+two_visible = torch.tensor([True, False, True, False, False, False])
+w16 = torch.softmax(row.half() + (~two_visible).half() * minus_1e9_half, -1)
+print(f"float16: largest finite {half.max:.0f}; -1e9 -> {minus_1e9_half.item()}; "
+      f"masked_fill(-1e9): {fill_error}")
+print("float16, two visible keys, (1 - mask) * -1e9:", w16.numpy())
+assert torch.isneginf(minus_1e9_half) and fill_error is not None and "overflow" in fill_error
+assert torch.isnan(w16).all()                               # 0 * -inf = NaN on the visible keys
+
+# %% [markdown]
+# For a query with *no* visible key there is no distribution to average; the course defines its
+# output as 0 with finite gradients. PyTorch's own APIs disagree with each other here (measured
+# with torch 2.13 on CPU: `F.sdpa`'s boolean mask gives 0, `nn.MultiheadAttention` gives NaN),
+# so do not rely on them for it.
+
+# %%
 Qe = torch.randn(1, 2, 4, requires_grad=True)
 Ke, Ve = torch.randn(1, 3, 4), torch.randn(1, 3, 4)
 empty = torch.tensor([[True, True, True], [False, False, False]])   # query 1 sees nothing
@@ -257,22 +432,36 @@ if torch.__version__.startswith("2.13"):      # PyTorch's behaviour is version-d
     assert torch.isnan(mha_row).all() and torch.equal(sdpa_row, torch.zeros(4))
 
 # %% [markdown]
-# ## 5. Permutation equivariance
+# ## 7. Permutation equivariance, and what a causal mask changes
 #
-# Nothing in $\text{softmax}(QK^\top/\sqrt{d_k})V$ knows where a token sits. Shuffle the
-# positions and the outputs are shuffled the same way, with the same values. Attention alone is
-# order-blind; lesson 04 adds positions.
+# Nothing in $\text{softmax}(QK^\top/\sqrt{d_k})V$ knows where a token sits. Without a mask we
+# expect: shuffle the positions and the outputs are shuffled the same way, with the same values
+# (to float64 rounding).
+#
+# With a causal mask we expect the opposite: query 0 sees only key 0, so output 0 is exactly the
+# value of whichever token comes first, and query $t$ averages the first $t + 1$ tokens, a set
+# that changes when the order does. "Attention is order-blind" holds only **without** a causal
+# mask. (Lesson 04 trains a causal model with no positional encoding and finds that it learns
+# positions.)
 
 # %%
 x = torch.randn(1, 6, 8, dtype=torch.float64)
-perm = torch.randperm(6)
-out_then_perm = scaled_dot_product_attention(x, x, x)[:, perm]
-perm_then_out = scaled_dot_product_attention(x[:, perm], x[:, perm], x[:, perm])
-print(f"max |attn(x)[perm] - attn(x[perm])| = {(out_then_perm - perm_then_out).abs().max():.1e}")
-assert torch.allclose(out_then_perm, perm_then_out, rtol=0, atol=1e-12)
+perm = torch.tensor([3, 0, 5, 1, 4, 2])
+gaps = {}
+for name, mask in (("no mask", None), ("causal mask", causal_mask(6))):
+    out_then_perm = scaled_dot_product_attention(x, x, x, mask)[:, perm]
+    perm_then_out = scaled_dot_product_attention(x[:, perm], x[:, perm], x[:, perm], mask)
+    gaps[name] = (out_then_perm - perm_then_out).abs().max().item()
+    print(f"{name:12s} max |attn(x)[perm] - attn(x[perm])| = {gaps[name]:.1e}")
+first = scaled_dot_product_attention(x[:, perm], x[:, perm], x[:, perm], causal_mask(6))[:, 0]
+print("causal: output 0 of the shuffled sequence equals the value of its first token "
+      f"(token {perm[0].item()}): {torch.equal(first, x[:, perm[0]])}")
+assert gaps["no mask"] < 1e-12                          # equivariant: order-blind
+assert gaps["causal mask"] > 0.1                        # not equivariant: order matters
+assert torch.equal(first, x[:, perm[0]])                # weight exactly 1 on itself
 
 # %% [markdown]
-# ## 6. Mask polarity across PyTorch's APIs
+# ## 8. Mask polarity across PyTorch's APIs
 #
 # The same word, "mask", means opposite things in different places. The table is *measured*: we
 # pass each API a boolean mask that is `True` only on key 2 and record whether key 2 ends up
@@ -318,6 +507,13 @@ assert table["nn.MultiheadAttention, key_padding_mask"] == "True = hidden"
 # - Separate $W_Q$ and $W_K$ let relevance be asymmetric; shared ones force symmetric scores.
 # - Masks are boolean, `True` = may attend, combined with AND; causal masks are bottom-right
 #   aligned when $L \ne S$ (SDPA's `is_causal=True` is not); an empty row gives 0, not NaN.
-# - Without positions, attention is permutation-equivariant.
+# - A causal model generates text one token at a time from its last row of logits
+#   (`sample_next`); the earlier rows never change, which is why a KV cache (lesson 03) can keep
+#   their keys and values.
+# - Adding $-10^9$ is exact for every row with a visible key; it turns a row with none into an
+#   average over the padding (uniform in float32, the unmasked weights in float64), and it
+#   overflows float16 ($-\infty$, then NaN).
+# - Without a mask, attention is permutation-equivariant; with a causal mask it is not (output 0
+#   is the first token's value).
 #
 # **Exercises:** [`work/02_attention.ipynb`](../work/02_attention.ipynb) (the causal mask; attention with a mask).

@@ -257,22 +257,24 @@ def _nav(links: list[tuple[str, str, str]]) -> str:
 def _rewrite_links(nb, lesson_pages: dict[str, str], exercise_pages: dict[str, str]) -> None:
     """Point markdown links at notebooks to the book's pages: a lesson's ``NN_name.ipynb`` to
     its page, the learner's ``../work/NN_name.ipynb`` (or exercises/student/) to the statements
-    page. A link to a course notebook that this build leaves out keeps its text and loses its
-    target; any other link is left for check_links to judge."""
+    page (``NN_name.ipynb#Heading`` keeps its ``#Heading``). A link to a course notebook that
+    this build leaves out keeps its text and loses its target; any other link is left for
+    check_links to judge."""
     def target(match: re.Match) -> str:
-        text, href = match.group(1), match.group(2)
+        text, href, fragment = match.group(1), match.group(2), match.group(3) or ""
         stem = Path(urlsplit(href).path).stem
         exercises = "work/" in href or "exercises/" in href
         pages = exercise_pages if exercises else lesson_pages
         if stem in pages:
-            return f"[{text}]({pages[stem]})"
+            return f"[{text}]({pages[stem]}{fragment})"   # a heading's anchor is kept
         if re.fullmatch(r"\d\d_\w+", stem):
             return text                        # a course notebook not in this build
         return match.group(0)
 
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = re.sub(r"\[([^\]]*)\]\(([^)\s]+\.ipynb)\)", target, cell.source)
+            cell.source = re.sub(r"\[([^\]]*)\]\(([^)\s#]+\.ipynb)(#[^)\s]*)?\)", target,
+                                 cell.source)
 
 
 def _write(exporter, nb, path: Path, title: str, top: str, bottom: str) -> None:
