@@ -120,7 +120,7 @@ WRONG = {
         ("transposed", (causal_transposed,), "transposed"),
         ("flipped polarity", (causal_flipped,), "True = may attend"),
         ("top-left aligned", (causal_top_left,), "bottom-right"),
-        ("float 0/1 mask", (causal_float,), "expected bool"),
+        ("float 0/1 mask", (causal_float,), "return booleans"),
     ],
     "masked_attention": [
         ("no scaling", (attention_no_scale,), "you did not scale"),
