@@ -1,14 +1,16 @@
 """Every exercise check passes its reference answer and fails, with its targeted hint, on each
 catalogued wrong answer (tests/catalogue/<module>.py). Checks run in this process, no kernels."""
 
+import functools
 import importlib
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from txlearn.course import build
-from txlearn.checks import CheckFailure, check
+from txlearn.checks import CheckFailure, check, run_exercise
 
 CATALOGUE = Path(__file__).parent / "catalogue"
 MODULES = sorted(p.stem for p in CATALOGUE.glob("*.py") if not p.name.startswith("_"))
@@ -36,6 +38,58 @@ def test_reference_passes(stem, name, capsys):
     assert capsys.readouterr().out == f"PASSED: {name}\n"
 
 
+# --- the generic hint: what the check says about a wrong answer that no catalogue entry describes
+
+def _nudge(value):
+    """A right answer made slightly wrong in a way no learner's mistake is: floats scaled by
+    1.013 and shifted by 0.0137 (a pattern no scale, sign, axis or order mistake gives), whole
+    numbers plus 7, a boolean's first entry flipped; pairs and lists element by element."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_nudge(v) for v in value)
+    if isinstance(value, (bool, np.bool_)):
+        return not value
+    if isinstance(value, (int, np.integer)):
+        return value + 7
+    if isinstance(value, (float, np.floating)):
+        return value * 1.013 + 0.0137
+    if type(value).__module__.startswith("torch") or isinstance(value, np.ndarray):
+        if value.dtype in (bool, np.bool_) or str(value.dtype) == "torch.bool":
+            flipped = value.clone() if hasattr(value, "clone") else value.copy()
+            if flipped.ndim:
+                flipped[(0,) * flipped.ndim] = ~flipped[(0,) * flipped.ndim]
+            return flipped
+        if "int" in str(value.dtype):
+            return value + 7
+        return value * 1.013 + 0.0137
+    return value
+
+
+def _nudged(obj):
+    """The reference object `obj` (a function or an nn.Module class) with its output nudged."""
+    import torch
+
+    if isinstance(obj, type) and issubclass(obj, torch.nn.Module):
+        return type(obj.__name__, (obj,),
+                    {"forward": lambda self, *a, **k: _nudge(obj.forward(self, *a, **k))})
+    if callable(obj):
+        return functools.wraps(obj)(lambda *a, **k: _nudge(obj(*a, **k)))
+    return obj
+
+
+@functools.lru_cache(maxsize=None)
+def _generic_hints(stem, name):
+    """The hint levels the check of `name` gives to a wrong answer it cannot recognise: its
+    reference with the first object's output nudged. It must fail."""
+    objects = _load(stem).REFERENCE[name]
+    verdict = run_exercise(name, (_nudged(objects[0]),) + tuple(objects[1:]))
+    assert not verdict.passed, f"{name}: a nudged reference answer passes the check"
+    return verdict.failure.hints
+
+
+def _hint_text(hints):
+    return " | ".join(hints).lower()
+
+
 @pytest.mark.parametrize("stem,name,label", WRONGS)
 def test_wrong_answer_fails_with_its_own_hint(stem, name, label, capsys):
     cases = {lab: (objs, text) for lab, objs, text in _load(stem).WRONG[name]}
@@ -43,26 +97,49 @@ def test_wrong_answer_fails_with_its_own_hint(stem, name, label, capsys):
     with pytest.raises(CheckFailure) as info:
         check(name, *objects)
     failure = info.value
-    said = " | ".join((failure.what,) + failure.hints)
-    assert text.lower() in said.lower(), (
-        f"wrong answer {label!r} failed, but its feedback lacks {text!r}:\n{said}")
-    # its own hint, not the check's generic one (the hint given when no mistake is recognised)
+    # never one of the generic hints the check declares (given when no mistake is recognised)
     defaults = [tuple([d] if isinstance(d, str) else d)
                 for d in getattr(_checks_module(stem), "DEFAULTS", {}).get(name, [])]
-    assert failure.hints not in defaults, f"{label!r} got the generic hint: {failure.hints}"
+    assert failure.hints not in defaults, f"{label!r} got a generic hint: {failure.hints}"
     assert "PASSED" not in capsys.readouterr().out
+    assert failure.kind not in ("stub", "missing"), f"{label!r}: {failure}"
+    assert text.lower() in _hint_text(failure.hints), (
+        f"wrong answer {label!r} failed, but its hint levels lack {text!r}:\n{failure.feedback(9)}")
+    generic = _generic_hints(stem, name)
+    assert failure.hints != generic and text.lower() not in _hint_text(generic), (
+        f"wrong answer {label!r} got the generic hint of {name}, not its own: {generic}")
+
+
+def test_the_generic_hint_test_can_fail():
+    """An answer the checks cannot tell from an unrecognised one gets the generic hint, and the
+    assertion above then fails: the nudged reference itself is such an answer."""
+    stem = next(s for s in MODULES if _load(s).REFERENCE)
+    name, objects = next(iter(_load(stem).REFERENCE.items()))
+    verdict = run_exercise(name, (_nudged(objects[0]),) + tuple(objects[1:]))
+    assert not verdict.passed and verdict.failure.hints == _generic_hints(stem, name)
+
+
+DEPENDENTS = [(stem, name, label) for stem in MODULES
+              for name, cases in getattr(_load(stem), "DEPENDENT", {}).items()
+              for label, _, _, _ in cases]
+
+
+@pytest.mark.parametrize("stem,name,label", DEPENDENTS)
+def test_failure_caused_by_an_earlier_answer_names_it(stem, name, label):
+    cases = {lab: (objs, ns, text) for lab, objs, ns, text in _load(stem).DEPENDENT[name]}
+    objects, namespace, text = cases[label]
+    verdict = run_exercise(name, objects, namespace=namespace)
+    assert not verdict.passed and verdict.failure.kind == "dependency", label
+    assert text in verdict.failure.feedback(1), verdict.failure.feedback(1)
 
 
 def _checks_module(stem):
     return importlib.import_module(f"txlearn.checks.{stem}")
 
 
-def test_every_check_declares_its_generic_hints_and_five_mistakes():
+def test_every_exercise_has_five_catalogued_mistakes():
     for stem in MODULES:
-        defaults = getattr(_checks_module(stem), "DEFAULTS", None)
-        assert isinstance(defaults, dict), f"txlearn/checks/{stem}.py has no DEFAULTS"
         for name, cases in _load(stem).WRONG.items():
-            assert name in defaults, f"{stem}: no DEFAULTS entry for {name}"
             assert len(cases) >= 5, f"{name}: {len(cases)} catalogued mistakes, fewer than 5"
 
 

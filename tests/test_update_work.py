@@ -6,6 +6,7 @@ import json
 import shutil
 
 import nbformat
+import pytest
 
 from txlearn.cli import main
 from txlearn.course import build, update
@@ -79,3 +80,45 @@ def test_missing_sets_are_copied_and_broken_copies_left_alone(tmp_path, capsys):
         assert (work / s.name).read_bytes() == s.read_bytes()
         assert f"new exercise notebook: {work / s.name}" in out
     shutil.rmtree(work)
+
+
+def test_a_set_whose_exercises_were_all_replaced_keeps_old_answers_and_runs_new_ones(tmp_path,
+                                                                                   monkeypatch):
+    """A copy made before set 05 moved to PyTorch: its only exercise (gelu_exact, a NumPy `gelu`)
+    was retired. The update keeps it byte-identical, adds the new setup cell under a new id with
+    the set's prefix (no duplicate ids, no second notice or introduction), and puts the new
+    exercises after the retired one, so that the new `gelu` is the one a later set loads."""
+    import torch
+
+    from txlearn.course import earlier
+
+    course = nbformat.read(LAYOUT.student / "05_ffn.ipynb", as_version=4)
+    head = [c for c in course.cells[:4] if not c.metadata.get("exercise")]
+    old = nbformat.v4.new_notebook(metadata=course.metadata)
+    old.cells = [nbformat.from_dict(dict(c)) for c in head]
+    setup = next(c for c in old.cells if c.cell_type == "code")
+    setup.source = "import numpy as np"
+    answer = nbformat.v4.new_code_cell("def gelu(x):\n    return 'my old NumPy answer'\n")
+    answer.id, answer.metadata = "05_ffn-003-gelu_exact", {"tags": ["answer"], "exercise": "gelu_exact"}
+    check = nbformat.v4.new_code_cell("from txlearn.checks import check\ncheck('gelu_exact', gelu)")
+    check.id = "05_ffn-004-gelu_exact"
+    check.metadata = {"tags": ["check", "nbval-check-output"], "exercise": "gelu_exact"}
+    old.cells += [answer, check]
+    work = tmp_path / "work"
+    work.mkdir()
+    nbformat.write(old, work / "05_ffn.ipynb")
+
+    done = [u for u in update.update_work(work) if u.path.name == "05_ffn.ipynb"]
+    assert done and done[0].added == [n for n, _ in update.exercise_blocks(course)]
+    merged = json.loads((work / "05_ffn.ipynb").read_text())
+    ids = [c["id"] for c in merged["cells"]]
+    assert len(ids) == len(set(ids)), ids
+    assert ids.count("generated-notice") == 1 and ids.count("set-intro") == 1
+    assert "05_ffn-001-v2" in ids                                    # the new setup cell
+    kept = next(c for c in merged["cells"] if c["id"] == "05_ffn-003-gelu_exact")
+    assert "".join(kept["source"]) == answer.source                   # the old answer, untouched
+    assert ids.index("05_ffn-003-gelu_exact") < ids.index("05_ffn-001-v2")
+    monkeypatch.chdir(work)
+    gelu = earlier.load("05_ffn", "gelu")
+    with pytest.raises(NotImplementedError, match="exercise gelu"):
+        gelu(torch.zeros(2))                          # the new stub, not the retired NumPy answer

@@ -1,105 +1,227 @@
 # ---
 # jupyter:
 #   txlearn:
-#     title: "Exercises 03: multi-head and grouped-query attention"
-#     minutes: 45
+#     title: "Exercises 03: multi-head attention as a PyTorch module"
+#     minutes: 80
 #     objectives:
-#     - split a batch into heads and merge it back
-#     - run multi-head attention and say where d_k enters
-#     - share keys and values across query heads (grouped-query attention)
+#     - split a batch of vectors into heads and merge them back, on tensors
+#     - share each key/value head with a group of query heads (grouped-query and multi-query attention)
+#     - keep a key/value cache and build the bottom-right causal mask that decoding with it needs
+#     - write MultiHeadAttention as an nn.Module whose cached forward equals the uncached one
 #     - count the bytes of a KV cache
-#     imports: [numpy, txlearn.attention]
+#     imports: [numpy, torch]
+#     retired:
+#       split_merge_heads: split_heads (the same functions, on PyTorch tensors)
+#       multi_head_forward: multi_head_attention (an nn.Module with W_Q, W_K, W_V, W_O and biases)
+#       grouped_query_attention: repeat_kv, and multi_head_attention with n_kv_heads
 # ---
 
 # %% [markdown]
-# Arrays are NumPy `float64`; weights are `(d_in, d_out)` and applied as `x @ W`; masks are
-# boolean with `True` = may attend. You may use `attention_np(Q, K, V, mask)` from the package
-# (lesson 02's scaled dot-product attention; `return_weights=True` also returns the weights).
+# From this set on you write PyTorch: functions over tensors and `nn.Module` classes that later
+# sets load from this notebook and build on (set 04 adds rotary positions to your
+# `MultiHeadAttention`, set 07 builds a transformer layer and a language model from it). Keep the
+# names and signatures as given.
+#
+# Conventions of the course: weights are `(d_in, d_out)` and applied as `x @ W + b`; boolean masks
+# are `True` = *may attend*; `d_k = d_model // n_heads`; a query with no visible key gets an
+# attention output of 0 (as in set 02). The checks give your modules float32 inputs, and your
+# functions float32 and float64 ones.
 
 # %%
-import numpy as np
+import math
 
-from txlearn.attention import attention_np
+import torch
+from torch import nn
 
 # %% [markdown]
 # ## Exercise 1: split and merge heads
 #
-# `split_heads(x, n_heads)` turns `x` of shape `(B, T, d_model)` into `(B, n_heads, T, d_k)`
-# with `d_k = d_model // n_heads`; head `h` of position `t` holds the contiguous slice
-# `x[b, t, h*d_k:(h+1)*d_k]`. `merge_heads(x)` is its inverse, `(B, n_heads, T, d_k) ->
-# (B, T, n_heads * d_k)`.
+# `split_heads(x, n_heads)` turns `x` of shape `(B, T, d_model)` into `(B, n_heads, T, d_k)`: head
+# `h` of position `t` holds the contiguous slice `x[b, t, h*d_k:(h+1)*d_k]`. `merge_heads(x)` is
+# its inverse, `(B, n_heads, T, d_k) -> (B, T, n_heads * d_k)`. Both keep the dtype.
 
-# %% tags=["answer"] exercise="split_merge_heads"
+# %% tags=["answer"] exercise="split_heads"
 def split_heads(x, n_heads):
     ### BEGIN SOLUTION
     B, T, d_model = x.shape
-    x = x.reshape(B, T, n_heads, d_model // n_heads)  # (B, T, n_heads, d_k)
-    return x.transpose(0, 2, 1, 3)  # (B, n_heads, T, d_k)
+    per_head = x.reshape(B, T, n_heads, d_model // n_heads)     # (B, T, n_heads, d_k)
+    return per_head.transpose(1, 2)                             # (B, n_heads, T, d_k)
     ### END SOLUTION
 
 
 def merge_heads(x):
     ### BEGIN SOLUTION
     B, n_heads, T, d_k = x.shape
-    x = x.transpose(0, 2, 1, 3)  # (B, T, n_heads, d_k)
-    return x.reshape(B, T, n_heads * d_k)  # (B, T, d_model)
+    per_position = x.transpose(1, 2)                            # (B, T, n_heads, d_k)
+    return per_position.reshape(B, T, n_heads * d_k)            # (B, T, d_model)
     ### END SOLUTION
 
-# %% tags=["check"] exercise="split_merge_heads"
+# %% tags=["check"] exercise="split_heads"
 from txlearn.checks import check
-check("split_merge_heads", split_heads, merge_heads)
+check("split_heads", split_heads, merge_heads)
 
 # %% [markdown]
-# ## Exercise 2: a multi-head forward pass
+# ## Exercise 2: one key/value head for a group of query heads
 #
-# Write `multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads, mask=None)` returning
-# `(out, weights)`: project `x (B, T, d_model)` with each `W (d_model, d_model)`, split into
-# heads, attend in every head with its own scale `sqrt(d_k)`, merge the heads and project with
-# `W_O`. `weights` is per head, `(B, n_heads, T, T)`; `out` is `(B, T, d_model)`. No biases.
+# In grouped-query attention (GQA; Ainslie et al. 2023) the queries have `n_heads` heads but keys
+# and values only `n_kv_heads` (a divisor of `n_heads`); multi-query attention is
+# `n_kv_heads = 1`. Consecutive query heads share one key/value head: with
+# `n_rep = n_heads // n_kv_heads`, query head `h` reads key/value head `h // n_rep`, the grouping
+# of `F.scaled_dot_product_attention(..., enable_gqa=True)`.
 #
-# $$\text{MultiHead}(x) = \text{Concat}(\text{head}_1, \dots, \text{head}_h)\, W_O, \qquad
-#   \text{head}_i = \text{Attention}(x W_Q^i, x W_K^i, x W_V^i)$$
+# Write `repeat_kv(x, n_rep)`: `x` is `(B, n_kv_heads, S, d_k)`; return
+# `(B, n_kv_heads * n_rep, S, d_k)` whose head `h` is head `h // n_rep` of `x` (so head 0 of `x`
+# fills heads `0 .. n_rep - 1`).
 
-# %% tags=["answer"] exercise="multi_head_forward"
-def multi_head_attention(x, W_Q, W_K, W_V, W_O, n_heads, mask=None):
+# %% tags=["answer"] exercise="repeat_kv"
+def repeat_kv(x, n_rep):
     ### BEGIN SOLUTION
-    Q = split_heads(x @ W_Q, n_heads)  # (B, n_heads, T, d_k)
-    K = split_heads(x @ W_K, n_heads)
-    V = split_heads(x @ W_V, n_heads)
-    heads, weights = attention_np(Q, K, V, mask, return_weights=True)  # (B, n_heads, T, d_k)
-    return merge_heads(heads) @ W_O, weights
+    shared = x.repeat_interleave(n_rep, dim=1)   # head g -> heads g*n_rep .. g*n_rep + n_rep - 1
+    return shared                                # (B, n_kv_heads * n_rep, S, d_k)
     ### END SOLUTION
 
-# %% tags=["check"] exercise="multi_head_forward"
+# %% tags=["check"] exercise="repeat_kv"
 from txlearn.checks import check
-check("multi_head_forward", multi_head_attention)
+check("repeat_kv", repeat_kv)
 
 # %% [markdown]
-# ## Exercise 3: sharing keys and values across query heads (GQA)
+# ## Exercise 3: the key/value cache and its mask
 #
-# In grouped-query attention, `Q` has `n_heads` heads but `K` and `V` only `n_kv_heads`
-# (a divisor of `n_heads`). Consecutive query heads share one key/value head: query head `h`
-# reads key/value head `h // (n_heads // n_kv_heads)` (the grouping of PyTorch's
-# `F.scaled_dot_product_attention(..., enable_gqa=True)`).
+# A decoder generates one token at a time. The keys and values of the positions it has already
+# seen do not change, so it keeps them (the KV cache) and computes only the new positions' `Q`, `K`
+# and `V`. Write two functions:
 #
-# Write `grouped_query_attention(Q, K, V, mask=None)`: `Q (B, n_heads, L, d_k)`,
-# `K, V (B, n_kv_heads, S, d_k)`; return `out (B, n_heads, L, d_k)`.
+# - `append_kv(cache, K, V)`: `cache` is `None` (nothing seen yet) or the pair `(K_past, V_past)`,
+#   each `(B, n_kv_heads, S_past, d_k)`; `K` and `V` are this step's, `(B, n_kv_heads, L, d_k)`.
+#   Return the pair `(K_all, V_all)`, each `(B, n_kv_heads, S_past + L, d_k)`, past positions
+#   first.
+# - `causal_mask(L, S)`: the boolean `(L, S)` mask, `True` = may attend, for `L` queries that are
+#   the **last** `L` of `S` positions (as in set 02, now a tensor): query `i` sits at position
+#   `S - L + i` and sees keys `0 .. S - L + i`. With `L == S` it is the lower triangle with its
+#   diagonal.
 
-# %% tags=["answer"] exercise="grouped_query_attention"
-def grouped_query_attention(Q, K, V, mask=None):
+# %% tags=["answer"] exercise="kv_cache"
+def append_kv(cache, K, V):
     ### BEGIN SOLUTION
-    n_rep = Q.shape[1] // K.shape[1]
-    K = np.repeat(K, n_rep, axis=1)  # (B, n_heads, S, d_k)
-    V = np.repeat(V, n_rep, axis=1)  # (B, n_heads, S, d_k)
-    return attention_np(Q, K, V, mask)
+    if cache is None:
+        return K, V
+    K_past, V_past = cache
+    K_all = torch.cat([K_past, K], dim=2)        # (B, n_kv_heads, S_past + L, d_k)
+    V_all = torch.cat([V_past, V], dim=2)
+    return K_all, V_all
     ### END SOLUTION
 
-# %% tags=["check"] exercise="grouped_query_attention"
+
+def causal_mask(L, S):
+    ### BEGIN SOLUTION
+    allowed = torch.ones(L, S, dtype=torch.bool)
+    return torch.tril(allowed, diagonal=S - L)   # (L, S), aligned to the bottom-right corner
+    ### END SOLUTION
+
+# %% tags=["check"] exercise="kv_cache"
 from txlearn.checks import check
-check("grouped_query_attention", grouped_query_attention)
+check("kv_cache", append_kv, causal_mask)
 
 # %% [markdown]
-# ## Exercise 4: the memory of the key/value cache
+# ## Exercise 4: `MultiHeadAttention`
+#
+# $$\text{MultiHead}(x) = \text{Concat}(\text{head}_1, \dots, \text{head}_{n_{heads}})\, W_O + b_O,
+# \qquad \text{head}_h = \text{softmax}\!\Big(\frac{Q_h K_{g(h)}^\top}{\sqrt{d_k}}\Big) V_{g(h)}$$
+#
+# with `Q = x @ W_Q + b_Q` split into `n_heads` heads, `K = x @ W_K + b_K` and `V = x @ W_V + b_V`
+# into `n_kv_heads` heads, and `g(h) = h // n_rep` (exercise 2). Write the module
+# `MultiHeadAttention(d_model, n_heads, n_kv_heads=None, bias=True)` (`n_kv_heads=None` means
+# `n_heads`: ordinary multi-head attention). Its parameters, by these state-dict names:
+#
+# | name | shape | | name | shape |
+# |---|---|---|---|---|
+# | `W_Q` | `(d_model, d_model)` | | `b_Q` | `(d_model,)` |
+# | `W_K`, `W_V` | `(d_model, n_kv_heads * d_k)` | | `b_K`, `b_V` | `(n_kv_heads * d_k,)` |
+# | `W_O` | `(d_model, d_model)` | | `b_O` | `(d_model,)` |
+#
+# With `bias=False` there are no `b_*` at all; keep no other parameters or buffers (initialise the
+# weights as you like: the checks load their own).
+#
+# `forward(x, mask=None, use_cache=False)`: `x` is `(B, L, d_model)`; `mask` is boolean,
+# broadcastable to `(B, n_heads, L, S)` (a causal `(L, S)` mask, or a padding mask
+# `(B, 1, 1, S)`); returns `(B, L, d_model)`. In this order:
+#
+# 1. project `x` and split into heads: `Q (B, n_heads, L, d_k)`, `K, V (B, n_kv_heads, L, d_k)`;
+# 2. `start` = the number of positions already in the cache when `use_cache` is true, else 0;
+# 3. `Q, K = self.apply_positions(Q, K, start)` (given below; it changes nothing here, and set 04
+#    overrides it to rotate `Q` and `K` by their positions `start, start + 1, ...`);
+# 4. if `use_cache`: append `K, V` to `self.kv_cache` with `append_kv` and attend over all cached
+#    positions (`S = start + L`); without `use_cache` the cache is neither read nor changed;
+# 5. share the key/value heads with `repeat_kv`, attend in every head with its own `sqrt(d_k)`,
+#    give a query with no visible key the output 0, merge the heads and project with `W_O`, `b_O`.
+#
+# `self.kv_cache` is a plain attribute (not a buffer): `None`, or the pair `(K, V)` of every
+# position seen with `use_cache=True`, each `(B, n_kv_heads, S, d_k)`, stored *before*
+# `repeat_kv`. Setting it to `None` starts a new sequence. The caller passes the causal mask
+# `causal_mask(L, S)` of exercise 3 when decoding with the cache.
+
+# %% tags=["answer"] exercise="multi_head_attention"
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_model, n_heads, n_kv_heads=None, bias=True):
+        super().__init__()
+        self.kv_cache = None          # (K, V) of the positions seen with use_cache=True
+        ### BEGIN SOLUTION
+        self.n_heads = n_heads
+        self.n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        self.d_k = d_model // n_heads
+        d_kv = self.n_kv_heads * self.d_k
+        scale = 1.0 / math.sqrt(d_model)
+        self.W_Q = nn.Parameter(torch.randn(d_model, d_model) * scale)
+        self.W_K = nn.Parameter(torch.randn(d_model, d_kv) * scale)
+        self.W_V = nn.Parameter(torch.randn(d_model, d_kv) * scale)
+        self.W_O = nn.Parameter(torch.randn(d_model, d_model) * scale)
+        if bias:
+            self.b_Q = nn.Parameter(torch.zeros(d_model))
+            self.b_K = nn.Parameter(torch.zeros(d_kv))
+            self.b_V = nn.Parameter(torch.zeros(d_kv))
+            self.b_O = nn.Parameter(torch.zeros(d_model))
+        else:
+            self.b_Q = self.b_K = self.b_V = self.b_O = None
+        ### END SOLUTION
+
+    def apply_positions(self, Q, K, start):
+        """Positions enter attention here (set 04); without them Q and K stay as they are."""
+        return Q, K
+
+    def forward(self, x, mask=None, use_cache=False):
+        ### BEGIN SOLUTION
+        def project(W, b):
+            return x @ W if b is None else x @ W + b
+
+        Q = split_heads(project(self.W_Q, self.b_Q), self.n_heads)      # (B, n_heads, L, d_k)
+        K = split_heads(project(self.W_K, self.b_K), self.n_kv_heads)   # (B, n_kv_heads, L, d_k)
+        V = split_heads(project(self.W_V, self.b_V), self.n_kv_heads)
+        cached = use_cache and self.kv_cache is not None
+        start = self.kv_cache[0].shape[2] if cached else 0
+        Q, K = self.apply_positions(Q, K, start)
+        if use_cache:
+            K, V = append_kv(self.kv_cache, K, V)                       # (B, n_kv_heads, S, d_k)
+            self.kv_cache = (K, V)
+        n_rep = self.n_heads // self.n_kv_heads
+        K, V = repeat_kv(K, n_rep), repeat_kv(V, n_rep)                 # (B, n_heads, S, d_k)
+        scores = Q @ K.transpose(-2, -1) / math.sqrt(self.d_k)          # (B, n_heads, L, S)
+        if mask is not None:
+            hidden_row = ~mask.any(dim=-1, keepdim=True)                # queries that see nothing
+            scores = scores.masked_fill(~mask, float("-inf")).masked_fill(hidden_row, 0.0)
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights.masked_fill(hidden_row, 0.0)
+        heads = weights @ V                                             # (B, n_heads, L, d_k)
+        out = merge_heads(heads) @ self.W_O                             # (B, L, d_model)
+        return out if self.b_O is None else out + self.b_O
+        ### END SOLUTION
+
+# %% tags=["check"] exercise="multi_head_attention"
+from txlearn.checks import check
+check("multi_head_attention", MultiHeadAttention)
+
+# %% [markdown]
+# ## Exercise 5: the memory of the key/value cache
 #
 # Write `kv_cache_memory(n_layers, n_heads, n_kv_heads, d_model, context, bytes_per_element)`:
 # the bytes a decoder needs to cache keys and values for `context` tokens of one sequence.

@@ -1,80 +1,180 @@
 # ---
 # jupyter:
 #   txlearn:
-#     title: "Exercises 07: one full transformer layer"
-#     minutes: 45
+#     title: "Exercises 07: a transformer layer and a language model from your own modules"
+#     minutes: 75
 #     objectives:
-#     - assemble one post-LN transformer layer from its parts
+#     - assemble a transformer layer, post-LN and pre-LN, from your attention, FFN, LayerNorm and residual
+#     - embed tokens with positions that continue after the KV cache
+#     - build a decoder-only language model whose output head is tied to its embedding, with a KV cache
 #     - count a layer's parameters
-#     imports: [numpy, txlearn.norms, txlearn.softmax]
+#     imports: [numpy, torch, txlearn.course.earlier]
+#     uses: [03_heads, 04_positional, 05_ffn, 06_norms]
+#     retired:
+#       post_ln_layer: transformer_layer (an nn.Module, post-LN and pre-LN, built from your modules)
 # ---
 
 # %% [markdown]
-# Conventions of the course: arrays are NumPy `float64`; weights are `(d_in, d_out)` and applied
-# as `x @ W + b`; LayerNorm uses the biased variance with `eps = 1e-5` inside the square root.
-# You may use the course's helpers imported below (`softmax_np` from lesson 01, `layer_norm_np`
-# from lesson 06).
+# This set assembles your own modules of sets 03-06, loaded from their notebooks below (they must
+# sit in the same folder; `make lab` puts them all in `work/`). Nothing here imports a model
+# class from the course's package: the layer and the model are yours. Set 09 trains the model of
+# exercise 3.
 
 # %%
-import numpy as np
+import math
 
-from txlearn.norms import layer_norm_np
-from txlearn.softmax import softmax_np
+import torch
+from torch import nn
+
+from txlearn.course.earlier import load
+
+MultiHeadAttention, causal_mask = load("03_heads", "MultiHeadAttention", "causal_mask")
+sinusoidal_encoding = load("04_positional", "sinusoidal_encoding")
+FeedForward = load("05_ffn", "FeedForward")
+LayerNorm, residual = load("06_norms", "LayerNorm", "residual")
 
 # %% [markdown]
-# ## Exercise 1: the post-LN layer, forward pass
+# ## Exercise 1: `TransformerLayer`
 #
-# Write `post_ln_layer(x, p, n_heads)` for one sequence `x` of shape `(T, d_model)` and return
-# the layer's output, also `(T, d_model)`. The parameters are in the dict `p`:
+# One transformer layer: attention, then the FFN, each wrapped in a residual connection with a
+# LayerNorm (your `residual` of set 06):
 #
-# | key | shape | | key | shape |
-# |---|---|---|---|---|
-# | `W_Q`, `W_K`, `W_V`, `W_O` | `(d_model, d_model)` | | `W_1`, `b_1` | `(d_model, d_ff)`, `(d_ff,)` |
-# | `b_Q`, `b_K`, `b_V`, `b_O` | `(d_model,)` | | `W_2`, `b_2` | `(d_ff, d_model)`, `(d_model,)` |
-# | `gamma1`, `beta1` | `(d_model,)` | | `gamma2`, `beta2` | `(d_model,)` |
+# | `norm_first=False` (post-LN, the paper) | `norm_first=True` (pre-LN, GPT-2 on) |
+# |---|---|
+# | $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$ | $h = x + \mathrm{MHA}(\mathrm{LN}_1(x))$ |
+# | $\text{out} = \mathrm{LN}_2(h + \mathrm{FFN}(h))$ | $\text{out} = h + \mathrm{FFN}(\mathrm{LN}_2(h))$ |
 #
-# The paper's order (post-LN), with ReLU in the FFN:
+# Write `TransformerLayer(d_model, n_heads, d_ff, n_kv_heads=None, norm_first=False, eps=1e-5,
+# bias=True)` with exactly four submodules, by these names: `attn`, your
+# `MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias)`; `norm1` and `norm2`, your
+# `LayerNorm(d_model, eps)`; `ffn`, your `FeedForward(d_model, d_ff, bias=bias)`. Its state-dict
+# names are therefore `attn.W_Q`, ..., `norm1.gamma`, `norm1.beta`, `ffn.W_1`, ..., `norm2.beta`.
 #
-# $$h = \text{LayerNorm}_1\big(x + \text{MultiHead}(x)\big), \qquad
-#   \text{out} = \text{LayerNorm}_2\big(h + \text{FFN}(h)\big)$$
-#
-# $$\text{MultiHead}(x) = \text{Concat}(\text{head}_1, \dots, \text{head}_{n})\, W_O + b_O, \quad
-#   \text{head}_i = \text{softmax}\!\Big(\tfrac{Q_i K_i^\top}{\sqrt{d_k}}\Big) V_i, \quad
-#   \text{FFN}(h) = \max(0,\, h W_1 + b_1)\, W_2 + b_2$$
-#
-# where `Q = x @ W_Q + b_Q` is split into `n_heads` heads of width `d_k = d_model // n_heads`
-# (head `i` takes features `i*d_k ... (i+1)*d_k - 1`), and likewise `K` and `V`. No mask.
+# `forward(x, mask=None, use_cache=False)`: `x (B, T, d_model)`; pass `mask` and `use_cache` to
+# the attention; return `(B, T, d_model)`. The check compares your layer with
+# `torch.nn.TransformerEncoderLayer(..., activation="gelu")` holding the same weights.
 
-# %% tags=["answer"] exercise="post_ln_layer"
-def post_ln_layer(x, p, n_heads):
-    ### BEGIN SOLUTION
-    T, d_model = x.shape
-    d_k = d_model // n_heads
+# %% tags=["answer"] exercise="transformer_layer"
+class TransformerLayer(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff, n_kv_heads=None, norm_first=False, eps=1e-5,
+                 bias=True):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias)
+        self.norm1 = LayerNorm(d_model, eps)
+        self.ffn = FeedForward(d_model, d_ff, bias=bias)
+        self.norm2 = LayerNorm(d_model, eps)
+        ### END SOLUTION
 
-    def heads(W, b):
-        return (x @ W + b).reshape(T, n_heads, d_k).transpose(1, 0, 2)  # (n_heads, T, d_k)
+    def forward(self, x, mask=None, use_cache=False):
+        ### BEGIN SOLUTION
+        def attention(h):
+            return self.attn(h, mask=mask, use_cache=use_cache)
 
-    Q, K, V = heads(p["W_Q"], p["b_Q"]), heads(p["W_K"], p["b_K"]), heads(p["W_V"], p["b_V"])
-    weights = softmax_np(Q @ K.transpose(0, 2, 1) / np.sqrt(d_k))  # (n_heads, T, T)
-    merged = (weights @ V).transpose(1, 0, 2).reshape(T, d_model)  # (T, d_model)
-    attention = merged @ p["W_O"] + p["b_O"]
-    h = layer_norm_np(x + attention, p["gamma1"], p["beta1"])
-    ffn = np.maximum(h @ p["W_1"] + p["b_1"], 0.0) @ p["W_2"] + p["b_2"]
-    return layer_norm_np(h + ffn, p["gamma2"], p["beta2"])
-    ### END SOLUTION
+        h = residual(x, attention, self.norm1, self.norm_first)        # (B, T, d_model)
+        return residual(h, self.ffn, self.norm2, self.norm_first)
+        ### END SOLUTION
 
-# %% tags=["check"] exercise="post_ln_layer"
+# %% tags=["check"] exercise="transformer_layer"
 from txlearn.checks import check
-check("post_ln_layer", post_ln_layer)
+check("transformer_layer", TransformerLayer)
 
 # %% [markdown]
-# ## Exercise 2: how many parameters does one layer have?
+# ## Exercise 2: token embeddings with positions
+#
+# Write `TokenEmbedding(n_vocab, d_model)` with one parameter, the table `W_E (n_vocab, d_model)`,
+# and `forward(ids, start=0)`: `ids` is an int64 tensor `(B, T)`; return the float tensor
+# `(B, T, d_model)`
+#
+# $$x_t = W_E[\text{ids}_t]\,\sqrt{d_{model}} + PE[\text{start} + t],$$
+#
+# the paper's embedding (section 3.4 scales it by $\sqrt{d_{model}}$) plus your sinusoidal table
+# of set 04 at positions `start, ..., start + T - 1` (`start` is the number of positions already
+# cached when decoding with a KV cache).
+
+# %% tags=["answer"] exercise="token_embedding"
+class TokenEmbedding(nn.Module):
+    def __init__(self, n_vocab, d_model):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.d_model = d_model
+        self.W_E = nn.Parameter(torch.randn(n_vocab, d_model) / math.sqrt(d_model))
+        ### END SOLUTION
+
+    def forward(self, ids, start=0):
+        ### BEGIN SOLUTION
+        T = ids.shape[-1]
+        table = sinusoidal_encoding(start + T, self.d_model)[start:]    # (T, d_model)
+        scaled = self.W_E[ids] * math.sqrt(self.d_model)                # (B, T, d_model)
+        return scaled + table.to(scaled.dtype)
+        ### END SOLUTION
+
+# %% tags=["check"] exercise="token_embedding"
+from txlearn.checks import check
+check("token_embedding", TokenEmbedding)
+
+# %% [markdown]
+# ## Exercise 3: a language model with a tied output head
+#
+# A decoder-only language model: token embeddings, `n_layers` pre-LN layers under a causal mask,
+# a final LayerNorm (pre-LN leaves the residual stream unnormalised), and logits from the
+# embedding table itself, transposed (weight tying; paper section 3.4, Press and Wolf 2017):
+#
+# $$\text{logits} = \mathrm{LN}(h)\, W_E^\top \qquad (B, T, n_{vocab}).$$
+#
+# Write `LanguageModel(n_vocab, d_model, n_heads, d_ff, n_layers, n_kv_heads=None)` with the
+# submodules `embed` (your `TokenEmbedding`), `layers` (an `nn.ModuleList` of `n_layers` of your
+# `TransformerLayer(..., norm_first=True)`) and `norm` (your `LayerNorm(d_model)`): state-dict
+# names `embed.W_E`, `layers.0.attn.W_Q`, ..., `norm.gamma`, `norm.beta`, and no output matrix of
+# its own.
+#
+# `forward(ids, use_cache=False)` returns the logits `(B, T, n_vocab)` (not probabilities). With
+# `use_cache=True` the new tokens continue the cached sequence: `start` is the number of positions
+# the first layer's attention has cached (0 when its `kv_cache` is `None`), the embedding starts at
+# `start`, the mask is `causal_mask(T, start + T)`, and every layer gets `use_cache=True`.
+# `reset_cache()` (given) empties every layer's cache before a new sequence.
+
+# %% tags=["answer"] exercise="language_model"
+class LanguageModel(nn.Module):
+    def __init__(self, n_vocab, d_model, n_heads, d_ff, n_layers, n_kv_heads=None):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.embed = TokenEmbedding(n_vocab, d_model)
+        self.layers = nn.ModuleList(
+            TransformerLayer(d_model, n_heads, d_ff, n_kv_heads, norm_first=True)
+            for _ in range(n_layers))
+        self.norm = LayerNorm(d_model)
+        ### END SOLUTION
+
+    def reset_cache(self):
+        for layer in self.layers:
+            layer.attn.kv_cache = None
+
+    def forward(self, ids, use_cache=False):
+        ### BEGIN SOLUTION
+        cache = self.layers[0].attn.kv_cache
+        start = cache[0].shape[2] if (use_cache and cache is not None) else 0
+        T = ids.shape[-1]
+        h = self.embed(ids, start)                                      # (B, T, d_model)
+        mask = causal_mask(T, start + T)                                # (T, start + T)
+        for layer in self.layers:
+            h = layer(h, mask=mask, use_cache=use_cache)
+        return self.norm(h) @ self.embed.W_E.T                          # (B, T, n_vocab)
+        ### END SOLUTION
+
+# %% tags=["check"] exercise="language_model"
+from txlearn.checks import check
+check("language_model", LanguageModel)
+
+# %% [markdown]
+# ## Exercise 4: how many parameters does one layer have?
 #
 # Write `layer_param_count(d_model, n_heads, d_ff)` returning an `int`: the number of
-# parameters of the layer of exercise 1 (multi-head attention with biases, a ReLU FFN with
-# biases, two LayerNorms with `gamma` and `beta`). Think about which sizes `n_heads` changes.
-# For the paper's base layer (`d_model = 512`, `d_ff = 2048`) the lesson's counter gives
-# 3,152,384.
+# parameters of your `TransformerLayer(d_model, n_heads, d_ff)` of exercise 1 (multi-head
+# attention with biases and `n_kv_heads = n_heads`, a GELU FFN with biases, two LayerNorms with
+# `gamma` and `beta`). Think about which sizes `n_heads` changes. For the paper's base layer
+# (`d_model = 512`, `d_ff = 2048`) the lesson's counter gives 3,152,384.
 
 # %% tags=["answer"] exercise="layer_param_count"
 def layer_param_count(d_model, n_heads, d_ff):

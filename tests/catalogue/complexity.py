@@ -159,13 +159,13 @@ REFERENCE = {
 
 WRONG = {
     "attention_flops": [
-        ("MACs, not FLOPs", (flops_macs,), "multiply-accumulates"),
+        ("MACs, not FLOPs", (flops_macs,), "you counted multiply-accumulates"),
         ("scores omitted", (flops_no_scores,), "scores Q K^T cost"),
         ("projections only", (flops_projections_only,), "counted only the four projections"),
         ("one head only", (flops_one_head,), "single head"),
         ("times n_heads", (flops_times_heads,), "do not multiply by n_heads"),
         ("no W_O", (flops_no_W_O,), "output projection W_O"),
-        ("float", (flops_float,), "expected an int"),
+        ("float", (flops_float,), "whole number"),
     ],
     "online_softmax_update": [
         ("no rescaling", (update_no_rescale,), "multiply both by"),
@@ -175,7 +175,7 @@ WRONG = {
         ("old max kept", (update_old_max,), "use the new max"),
         ("output normalised", (update_normalised,), "keep acc unnormalised"),
         ("NaN when all masked", (update_no_nan_guard,), "is NaN"),
-        ("two outputs", (update_returns_two,), "expected a tuple"),
+        ("two outputs", (update_returns_two,), "return three things"),
     ],
     "tiled_attention": [
         ("acc not divided by l", (tiled_not_normalised,), "you returned acc itself"),

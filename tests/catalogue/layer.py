@@ -1,101 +1,139 @@
-"""Reference answers and catalogued wrong answers for lesson 07's checks (txlearn/checks/layer.py),
-written the way a learner would write them."""
+"""Reference answers and catalogued wrong answers for set 07's checks (txlearn/checks/layer.py),
+written the way a learner writes them: from their own modules of sets 03-06 (here the
+catalogues' reference answers of those sets)."""
 
-import numpy as np
+import math
 
+import torch
+from torch import nn
 
-def _ln(x, gamma, beta, eps=1e-5):
-    mu = x.mean(axis=-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-    return gamma * (x - mu) / np.sqrt(var + eps) + beta
+from tests.catalogue.ffn import ffn_class
+from tests.catalogue.heads import MHA_REF, mask_ref
+from tests.catalogue.norms import ln_class, residual_ref
+from tests.catalogue.positional import pe_ref
 
-
-def _softmax(s):
-    e = np.exp(s - s.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _attention(x, p, n_heads, scale=True, split=True):
-    T, d_model = x.shape
-    n_heads = n_heads if split else 1
-    d_k = d_model // n_heads
-    Q = (x @ p["W_Q"] + p["b_Q"]).reshape(T, n_heads, d_k).transpose(1, 0, 2)  # (h, T, d_k)
-    K = (x @ p["W_K"] + p["b_K"]).reshape(T, n_heads, d_k).transpose(1, 0, 2)
-    V = (x @ p["W_V"] + p["b_V"]).reshape(T, n_heads, d_k).transpose(1, 0, 2)
-    scores = Q @ K.transpose(0, 2, 1)
-    if scale:
-        scores = scores / np.sqrt(d_k)
-    heads = _softmax(scores) @ V  # (h, T, d_k)
-    return heads.transpose(1, 0, 2).reshape(T, d_model) @ p["W_O"] + p["b_O"]
+MultiHeadAttention, FeedForward, LayerNorm = MHA_REF, ffn_class(), ln_class()
 
 
-def _ffn(h, p):
-    return np.maximum(h @ p["W_1"] + p["b_1"], 0) @ p["W_2"] + p["b_2"]
+# ------------------------------------------------------------------ transformer_layer
+
+def layer_class(*, order="right", eps_passed=True, mask_passed=True, cache_passed=True,
+                bias_passed=True, kv_passed=True, swap_norms=False, ln=LayerNorm):
+    class TransformerLayer(nn.Module):
+        def __init__(self, d_model, n_heads, d_ff, n_kv_heads=None, norm_first=False, eps=1e-5,
+                     bias=True):
+            super().__init__()
+            self.norm_first = norm_first
+            b = bias if bias_passed else True
+            self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads if kv_passed else None,
+                                           bias=b)
+            self.norm1 = ln(d_model, eps) if eps_passed else ln(d_model)
+            self.ffn = FeedForward(d_model, d_ff, bias=b)
+            self.norm2 = ln(d_model, eps) if eps_passed else ln(d_model)
+
+        def forward(self, x, mask=None, use_cache=False):
+            def attention(h):
+                return self.attn(h, mask=mask if mask_passed else None,
+                                 use_cache=use_cache if cache_passed else False)
+            n1, n2 = (self.norm2, self.norm1) if swap_norms else (self.norm1, self.norm2)
+            if order == "inverted":
+                h = residual_ref(x, attention, n1, not self.norm_first)
+                return residual_ref(h, self.ffn, n2, not self.norm_first)
+            if self.norm_first:
+                if order == "pre normalises":
+                    h = n1(x + attention(n1(x)))
+                    return n2(h + self.ffn(n2(h)))
+                h = attention(n1(x)) if order == "no attn residual" else x + attention(n1(x))
+                return self.ffn(n2(h)) if order == "no ffn residual" else h + self.ffn(n2(h))
+            if order == "norm inside":
+                h = x + n1(attention(x))
+                return h + n2(self.ffn(h))
+            h = n1(attention(x)) if order == "no attn residual" else n1(x + attention(x))
+            return n2(self.ffn(h)) if order == "no ffn residual" else n2(h + self.ffn(h))
+
+    return TransformerLayer
 
 
-def _norms(p):
-    return (lambda v: _ln(v, p["gamma1"], p["beta1"]), lambda v: _ln(v, p["gamma2"], p["beta2"]))
+TL_REF = layer_class()
 
 
-# ------------------------------------------------------------------ post_ln_layer
+# ------------------------------------------------------------------ token_embedding
 
-def post_ln_ref(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = ln1(x + _attention(x, p, n_heads))
-    return ln2(h + _ffn(h, p))
+def embedding_class(*, scale="sqrt", positions="right", extra=False):
+    class TokenEmbedding(nn.Module):
+        def __init__(self, n_vocab, d_model):
+            super().__init__()
+            self.d_model = d_model
+            self.W_E = nn.Parameter(torch.randn(n_vocab, d_model))
+            if extra:
+                self.P = nn.Parameter(pe_ref(64, d_model))
 
+        def forward(self, ids, start=0):
+            T = ids.shape[-1]
+            first = {"ignored": 0, "from one": start + 1}.get(positions, start)
+            pe = pe_ref(first + T, self.d_model)[first:]
+            rows = self.W_E[ids]
+            if scale == "after":
+                return (rows + pe) * math.sqrt(self.d_model)
+            if scale == "detached":
+                return self.W_E.detach()[ids] * math.sqrt(self.d_model) + pe
+            factor = {"sqrt": math.sqrt(self.d_model), "none": 1.0,
+                      "divided": 1 / math.sqrt(self.d_model), "d_model": self.d_model}[scale]
+            return rows * factor + pe
 
-def post_ln_pre_ln(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = x + _attention(ln1(x), p, n_heads)
-    return h + _ffn(ln2(h), p)
-
-
-def post_ln_norm_inside(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = x + ln1(_attention(x, p, n_heads))
-    return h + ln2(_ffn(h, p))
-
-
-def post_ln_no_attn_residual(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = ln1(_attention(x, p, n_heads))
-    return ln2(h + _ffn(h, p))
-
-
-def post_ln_no_ffn_residual(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = ln1(x + _attention(x, p, n_heads))
-    return ln2(_ffn(h, p))
+    return TokenEmbedding
 
 
-def post_ln_no_scale(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = ln1(x + _attention(x, p, n_heads, scale=False))
-    return ln2(h + _ffn(h, p))
+EMB_REF = embedding_class()
 
 
-def post_ln_one_head(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = ln1(x + _attention(x, p, n_heads, split=False))
-    return ln2(h + _ffn(h, p))
+# ------------------------------------------------------------------ language_model
 
+def lm_class(*, head="tied", final_norm=True, norm_first=True, masked=True, output="logits",
+             start="right", mask_kind="right", emb=None):
+    class LanguageModel(nn.Module):
+        def __init__(self, n_vocab, d_model, n_heads, d_ff, n_layers, n_kv_heads=None):
+            super().__init__()
+            self.embed = (emb or EMB_REF)(n_vocab, d_model)
+            self.layers = nn.ModuleList(
+                TL_REF(d_model, n_heads, d_ff, n_kv_heads, norm_first=norm_first)
+                for _ in range(n_layers))
+            self.norm = LayerNorm(d_model)
+            if head == "linear":
+                self.head = nn.Linear(d_model, n_vocab, bias=False)
+                self.head.weight = self.embed.W_E                   # tied, but a second name
+            elif head == "untied":
+                self.W_U = nn.Parameter(torch.randn(d_model, n_vocab))
 
-def post_ln_swapped_norms(x, p, n_heads):
-    ln1, ln2 = _norms(p)
-    h = ln2(x + _attention(x, p, n_heads))
-    return ln1(h + _ffn(h, p))
+        def reset_cache(self):
+            for layer in self.layers:
+                layer.attn.kv_cache = None
 
+        def forward(self, ids, use_cache=False):
+            cache = self.layers[0].attn.kv_cache
+            s = cache[0].shape[2] if (use_cache and cache is not None) else 0
+            T = ids.shape[-1]
+            h = self.embed(ids, 0 if start == "ignored" else s)
+            if mask_kind == "square":
+                mask = mask_ref(T, T)
+            elif mask_kind == "top-left":
+                mask = torch.ones(T, s + T, dtype=torch.bool).tril()
+            else:
+                mask = mask_ref(T, s + T)
+            for layer in self.layers:
+                h = layer(h, mask=mask if masked else None, use_cache=use_cache)
+            h = self.norm(h) if final_norm else h
+            if head == "untied":
+                logits = h @ self.W_U
+            elif head == "linear":
+                logits = self.head(h)
+            elif head == "detached":
+                logits = h @ self.embed.W_E.detach().T
+            else:
+                logits = h @ self.embed.W_E.T
+            return torch.softmax(logits, -1) if output == "probabilities" else logits
 
-def post_ln_unbiased_variance(x, p, n_heads):
-    def ln(v, g, b):
-        return g * (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, ddof=1, keepdims=True) + 1e-5) + b
-    h = ln(x + _attention(x, p, n_heads), p["gamma1"], p["beta1"])
-    return ln(h + _ffn(h, p), p["gamma2"], p["beta2"])
-
-
-def post_ln_transposed(x, p, n_heads):
-    return post_ln_ref(x, p, n_heads).T
+    return LanguageModel
 
 
 # ------------------------------------------------------------------ layer_param_count
@@ -127,6 +165,10 @@ def count_no_W_O(d_model, n_heads, d_ff):
     return 3 * d_model * d_model + 3 * d_model + 2 * d_model * d_ff + d_ff + d_model + 4 * d_model
 
 
+def count_one_ffn_matrix(d_model, n_heads, d_ff):
+    return count_ref(d_model, n_heads, d_ff) - d_model * d_ff
+
+
 def count_per_head(d_model, n_heads, d_ff):
     return n_heads * (4 * d_model * d_model + 4 * d_model) + 2 * d_model * d_ff + d_ff + 5 * d_model
 
@@ -136,29 +178,75 @@ def count_float(d_model, n_heads, d_ff):
 
 
 REFERENCE = {
-    "post_ln_layer": (post_ln_ref,),
+    "transformer_layer": (TL_REF,),
+    "token_embedding": (EMB_REF,),
+    "language_model": (lm_class(),),
     "layer_param_count": (count_ref,),
 }
 
 WRONG = {
-    "post_ln_layer": [
-        ("pre-LN order", (post_ln_pre_ln,), "post-LN order normalises after the residual"),
-        ("norm before the residual add", (post_ln_norm_inside,), "must act on the sum"),
-        ("no attention residual", (post_ln_no_attn_residual,), "attention sub-layer is missing its residual"),
-        ("no FFN residual", (post_ln_no_ffn_residual,), "FFN sub-layer is missing its residual"),
-        ("no 1/sqrt(d_k)", (post_ln_no_scale,), "sqrt(d_k)"),
-        ("one head", (post_ln_one_head,), "split Q, K, V into n_heads heads"),
-        ("swapped norms", (post_ln_swapped_norms,), "swapped"),
-        ("unbiased variance", (post_ln_unbiased_variance,), "first difference"),
-        ("transposed output", (post_ln_transposed,), "so that layers stack"),
+    "transformer_layer": [
+        ("orders inverted", (layer_class(order="inverted"),), "uses the other order"),
+        ("no attention residual", (layer_class(order="no attn residual"),),
+         "attention sub-layer is missing its residual"),
+        ("no FFN residual", (layer_class(order="no ffn residual"),),
+         "FFN sub-layer is missing its residual"),
+        ("post-LN normalises the sub-layer only", (layer_class(order="norm inside"),),
+         "normalised only the sub-layer's output"),
+        ("pre-LN normalises the sums", (layer_class(order="pre normalises"),), "normalised the sums"),
+        ("norms swapped", (layer_class(swap_norms=True),), "yours are swapped"),
+        ("eps not passed to the norms", (layer_class(eps_passed=False),), "default eps"),
+        ("mask not passed", (layer_class(mask_passed=False),), "without the mask"),
+        ("use_cache not passed", (layer_class(cache_passed=False),), "did not see the first step"),
+        ("bias not passed", (layer_class(bias_passed=False),), "pass bias on"),
+        ("n_kv_heads not passed", (layer_class(kv_passed=False),), "pass n_kv_heads on"),
+    ],
+    "token_embedding": [
+        ("no sqrt(d_model)", (embedding_class(scale="none"),), "did not scale"),
+        ("positions scaled too", (embedding_class(scale="after"),), "scaled the sum"),
+        ("divided by sqrt(d_model)", (embedding_class(scale="divided"),), "divided by sqrt"),
+        ("scaled by d_model", (embedding_class(scale="d_model"),), "multiplied by d_model"),
+        ("start ignored", (embedding_class(positions="ignored"),), "whatever start is"),
+        ("positions from 1", (embedding_class(positions="from one"),), "one too far"),
+        ("a learned copy of the table", (embedding_class(extra=True),), "computed, not learned"),
+        ("W_E detached", (embedding_class(scale="detached"),), "no gradient reached w_e"),
+    ],
+    "language_model": [
+        ("untied W_U", (lm_class(head="untied"),), "remove the separate head"),
+        ("nn.Linear head sharing the weight", (lm_class(head="linear"),), "remove the separate head"),
+        ("head uses W_E.detach()", (lm_class(head="detached"),), "misses the part"),
+        ("no final norm", (lm_class(final_norm=False),), "skip the final layernorm"),
+        ("post-LN layers", (lm_class(norm_first=False),), "your layers are post-ln"),
+        ("no causal mask", (lm_class(masked=False),), "without the causal mask"),
+        ("probabilities", (lm_class(output="probabilities"),), "returned probabilities"),
+        ("positions restart in a cached step", (lm_class(start="ignored"),), "positions 0, 1"),
+        ("square mask in a cached step", (lm_class(mask_kind="square"),), "not causal_mask(t, t)"),
+        ("top-left mask in a cached step", (lm_class(mask_kind="top-left"),), "aligned top-left"),
     ],
     "layer_param_count": [
         ("weights only", (count_weights_only,), "left out the biases"),
-        ("no norms", (count_no_norms,), "you left them out"),
-        ("gamma only", (count_gamma_only,), "gamma AND beta"),
+        ("no norms", (count_no_norms,), "left out the two layernorms"),
+        ("gamma only", (count_gamma_only,), "only one vector per layernorm"),
         ("no biases", (count_no_biases,), "count the biases"),
-        ("no W_O", (count_no_W_O,), "W_O"),
+        ("no W_O", (count_no_W_O,), "left out W_O"),
+        ("one FFN matrix", (count_one_ffn_matrix,), "only one of them"),
         ("per head", (count_per_head,), "number of heads does not change"),
-        ("float", (count_float,), "expected an int"),
+        ("float", (count_float,), "return an int"),
+    ],
+}
+
+_OK = {"MultiHeadAttention": MultiHeadAttention, "FeedForward": FeedForward,
+       "LayerNorm": LayerNorm, "residual": residual_ref, "sinusoidal_encoding": pe_ref,
+       "TransformerLayer": TL_REF, "TokenEmbedding": EMB_REF}
+_UNBIASED = ln_class(stats="unbiased")
+_UNSCALED = embedding_class(scale="none")
+DEPENDENT = {
+    "transformer_layer": [
+        ("its LayerNorm uses the unbiased variance", (layer_class(ln=_UNBIASED),),
+         dict(_OK, LayerNorm=_UNBIASED), "fix layer_norm_module first"),
+    ],
+    "language_model": [
+        ("its TokenEmbedding is not scaled", (lm_class(emb=_UNSCALED),),
+         dict(_OK, TokenEmbedding=_UNSCALED), "fix token_embedding first"),
     ],
 }

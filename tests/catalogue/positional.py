@@ -1,99 +1,176 @@
-"""Reference and catalogued wrong answers for lesson 04's checks (txlearn/checks/positional.py)."""
+"""Reference answers and catalogued wrong answers for set 04's checks (txlearn/checks/positional.py),
+written the way a learner writes them (PyTorch)."""
 
-import numpy as np
+import torch
+
+from tests.catalogue.heads import MHA_REF
 
 
-def sinusoidal_ref(T, d_model):
-    pos = np.arange(T)[:, None]                                   # (T, 1)
-    omega = 1.0 / 10000 ** (np.arange(0, d_model, 2) / d_model)   # (d_model/2,)
-    pe = np.zeros((T, d_model))
-    pe[:, 0::2] = np.sin(pos * omega)
-    pe[:, 1::2] = np.cos(pos * omega)
+# ------------------------------------------------------------------ sinusoidal_table
+
+def pe_ref(T, d_model):
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(T, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * omega)
+    pe[:, 1::2] = torch.cos(pos * omega)
+    return pe.float()
+
+
+def pe_halves(T, d_model):
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    return torch.cat([torch.sin(pos * omega), torch.cos(pos * omega)], dim=-1).float()
+
+
+def pe_swapped(T, d_model):
+    return pe_ref(T, d_model).reshape(T, -1, 2).flip(-1).reshape(T, d_model)
+
+
+def pe_pair_index(T, d_model):
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (-torch.arange(d_model // 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(T, d_model)
+    pe[:, 0::2] = torch.sin(pos * omega).float()
+    pe[:, 1::2] = torch.cos(pos * omega).float()
     return pe
 
 
-def sinusoidal_concatenated(T, d_model):
-    pe = sinusoidal_ref(T, d_model)
-    return np.concatenate([np.sin(np.arange(T)[:, None] * 1.0 / 10000 ** (np.arange(0, d_model, 2) / d_model)),
-                           pe[:, 1::2]], axis=-1)                 # [sins | coses]
-
-
-def sinusoidal_exponent_i(T, d_model):
-    pos = np.arange(T)[:, None]
-    omega = 1.0 / 10000 ** (np.arange(d_model // 2) / d_model)   # i / d instead of 2i / d
-    pe = np.zeros((T, d_model))
-    pe[:, 0::2], pe[:, 1::2] = np.sin(pos * omega), np.cos(pos * omega)
+def pe_loop_per_feature(T, d_model):
+    pe = torch.zeros(T, d_model)
+    for pos in range(T):
+        for j in range(d_model):
+            angle = torch.tensor(pos / 10000.0 ** (j / d_model))
+            pe[pos, j] = torch.sin(angle) if j % 2 == 0 else torch.cos(angle)
     return pe
 
 
-def sinusoidal_positive_power(T, d_model):
-    pos = np.arange(T)[:, None]
-    omega = 10000 ** (np.arange(0, d_model, 2) / d_model)         # multiplied instead of divided
-    pe = np.zeros((T, d_model))
-    pe[:, 0::2], pe[:, 1::2] = np.sin(pos * omega), np.cos(pos * omega)
+def pe_positive_exponent(T, d_model):
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    omega = 10000.0 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(T, d_model)
+    pe[:, 0::2] = torch.sin(pos * omega).float()
+    pe[:, 1::2] = torch.cos(pos * omega).float()
     return pe
 
 
-def sinusoidal_cos_first(T, d_model):
-    pe = sinusoidal_ref(T, d_model)
-    return pe.reshape(T, -1, 2)[..., ::-1].reshape(T, d_model)    # cos at even, sin at odd
+def pe_from_one(T, d_model):
+    return pe_ref(T + 1, d_model)[1:]
+
+
+def pe_float64(T, d_model):
+    return pe_ref(T, d_model).double()
+
+
+def pe_transposed(T, d_model):
+    return pe_ref(T, d_model).T
+
+
+# ------------------------------------------------------------------ rope
+
+def _theta(d, exponent=2.0):
+    return 10000.0 ** (-exponent * torch.arange(d // 2, dtype=torch.float64) / d)
 
 
 def rope_ref(x, positions):
+    angle = positions.double()[:, None] * _theta(x.shape[-1])
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+
+def rope_half(x, positions):
     d = x.shape[-1]
-    theta = 10000.0 ** (-np.arange(0, d, 2) / d)                  # (d/2,)
-    angle = np.asarray(positions)[:, None] * theta                # (T, d/2)
-    a, b = x[:, 0::2], x[:, 1::2]
-    out = np.empty_like(x, dtype=np.float64)
-    out[:, 0::2] = a * np.cos(angle) - b * np.sin(angle)
-    out[:, 1::2] = a * np.sin(angle) + b * np.cos(angle)
-    return out
+    angle = positions.double()[:, None] * _theta(d)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    a, b = x[..., : d // 2], x[..., d // 2:]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
 
-def rope_wrong_sign(x, positions):
-    return rope_ref(x, -np.asarray(positions))
+def rope_backwards(x, positions):
+    return rope_ref(x, -positions)
 
 
-def rope_half_pairing(x, positions):
-    d = x.shape[-1]
-    theta = 10000.0 ** (-np.arange(0, d, 2) / d)
-    angle = np.asarray(positions)[:, None] * theta
-    a, b = x[:, : d // 2], x[:, d // 2:]
-    return np.concatenate([a * np.cos(angle) - b * np.sin(angle),
-                           a * np.sin(angle) + b * np.cos(angle)], axis=-1)
+def rope_exponent_i(x, positions):
+    angle = positions.double()[:, None] * _theta(x.shape[-1], exponent=1.0)
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
 
 
 def rope_ignores_positions(x, positions):
-    return rope_ref(x, np.arange(len(x)))
+    return rope_ref(x, torch.arange(x.shape[-2]))
 
 
-def rope_per_pair_index(x, positions):
-    d = x.shape[-1]
-    theta = 10000.0 ** (-np.arange(d // 2) / d)                    # i/d instead of 2i/d
-    angle = np.asarray(positions)[:, None] * theta
-    a, b = x[:, 0::2], x[:, 1::2]
-    out = np.empty_like(x, dtype=np.float64)
-    out[:, 0::2] = a * np.cos(angle) - b * np.sin(angle)
-    out[:, 1::2] = a * np.sin(angle) + b * np.cos(angle)
-    return out
+def rope_concat_back(x, positions):
+    angle = positions.double()[:, None] * _theta(x.shape[-1])
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+def rope_float64(x, positions):
+    angle = positions[:, None] * _theta(x.shape[-1])
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * torch.cos(angle) - b * torch.sin(angle),
+                        a * torch.sin(angle) + b * torch.cos(angle)], dim=-1).flatten(-2)
+
+
+# ------------------------------------------------------------------ rotary_attention
+
+def rotary_class(rotate=lambda Q, K, positions: (rope_ref(Q, positions), rope_ref(K, positions)),
+                 positions=lambda start, L: torch.arange(start, start + L)):
+    class RotaryAttention(MHA_REF):
+        def apply_positions(self, Q, K, start):
+            return rotate(Q, K, positions(start, Q.shape[-2]))
+    return RotaryAttention
 
 
 REFERENCE = {
-    "sinusoidal_encoding": (sinusoidal_ref,),
-    "rope_rotation": (rope_ref,),
+    "sinusoidal_table": (pe_ref,),
+    "rope": (rope_ref,),
+    "rotary_attention": (rotary_class(),),
 }
 
 WRONG = {
-    "sinusoidal_encoding": [
-        ("sin and cos concatenated", (sinusoidal_concatenated,), "interleave"),
-        ("exponent i/d", (sinusoidal_exponent_i,), "frequency exponent"),
-        ("positive power of 10000", (sinusoidal_positive_power,), "frequency exponent"),
-        ("cos at even indices", (sinusoidal_cos_first,), "sin 0 = 0"),
+    "sinusoidal_table": [
+        ("all sines, then all cosines", (pe_halves,), "all the sines first"),
+        ("cos at even indices", (pe_swapped,), "sin and cos are swapped"),
+        ("exponent i / d_model", (pe_pair_index,), "exponent is i / d_model"),
+        ("a loop with each feature's own index", (pe_loop_per_feature,), "own (odd) index"),
+        ("positive exponent", (pe_positive_exponent,), "the frequencies grow"),
+        ("positions from 1", (pe_from_one,), "first row is position 1"),
+        ("float64 table", (pe_float64,), "return .float()"),
+        ("transposed table", (pe_transposed,), "transposed"),
     ],
-    "rope_rotation": [
-        ("rotation the wrong way", (rope_wrong_sign,), "other way"),
-        ("half-split pairing", (rope_half_pairing,), "interleaved pairing"),
-        ("row index instead of positions", (rope_ignores_positions,), "`positions` argument"),
-        ("frequency exponent i/d", (rope_per_pair_index,), "theta_i = 10000^(-2i/d)"),
+    "rope": [
+        ("half-split pairing", (rope_half,), "half-split pairing"),
+        ("rotates the other way", (rope_backwards,), "goes the other way"),
+        ("exponent i / d", (rope_exponent_i,), "exponent is i / d"),
+        ("ignores the positions", (rope_ignores_positions,), "not by positions[t]"),
+        ("pairs put back as halves", (rope_concat_back,), "all the a' first"),
+        ("float64 result for float32 input", (rope_float64,), "x.dtype"),
+    ],
+    "rotary_attention": [
+        ("rotates Q only", (rotary_class(rotate=lambda Q, K, p: (rope_ref(Q, p), K)),),
+         "returned K unrotated"),
+        ("rotates K only", (rotary_class(rotate=lambda Q, K, p: (Q, rope_ref(K, p))),),
+         "returned Q unrotated"),
+        ("one position for every row", (rotary_class(positions=lambda s, L: torch.full((L,), s)),),
+         "same position changes no score"),
+        ("K rotated backwards", (rotary_class(rotate=lambda Q, K, p: (rope_ref(Q, p), rope_ref(K, -p))),),
+         "minus its positions"),
+        ("returns (K, Q)", (rotary_class(rotate=lambda Q, K, p: (rope_ref(K, p), rope_ref(Q, p))),),
+         "returned (K, Q)"),
+        ("positions ignore the cache", (rotary_class(positions=lambda s, L: torch.arange(L)),),
+         "ignores start"),
+    ],
+}
+
+_OK = {"apply_rope": rope_ref, "MultiHeadAttention": MHA_REF}
+DEPENDENT = {
+    "rotary_attention": [
+        ("its own apply_rope pairs halves", (rotary_class(rotate=lambda Q, K, p: (rope_half(Q, p), rope_half(K, p))),),
+         dict(_OK, apply_rope=rope_half), "fix rope first"),
     ],
 }

@@ -206,8 +206,8 @@ WRONG = {
         ("wrong axis (always last)", (softmax_last_axis,), "always used the last axis"),
         ("max without keepdims", (softmax_no_keepdims,), "keep the reduced axis"),
         ("sum over the whole array", (softmax_global_sum,), "not the whole array"),
-        ("modifies its input in place", (softmax_in_place,), "changed its input `x` in place"),
-        ("never returns", (softmax_loop_forever,), "did not finish"),
+        ("modifies its input in place", (softmax_in_place,), "the caller still needs"),
+        ("never returns", (softmax_loop_forever,), "loop that never ends"),
     ],
     "scaled_scores": [
         ("no scaling", (scores_unscaled,), "divide the dot products by sqrt(d_k)"),
@@ -218,7 +218,7 @@ WRONG = {
         ("d_k from axis 1", (scores_d_k_from_axis_1,), "LAST axis"),
         ("sqrt of the number of queries", (scores_sqrt_len,), "LAST axis"),
         ("softmax applied", (scores_with_softmax,), "return the scores themselves"),
-        ("scales Q in place", (scores_in_place,), "changed its input `Q` in place"),
+        ("scales Q in place", (scores_in_place,), "the caller still needs `Q`"),
     ],
     "softmax_jacobian": [
         ("no diagonal term", (jacobian_no_diag,), "the diagonal needs s_i"),

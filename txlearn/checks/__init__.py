@@ -241,6 +241,16 @@ def _given_layer_norm(x, eps=1e-5):
     return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
 
 
+def _given_rms_norm(x, eps=1e-6, gamma=None):
+    """RMSNorm: x / sqrt(mean(x^2) + eps) over the last axis, times gamma when given."""
+    if _is_torch(x):
+        import torch
+        out = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps)
+    else:
+        out = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
+    return out if gamma is None else out * _cast_like(gamma, x)
+
+
 def _given_scale(x, factor):
     return x * factor
 
@@ -249,6 +259,7 @@ GIVEN_KINDS: dict[str, Callable] = {
     "linear": _given_linear,            # x @ W (+ b)
     "tanh_linear": _given_tanh_linear,  # tanh(x @ W (+ b))
     "layer_norm": _given_layer_norm,    # (x - mean) / sqrt(var + eps), no gain or shift
+    "rms_norm": _given_rms_norm,        # x / sqrt(mean(x^2) + eps) (* gamma)
     "scale": _given_scale,              # x * factor
 }
 

@@ -19,6 +19,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,12 @@ def prepare(path: Path, student: str, dest: Path) -> Submission:
             sub.cell_exercise[index] = cell.metadata["exercise"]
     nb.metadata["kernelspec"] = dict(build.KERNELSPEC)
     dest.mkdir(parents=True, exist_ok=True)
+    # a set that uses earlier sets loads the learner's answers from the sibling notebooks
+    info = build.set_info(build.read_source(source), source.stem, source.name)
+    for used in info.uses:
+        sibling = path.parent / f"{used}.ipynb"
+        if sibling.is_file():
+            shutil.copyfile(sibling, dest / sibling.name)
     sub.copy = dest / f"{source.stem}.ipynb"
     nbformat.write(nb, sub.copy)
     return sub

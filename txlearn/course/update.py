@@ -5,7 +5,10 @@
 - no copy in ``work/`` yet: the student notebook is copied;
 - a copy exists: every exercise that is new in the course (an answer cell whose exercise name the
   copy lacks) is inserted with its statement, answer stub and check cell, right after the check
-  cell of the exercise that precedes it in the course (at the end when that one is missing too).
+  cell of the exercise that precedes it in the course; the course's first exercise goes before
+  the first exercise the copy shares with the course, or at the end when the copy holds only
+  retired ones (so new answers run after retired answers of the same function names). Cells of
+  the set's head that changed (its setup cell) come with it, under a new id.
   The generated introduction (which lists the exercises) is refreshed. Nothing else changes:
   every existing cell, answers included, keeps its exact source, metadata and outputs. Before the first change the copy is saved to ``work/.backups/<name>.<stamp>.ipynb``.
 
@@ -69,16 +72,52 @@ def merge_new_exercises(work, course) -> list[str]:
                 anchor = checks or answers
                 if anchor:
                     position = anchor[-1] + 1
-            elif any(True for _ in work.cells):
-                # the first exercise of the course: before the copy's first exercise cell
-                firsts = [i for i, c in enumerate(work.cells) if _exercise_of(c)]
-                position = firsts[0] if firsts else len(work.cells)
-            new = [copy.deepcopy(c) for c in cells]
+            else:
+                position = _first_position(work, {n for n, _ in exercise_blocks(course)})
+            new = _fresh_cells(cells, work)
             work.cells[position:position] = new
             have.add(name)
             added.append(name)
         previous = name
     return added
+
+
+def _first_position(work, current: set) -> int:
+    """Where the course's first exercise goes when the copy lacks it: before the block of the
+    first exercise the copy shares with the course (right after the check cell before it), or,
+    when the copy has only exercises the course retired, at the end: retired answers run first,
+    so that a new answer reusing a retired function's name (set 03's ``split_heads``) wins."""
+    kept = [i for i, c in enumerate(work.cells) if _exercise_of(c) in current]
+    if not kept:
+        return len(work.cells)
+    checks = [i for i in range(kept[0]) if build.is_check(work.cells[i])]
+    return checks[-1] + 1 if checks else kept[0]
+
+
+def _fresh_cells(cells, work) -> list:
+    """Copies of the course's ``cells`` to insert into ``work``: the generated notice and
+    introduction are left out (the copy has its own; :func:`refresh_intro` updates it), a cell
+    whose id and source the copy already has is left out, and a cell whose id the copy uses for
+    other text (a set's setup cell that changed) gets a new id with the same set prefix, so that
+    ids stay unique and ``txlearn.course.earlier.load`` still runs it."""
+    by_id = {c.get("id"): c for c in work.cells}
+    out = []
+    for cell in cells:
+        cid = cell.get("id")
+        if cid in ("generated-notice", "set-intro"):
+            continue
+        mine = by_id.get(cid)
+        if mine is not None and mine.source == cell.source and mine.cell_type == cell.cell_type:
+            continue
+        new = copy.deepcopy(cell)
+        if mine is not None:
+            n = 2
+            while f"{cid}-v{n}" in by_id:
+                n += 1
+            new["id"] = f"{cid}-v{n}"
+            by_id[new["id"]] = new
+        out.append(new)
+    return out
 
 
 def refresh_intro(work, course) -> bool:
