@@ -317,7 +317,7 @@ assert logits.shape == (2, 16, n_vocab)
 # output projection wants ($N(0, 1/d_{model})$, so that $h E^\top$ has unit-size logits for a
 # unit-size $h$) is too small to compete with the positions until it is scaled up. Models that
 # learn their positions (GPT-2, BERT) drop the factor and initialise both tables at the same
-# small scale (`scale=False`, lesson 09's model).
+# small scale (GPT-2 draws both with standard deviation 0.02; so does lesson 09's model).
 #
 # ## Cross-attention: how the decoder reads the encoder
 #
