@@ -8,7 +8,7 @@
 # W_2: (d_{ff}, d_{model}),\; d_{ff} = 4\,d_{model}.$$
 #
 # Why is it needed, what does it cost, and which activation? We measure each answer.
-# The code is `txlearn.ffn`.
+# The code is `txlearn.ffn`. Symbols: see [the notation table](00_map.ipynb#Notation).
 
 # %%
 import matplotlib.pyplot as plt
@@ -18,7 +18,8 @@ import torch
 from txlearn.attention import scaled_dot_product_attention
 from txlearn.complexity import (MODEL_SIZES, ffn_flop_share, ffn_param_share, layer_flops,
                                 layer_param_counts)
-from txlearn.ffn import FeedForward, gelu, relu, silu
+from txlearn.ffn import FeedForward, gelu, relu, silu, swiglu_d_ff
+from txlearn.heads import MultiHeadAttention
 
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
@@ -26,41 +27,41 @@ rng = np.random.default_rng(0)
 # %% [markdown]
 # ## 1. Attention alone only re-averages
 #
-# Each attention output is $\sum_j a_{ij} v_j$ with weights $a_{ij} \ge 0$ summing to 1: a
-# **convex combination** of the value vectors. To see what stacking does, take attention with
-# identity value and output maps ($V = x$) and random $W_Q, W_K$, and stack 12 layers in $d = 2$,
-# where we can look. The product of row-stochastic matrices is row-stochastic, so the points can
-# never leave the convex hull of the inputs, however deep the stack.
+# Each output of one attention head is $\sum_j a_{ij} v_j$ with weights $a_{ij} \ge 0$ summing to
+# 1: a **convex combination** of the value vectors. To see what stacking does, take one head with
+# identity value and output maps ($V = x$) and random $W_Q, W_K$, and stack 12 layers with
+# $d_{model} = 2$, where we can look. The product of row-stochastic matrices is row-stochastic, so
+# the points can never leave the convex hull of the inputs, however deep the stack.
 #
 # We test hull membership with support functions: $p$ is inside the hull of the $x_j$ iff for
 # every direction $u$, $u\cdot p \le \max_j u\cdot x_j$. 3,600 directions make the test fine-grained.
 
 # %%
-T, d, n_layers = 12, 2, 12
-x0 = torch.tensor(rng.normal(size=(T, d)))
+T, d_model, n_layers = 12, 2, 12
+x0 = torch.tensor(rng.normal(size=(T, d_model)))
 angles = np.linspace(0, 2 * np.pi, 3600, endpoint=False)
 U = np.stack([np.cos(angles), np.sin(angles)], axis=1)                 # (3600, 2) directions
 hull_support = (x0.numpy() @ U.T).max(axis=0)                          # (3600,) max_j u.x_j
 
 
-def outside_hull(points):
-    """How far the points stick out of the inputs' hull (max over directions; <= 0: inside)."""
-    return float(((points @ U.T) - hull_support).max())
+def outside_hull(points, support=hull_support):
+    """How far the points stick out of a convex set given by its support function (<= 0: inside)."""
+    return float(((points @ U.T) - support).max())
 
 
 def attention_stack(x, n_layers):
-    """n_layers of attention with random W_Q, W_K and V = the layer's input; all outputs."""
+    """n_layers of one-head attention with random W_Q, W_K and V = the layer's input; all outputs."""
     h, history = x, [x.numpy()]
     for _ in range(n_layers):
-        W_Q, W_K = (torch.randn(d, d, dtype=torch.float64) * 2 for _ in range(2))
-        h = scaled_dot_product_attention(h @ W_Q, h @ W_K, h)          # (T, d): V = h
+        W_Q, W_K = (torch.randn(x.shape[-1], x.shape[-1], dtype=torch.float64) * 2 for _ in range(2))
+        h = scaled_dot_product_attention(h @ W_Q, h @ W_K, h)          # (T, d_model): V = h
         history.append(h.numpy())
     return history
 
 
-def random_ffn():
-    """A ReLU FFN (d -> 32 -> d) with unit-scale random weights (output about as spread as x)."""
-    ffn = FeedForward(d, 32, "relu").double()
+def random_ffn(width=2):
+    """A ReLU FFN (width -> 32 -> width) with unit-scale random weights (output about as spread as x)."""
+    ffn = FeedForward(width, 32, "relu").double()
     with torch.no_grad():
         ffn.W_1.normal_()
         ffn.b_1.normal_()
@@ -78,8 +79,8 @@ attn_excess = np.array([max(outside_hull(p) for p in attention_stack(x0, n_layer
                         for _ in range(n_trials)])
 with torch.no_grad():
     ffn_excess = np.array([outside_hull(random_ffn()(x0).numpy()) for _ in range(n_trials)])
-print(f"{n_trials} random {n_layers}-layer attention stacks: {(attn_excess > 1e-12).sum()} ever leave "
-      f"the hull (largest excess {attn_excess.max():.1e})")
+print(f"{n_trials} random {n_layers}-layer one-head attention stacks: {(attn_excess > 1e-12).sum()} "
+      f"ever leave the hull (largest excess {attn_excess.max():.1e})")
 print(f"{n_trials} random single FFNs: {(ffn_excess > 1e-12).sum()} put a point outside it "
       f"(median excess {np.median(ffn_excess):.2f})")
 assert (attn_excess < 1e-12).all()    # a guarantee: never outside, up to rounding
@@ -96,12 +97,101 @@ ax.scatter(*history[3].T, label="after 3 attention layers", s=20)
 ax.scatter(*history[-1].T, label=f"after {n_layers} attention layers", s=20)
 ax.scatter(*y.T, marker="x", label="3 attention layers, then one FFN", s=30)
 ax.legend(fontsize=8)
-ax.set(title="attention re-averages; the FFN moves points out")
+ax.set(title="one head re-averages; the FFN moves points out")
 plt.show()
 
 # %% [markdown]
-# With learned $W_V$ and $W_O$ the picture only changes by a linear map: attention still mixes
-# (linearly mapped) values. The nonlinear, per-token computation is the FFN's job.
+# ### Learned maps, and several heads
+#
+# The hull statement is about **one head**. With learned $W_V$ and $W_O$, one head's output is a
+# convex combination of the *mapped* values $x_j W_V W_O$, so it stays in *their* hull. With
+# several heads it is a sum over heads, each head a convex combination under its own map:
+#
+# $$\text{out}_i = \sum_{\text{head}} \sum_j a^{\text{head}}_{ij}\; x_j W_V^{\text{head}} W_O^{\text{head}},$$
+#
+# which lies in the sum of the per-head hulls (their Minkowski sum, whose support function is
+# the sum of theirs), and that set is larger than the hull of the values. Expected, before we
+# measure: one head with random $W_V, W_O$ never leaves the hull of its mapped values; two heads
+# of width 1 with identity maps ($d_{model} = 2$, head 0 reads coordinate 0, head 1 coordinate 1:
+# `MultiHeadAttention(2, 2)` with $W_V = W_O = I$) leave the hull of the inputs often, but never
+# their bounding box, which is here the sum of the two heads' hulls (a segment on each axis).
+
+# %%
+def mha_with_identity_maps(n_heads):
+    """The course's MultiHeadAttention on d_model = 2 with W_V = W_O = I and zero biases."""
+    mha = MultiHeadAttention(2, n_heads).double()
+    with torch.no_grad():
+        mha.W_V.copy_(torch.eye(2))
+        mha.W_O.copy_(torch.eye(2))
+    return mha
+
+
+def one_head_mapped_excess():
+    """One head, random W_Q, W_K, W_V, W_O: how far out of the hull of x W_V W_O."""
+    mha = MultiHeadAttention(2, 1).double()
+    with torch.no_grad():
+        for W in (mha.W_Q, mha.W_K, mha.W_V, mha.W_O):
+            W.normal_(0.0, 2.0)
+        mapped = (x0 @ mha.W_V @ mha.W_O).numpy()                       # (T, 2)
+        return outside_hull(mha(x0[None])[0].numpy(), (mapped @ U.T).max(axis=0))
+
+
+def two_head_stack(n_layers):
+    """n_layers of 2-head attention (width 1 each, identity maps, random W_Q, W_K); all outputs."""
+    mha, h, history = mha_with_identity_maps(2), x0[None], []
+    with torch.no_grad():
+        for _ in range(n_layers):
+            mha.W_Q.normal_(0.0, 2.0)
+            mha.W_K.normal_(0.0, 2.0)
+            h = mha(h)                                                  # (1, T, 2)
+            history.append(h[0].numpy())
+    return history
+
+
+lo, hi = x0.numpy().min(axis=0), x0.numpy().max(axis=0)
+box_support = np.maximum(U * lo, U * hi).sum(axis=1)   # support of the box = sum of the heads' segments
+one_head = np.array([one_head_mapped_excess() for _ in range(n_trials)])
+stacks = [two_head_stack(n_layers) for _ in range(n_trials)]
+two_heads_hull = np.array([max(outside_hull(p) for p in st) for st in stacks])
+two_heads_box = np.array([max(outside_hull(p, box_support) for p in st) for st in stacks])
+first_layer = np.concatenate([st[0] for st in stacks])                 # (n_trials * T, 2)
+first_out = ((first_layer @ U.T) - hull_support).max(axis=1)          # per output point
+with torch.no_grad():
+    ffn_box = np.array([outside_hull(random_ffn()(x0).numpy(), box_support) for _ in range(n_trials)])
+print(f"one head, random W_V, W_O: {(one_head > 1e-12).sum()} of {n_trials} leave the hull of the "
+      f"mapped values (largest excess {one_head.max():.1e})")
+print(f"two heads, {n_layers}-layer stacks: {(two_heads_hull > 1e-12).sum()} of {n_trials} leave the hull "
+      f"of the inputs (largest excess {two_heads_hull.max():.2f}); {(two_heads_box > 1e-12).sum()} "
+      f"leave the sum of the heads' hulls")
+print(f"two heads, first layer: {(first_out > 1e-12).sum()} of {first_out.size} output points "
+      f"outside the hull")
+print(f"random single FFNs: {(ffn_box > 1e-12).sum()} of {n_trials} leave even the box")
+assert (one_head < 1e-12).all()                      # one head: inside the hull of its mapped values
+assert (two_heads_hull > 1e-12).mean() > 0.5         # two heads: outside the hull, often
+assert (two_heads_box < 1e-12).all()                 # ...but never outside the sum of the heads' hulls
+assert (ffn_box > 1e-12).mean() > 0.5                # a nonlinearity per token leaves that too
+
+fig, ax = plt.subplots(figsize=(7.5, 4.5))
+ax.fill(*hull_pts[order].T, alpha=0.15, label="hull of the inputs")
+ax.add_patch(plt.Rectangle(lo, *(hi - lo), fill=False, ls="--", color="grey",
+                           label="sum of the two heads' hulls"))
+ax.scatter(*x0.numpy().T, s=20, label="inputs")
+outside = first_out > 1e-12
+ax.scatter(*first_layer[outside][:300].T, s=4, color="red", label="2-head outputs outside the hull")
+ax.scatter(*first_layer[~outside][:300].T, s=4, color="green", label="2-head outputs inside it")
+ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+ax.set(title="two heads leave the hull, not the box")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# So the accurate statement is not "attention stays in the hull" but: **attention applies no
+# nonlinearity to a token's vector.** Each head mixes linearly mapped values with weights that sum
+# to 1; everything nonlinear in it is in the weights (the softmax of the scores), not in what is
+# mixed. With one head the output stays in the hull of the mapped values, with several in the sum
+# of the heads' hulls, and a deep stack of attention alone collapses towards averages (the first
+# figure). A function applied to each token's own vector, like ReLU, comes from the FFN: it leaves
+# both sets.
 #
 # ## 2. Position-wise: each token alone
 #
@@ -152,19 +242,89 @@ assert 1e-4 < tanh_gap < 1e-3   # small, but far above float32 rounding: the two
 # $z = -0.75$). The tanh form of GELU differs from the exact one by up to $\sim 5\cdot10^{-4}$:
 # loading a checkpoint with the wrong one gives small but measurable differences.
 #
+# ### SwiGLU against an independent implementation
+#
+# The same function is written with other names elsewhere. The course keeps the paper's $W_1$
+# (into $d_{ff}$) and $W_2$ (back to $d_{model}$) and calls the gate $W_3$; Meta's LLaMA code
+# numbers the other way round for two of the three, and Hugging Face names them by role:
+#
+# | role | course (`txlearn.ffn`) | Meta LLaMA | Hugging Face `LlamaMLP` |
+# |---|---|---|---|
+# | gate, through SiLU | `W_3 (d_model, d_ff)` | `w1` | `gate_proj.weight (d_ff, d_model)` |
+# | up projection | `W_1 (d_model, d_ff)` | `w3` | `up_proj.weight (d_ff, d_model)` |
+# | down projection | `W_2 (d_ff, d_model)` | `w2` | `down_proj.weight (d_model, d_ff)` |
+#
+# The course stores weights `(d_in, d_out)` and applies them as `x @ W`; `nn.Linear` stores
+# `(d_out, d_in)`, so every copy is a transpose. Expected: with the weights copied by the table,
+# txlearn's SwiGLU equals `transformers`' `LlamaMLP` to float64 rounding; with gate and up
+# swapped (reading "w1" as the course's $W_1$), it is a different function.
+
+# %%
+import warnings  # noqa: E402
+
+with warnings.catch_warnings():  # transformers imports tqdm.auto, which warns without ipywidgets
+    warnings.simplefilter("ignore")
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+torch.manual_seed(0)
+config = LlamaConfig(hidden_size=64, intermediate_size=swiglu_d_ff(64), hidden_act="silu",
+                     mlp_bias=False, num_attention_heads=1, num_key_value_heads=1)
+llama_mlp = LlamaMLP(config).double()
+ours = FeedForward(64, swiglu_d_ff(64), "swiglu", bias=False).double()
+x_s = torch.randn(2, 10, 64, dtype=torch.float64)
+with torch.no_grad():
+    ours.W_3.copy_(llama_mlp.gate_proj.weight.T)          # gate:  Meta w1 -> course W_3
+    ours.W_1.copy_(llama_mlp.up_proj.weight.T)            # up:    Meta w3 -> course W_1
+    ours.W_2.copy_(llama_mlp.down_proj.weight.T)          # down:  Meta w2 -> course W_2
+    gap_swiglu = (ours(x_s) - llama_mlp(x_s)).abs().max().item()
+    swapped = FeedForward(64, swiglu_d_ff(64), "swiglu", bias=False).double()
+    swapped.load_state_dict(ours.state_dict())
+    swapped.W_1.copy_(ours.W_3)                           # the numbering taken literally
+    swapped.W_3.copy_(ours.W_1)
+    gap_swapped = (swapped(x_s) - llama_mlp(x_s)).abs().max().item()
+print(f"max |txlearn SwiGLU - LlamaMLP| = {gap_swiglu:.1e}; with gate and up swapped: {gap_swapped:.2f}")
+assert gap_swiglu < 1e-12
+assert gap_swapped > 1e-3
+
+# %% [markdown]
+# **The 2/3 rule.** SwiGLU has three $d_{model} \times d_{ff}$ matrices instead of two, so to
+# keep the parameters of a $4\,d_{model}$ FFN, $d_{ff}$ shrinks to $\tfrac23 \cdot 4\,d_{model}$
+# (`swiglu_d_ff`), rounded up to a multiple of 256 in LLaMA. Expected: that gives LLaMA-2 7B's
+# published $d_{ff} = 11008$ from $d_{model} = 4096$, with parameters within 1% of the
+# $4\,d_{model}$ ReLU FFN's $8\,d_{model}^2$. Not every model keeps the rule: LLaMA-2 70B's code
+# multiplies the 2/3 size by 1.3 before rounding up to a multiple of 4096, which should give its
+# published $d_{ff} = 28672 = 3.5\,d_{model}$.
+
+# %%
+d_ff_7b = swiglu_d_ff(4096, multiple_of=256)
+swiglu_params = FeedForward(4096, d_ff_7b, "swiglu", bias=False).W_1.numel() * 3
+print(f"d_model 4096: 2/3 * 4 * 4096 = {2 * 4 * 4096 / 3:.1f} -> d_ff {d_ff_7b} "
+      f"(LLaMA-2 7B: {MODEL_SIZES['LLaMA-2 7B']['d_ff']}); SwiGLU parameters / 8 d_model^2 = "
+      f"{swiglu_params / (8 * 4096 ** 2):.4f}")
+assert d_ff_7b == MODEL_SIZES["LLaMA-2 7B"]["d_ff"] == 11008
+assert abs(swiglu_params / (8 * 4096 ** 2) - 1) < 0.01
+for width in (64, 512, 768, 4096):   # without rounding the rule holds to within 1 / d_model
+    assert abs(3 * width * swiglu_d_ff(width) / (8 * width ** 2) - 1) <= 1 / width
+d_ff_70b = 4096 * -(-int(1.3 * swiglu_d_ff(8192)) // 4096)   # x 1.3, then round up to 4096
+print(f"d_model 8192: 1.3 x {swiglu_d_ff(8192)} rounded up to a multiple of 4096 = {d_ff_70b} "
+      f"= {d_ff_70b / 8192} d_model (LLaMA-2 70B: {MODEL_SIZES['LLaMA-2 70B']['d_ff']})")
+assert d_ff_70b == MODEL_SIZES["LLaMA-2 70B"]["d_ff"] == 28672
+
+# %% [markdown]
 # ## 4. What the FFN costs at real scale
 #
-# Per layer and per token, with $d = d_{model}$, MHA, and $m = 2$ matrices (3 for SwiGLU), counting
-# FLOPs as $2\times$ multiply-accumulates:
+# Per layer and per token, with multi-head attention and $m = 2$ FFN matrices (3 for SwiGLU),
+# counting FLOPs as $2\times$ multiply-accumulates:
 #
 # | part | parameters | forward FLOPs per token |
 # |---|---|---|
-# | Q, K, V, O projections | $4d^2$ | $8d^2$ |
-# | $QK^\top$ and weights $\cdot V$ | 0 | $4Td$ (all $T$ keys) |
-# | FFN | $m\,d\,d_{ff}$ | $2m\,d\,d_{ff}$ |
+# | Q, K, V, O projections | $4d_{model}^2$ | $8d_{model}^2$ |
+# | $QK^\top$ and weights $\cdot V$ | 0 | $4T d_{model}$ (all $T$ keys) |
+# | FFN | $m\,d_{model} d_{ff}$ | $2m\,d_{model} d_{ff}$ |
 #
-# so the FFN's share of the FLOPs is
-# $$\frac{m\,d_{ff}}{m\,d_{ff} + 2d + 2d_{kv} + 2T}\;\;\Big(= \frac{8d}{12d + 2T}\text{ for } d_{ff}=4d\Big),$$
+# so the FFN's share of the FLOPs is ($n_{kv\_heads} d_k = d_{model}$ without grouped-query attention)
+# $$\frac{m\,d_{ff}}{m\,d_{ff} + 2d_{model} + 2n_{kv\_heads} d_k + 2T}\;\;\Big(= \frac{8d_{model}}{12d_{model} + 2T}\text{ for } d_{ff}=4d_{model}\Big),$$
 # which is `ffn_flop_share`. The counting lives in `txlearn.complexity` (lesson 08 derives every row;
 # here we only need the FFN's share). Published sizes (`MODEL_SIZES`, each at its context length $T$):
 
@@ -189,19 +349,20 @@ assert 0.75 < shares["LLaMA-2 70B"] < 0.80                             # GQA + S
 # **Against the common claim.** It is often said that at GPT-3 scale the FFN takes "about 80%" of
 # the compute. Counting every matrix product of a GPT-3 175B layer at its 2,048-token context, we
 # get **64.9%** (65.8% if only the unmasked half of the causal $T\times T$ products is counted), and
-# the FFN holds 2/3 of the layer's parameters. The ceiling for a $4d$ FFN is $8d/12d = 2/3$ as
-# $T \to 0$; 80% would need $d_{ff} \approx 8d$. The claim does not survive the count for GPT-3.
+# the FFN holds 2/3 of the layer's parameters. The ceiling for a $4d_{model}$ FFN is
+# $8d_{model}/12d_{model} = 2/3$ as $T \to 0$; 80% would need $d_{ff} \approx 8d_{model}$. The claim does not survive the count for GPT-3.
 # A number near 80% does appear once grouped-query attention shrinks the K and V projections:
-# LLaMA-2 70B (8 KV heads for 64 query heads, SwiGLU with $d_{ff} = 3.5\,d$) gives 76.4% (79.2%
+# LLaMA-2 70B (8 KV heads for 64 query heads, SwiGLU with $d_{ff} = 3.5\,d_{model}$) gives 76.4% (79.2%
 # causal) of the FLOPs and 82% of the parameters.
 #
 # What we left out must be small for this to hold: softmax, GELU, LayerNorm, biases and residual
 # additions are a few operations per element. Counting them generously:
 
 # %%
-d, d_ff, T, h = gpt3["d_model"], gpt3["d_ff"], gpt3["T"], gpt3["n_heads"]
-matmul_per_token = sum(layer_flops(T=T, d_model=d, n_heads=h, d_ff=d_ff).values()) / T
-elementwise_per_token = 5 * h * T + 8 * d_ff + 2 * 8 * d + 4 * d + d_ff + 2 * d  # softmax, GELU, 2 LN, biases, adds
+d_model, d_ff, T, n_heads = gpt3["d_model"], gpt3["d_ff"], gpt3["T"], gpt3["n_heads"]
+matmul_per_token = sum(layer_flops(T=T, d_model=d_model, n_heads=n_heads, d_ff=d_ff).values()) / T
+elementwise_per_token = (5 * n_heads * T + 8 * d_ff + 2 * 8 * d_model + 4 * d_model + d_ff
+                         + 2 * d_model)                    # softmax, GELU, 2 LN, biases, adds
 print(f"element-wise work / matrix products at GPT-3 size: {elementwise_per_token / matmul_per_token:.2%}")
 assert elementwise_per_token / matmul_per_token < 0.01
 
@@ -228,25 +389,30 @@ assert sum(p.numel() for p in small.parameters()) == sum(ffn_params.values())
 # %%
 Ts = np.logspace(1, 6, 60).astype(int)
 fig, ax = plt.subplots(figsize=(6, 3.2))
-ax.semilogx(Ts, [ffn_flop_share(T=int(t), d_model=d, n_heads=h, d_ff=d_ff) for t in Ts],
+ax.semilogx(Ts, [ffn_flop_share(T=int(t), d_model=d_model, n_heads=n_heads, d_ff=d_ff) for t in Ts],
             label="GPT-3 175B widths")
 ax.axvline(2048, color="grey", ls="--", lw=0.8, label="GPT-3 context, T = 2048")
 ax.axhline(0.8, color="red", ls=":", lw=0.8, label='the "80%" claim')
 ax.set(xlabel="context length T", ylabel="FFN share of layer FLOPs", ylim=(0, 1))
 ax.legend(fontsize=8)
 plt.show()
-assert abs(ffn_flop_share(T=2 * d, d_model=d, n_heads=h, d_ff=d_ff) - 0.5) < 1e-12
-print(f"the FFN falls below half of the FLOPs past T = 2 d_model = {2 * d:,} tokens")
+assert abs(ffn_flop_share(T=2 * d_model, d_model=d_model, n_heads=n_heads, d_ff=d_ff) - 0.5) < 1e-12
+print(f"the FFN falls below half of the FLOPs past T = 2 d_model = {2 * d_model:,} tokens")
 
 # %% [markdown]
 # ## Summary
 #
-# - Attention outputs stay in the convex hull of the values, at any depth (measured: never more
-#   than $10^{-12}$ outside); one FFN moves points out of it.
+# - One attention head's outputs stay in the convex hull of its (mapped) values at any depth
+#   (measured: never more than $10^{-12}$ outside in 200 stacks of 12 layers). Several heads can
+#   leave that hull (two heads of width 1: most 12-layer stacks did), but not the sum of the heads'
+#   hulls: attention applies no nonlinearity to a token's vector. One FFN moves points out of both.
 # - The FFN is position-wise: it commutes with permutations and a token's output depends on it alone.
 # - Exact GELU and its tanh form differ by up to about $5\cdot10^{-4}$.
+# - txlearn's SwiGLU equals `transformers`' `LlamaMLP` to float64 rounding once the weights are
+#   mapped (course $W_3$ = Meta `w1` = `gate_proj`, $W_1$ = `w3` = `up_proj`, $W_2$ = `w2` =
+#   `down_proj`); the 2/3 rule gives LLaMA-2 7B's $d_{ff} = 11008$.
 # - At GPT-3 175B size and $T = 2048$ the FFN does **64.9%** of a layer's forward FLOPs, not 80%;
-#   its ceiling with $d_{ff} = 4d$ and full attention is 2/3. GQA models such as LLaMA-2 70B come
-#   closer (76%).
+#   its ceiling with $d_{ff} = 4d_{model}$ and full attention is 2/3. GQA models such as LLaMA-2
+#   70B come closer (76%).
 #
 # Exercises: [`work/05_ffn.ipynb`](../work/05_ffn.ipynb) (the FFN forward pass, the exact GELU).

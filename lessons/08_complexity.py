@@ -3,18 +3,23 @@
 #
 # The paper's Table 1 compares layer types by three numbers: the work per layer, the sequential
 # operations (steps that cannot run in parallel), and the maximum path length between two
-# positions. For self-attention it gives $O(T^2 d)$, $O(1)$, $O(1)$; for a recurrent layer
-# $O(T d^2)$, $O(T)$, $O(T)$. This lesson counts parameters and FLOPs exactly, then *measures*
+# positions. For self-attention it gives $O(T^2 d_{model})$, $O(1)$, $O(1)$; for a recurrent layer
+# $O(T d_{model}^2)$, $O(T)$, $O(T)$. This lesson counts parameters and FLOPs exactly, then *measures*
 # time, memory, sequential steps and path length on this machine, and fills the table with the
 # measured numbers beside the formulas. It ends with a tiled attention whose memory grows only
 # linearly in T.
 #
 # Conventions: FLOPs = 2 x multiply-accumulates of the matrix products (softmax, norms and bias
-# adds are of lower order and not counted); a time is the fastest of a few repeated runs (other
-# programs on the machine can only add time); peak memory is read from the PyTorch profiler's
+# adds are of lower order and not counted); peak memory is read from the PyTorch profiler's
 # allocation events (`txlearn.complexity.peak_memory_bytes`), which see PyTorch's own CPU
-# allocations (Python's `tracemalloc` does not). We time on one CPU thread, so that the slopes
-# measure work rather than how threads are scheduled on a shared machine.
+# allocations (Python's `tracemalloc` does not). We compute on one CPU thread and time it by that
+# thread's **CPU time** (`clock="cpu"`, `time.thread_time`), the fastest of a few repeated runs:
+# the work of the call, including the operating system's work on its behalf, but not the time it
+# waits while other programs use the CPU. On a shared machine a long call waits more often than a
+# short one, so wall-clock times would bend every slope upwards (on our busy machine they did, by
+# up to 0.5); on a quiet machine the two clocks agree.
+#
+# Symbols: see [the notation table](00_map.ipynb#Notation).
 
 # %%
 import math
@@ -32,6 +37,7 @@ from txlearn.layer import TransformerLayer
 torch.manual_seed(0)
 threads_before = torch.get_num_threads()
 torch.set_num_threads(1)
+CLOCK = "cpu"  # this thread's CPU time: see the conventions above
 
 
 def measured_ticks(ax, x):
@@ -53,16 +59,17 @@ def loglog(ax, x, ys, title, ylabel):
 # ## 1. Counting: parameters
 #
 # One layer of the paper's base model (`d_model = 512`, 8 heads, `d_ff = 2048`), itemised.
-# The closed form: attention $4d^2 + 4d$, FFN $2 d\, d_{ff} + d_{ff} + d$, two LayerNorms $4d$;
-# at $d_{ff} = 4d$ that is $12 d^2 + 13 d$.
+# The closed form: attention $4d_{model}^2 + 4d_{model}$, FFN $2 d_{model} d_{ff} + d_{ff} + d_{model}$,
+# two LayerNorms $4d_{model}$; at $d_{ff} = 4d_{model}$ that is $12 d_{model}^2 + 13 d_{model}$.
 
 # %%
-d, h, d_ff = 512, 8, 2048
-table = cx.layer_param_counts(d_model=d, n_heads=h, d_ff=d_ff)
+d_model, n_heads, d_ff = 512, 8, 2048
+table = cx.layer_param_counts(d_model=d_model, n_heads=n_heads, d_ff=d_ff)
 print(cx.format_table(table, "parameters"))
-counted = sum(p.numel() for p in TransformerLayer(d, h, d_ff).parameters())
-print(f"\nsum(p.numel()) of TransformerLayer: {counted:,};  12 d^2 + 13 d = {12 * d * d + 13 * d:,}")
-assert sum(table.values()) == counted == 12 * d * d + 13 * d == 3_152_384
+counted = sum(p.numel() for p in TransformerLayer(d_model, n_heads, d_ff).parameters())
+closed_form = 12 * d_model ** 2 + 13 * d_model
+print(f"\nsum(p.numel()) of TransformerLayer: {counted:,};  12 d_model^2 + 13 d_model = {closed_form:,}")
+assert sum(table.values()) == counted == closed_form == 3_152_384
 ffn_share = (table["FFN W_1"] + table["FFN W_2"] + table["FFN biases"]) / counted
 print(f"the FFN holds {ffn_share:.1%} of the layer's parameters")
 assert abs(ffn_share - 2 / 3) < 0.01
@@ -117,22 +124,24 @@ assert 40_000 < base_vocab < 41_500 and 35_500 < big_vocab < 36_500
 # Forward FLOPs of one base layer on one sequence of T = 512 tokens, itemised. Note that the
 # scores and the weighted sum are counted apart from the projections: they are the only terms
 # with $T^2$. The number of heads cancels out of them ($n_{heads}$ heads of width
-# $d_k = d/n_{heads}$).
+# $d_k = d_{model}/n_{heads}$).
 
 # %%
 T = 512
-flops = cx.layer_flops(T=T, d_model=d, n_heads=h, d_ff=d_ff)
+flops = cx.layer_flops(T=T, d_model=d_model, n_heads=n_heads, d_ff=d_ff)
 print(cx.format_table(flops, "FLOPs"))
 quadratic = flops["scores Q K^T"] + flops["weighted sum A V"]
 print(f"T^2 terms: {quadratic / sum(flops.values()):.1%} of the layer at T = {T}")
-assert quadratic == 4 * T * T * d
-assert (cx.attention_flops(T=T, d_model=d, n_heads=1) == cx.attention_flops(T=T, d_model=d, n_heads=16)
-        == 8 * T * d * d + 4 * T * T * d)
+assert quadratic == 4 * T * T * d_model
+assert (cx.attention_flops(T=T, d_model=d_model, n_heads=1)
+        == cx.attention_flops(T=T, d_model=d_model, n_heads=16)
+        == 8 * T * d_model ** 2 + 4 * T * T * d_model)
 
-# the T^2 terms (4 T^2 d) overtake the rest of the layer (8 T d^2 + 4 T d d_ff = 24 T d^2) at T = 6 d
-T_star = next(t for t in range(1, 10 * d) if 4 * t * t * d >= 24 * t * d * d)
-print(f"the T^2 terms are half the layer's FLOPs from T = {T_star} = {T_star / d:.0f} d")
-assert T_star == 6 * d
+# the T^2 terms (4 T^2 d_model) overtake the rest of the layer (8 T d_model^2 + 4 T d_model d_ff
+# = 24 T d_model^2) at T = 6 d_model
+T_star = next(t for t in range(1, 10 * d_model) if 4 * t * t * d_model >= 24 * t * d_model ** 2)
+print(f"the T^2 terms are half the layer's FLOPs from T = {T_star} = {T_star / d_model:.0f} d_model")
+assert T_star == 6 * d_model
 
 # %% [markdown]
 # Memory: the tensors one layer creates on a batch of 8 sequences of 512 tokens in float32, and
@@ -140,7 +149,7 @@ assert T_star == 6 * d
 # that grow as $T^2$; the cache grows linearly.
 
 # %%
-act = cx.activation_bytes(B=8, T=512, d_model=d, n_heads=h, d_ff=d_ff, bytes_per_value=4)
+act = cx.activation_bytes(B=8, T=512, d_model=d_model, n_heads=n_heads, d_ff=d_ff, bytes_per_value=4)
 print(cx.format_table({k: v / 2**20 for k, v in act.items()}, "MiB"))
 cache = kv_cache_bytes(n_layers=6, n_kv_heads=8, d_k=64, context=512, batch=8, dtype="bf16")
 print(f"KV cache, 6 layers, B = 8, T = 512, bf16: {cache / 2**20:.0f} MiB")
@@ -148,135 +157,280 @@ assert act["scores"] == 8 * 8 * 512 * 512 * 4 == 64 * 2**20
 assert cache == 2 * 6 * 8 * 64 * 512 * 8 * 2 == 48 * 2**20
 
 # %% [markdown]
-# ## 3. Measuring attention: time and memory against T and against d
+# ## 3. Measuring attention: time and memory against T and against d_model
 #
-# The course's attention (lesson 02: scores, masked softmax, weighted sum) on one head. Against
-# T at fixed d = 64 the work is $4 T^2 d$ and the attention matrix holds $T^2$ numbers, so both
+# The course's attention (lesson 02: scores, masked softmax, weighted sum) on one head of width
+# $d_{model}$. Against T at fixed $d_{model} = 64$ the work is $4 T^2 d_{model}$ and the attention
+# matrix holds $T^2$ numbers, so both
 # slopes on a log-log plot should be near 2. We fit over T = 256 ... 4096, a range of 16, wide
 # enough that the fixed cost of a call (microseconds) does not matter.
 
 # %%
-def attention_call(T, d):
-    Q, K, V = (torch.randn(1, T, d) for _ in range(3))
+def attention_call(T, d_model):
+    Q, K, V = (torch.randn(1, T, d_model) for _ in range(3))
     return lambda: scaled_dot_product_attention(Q, K, V)
 
 Ts = [256, 512, 1024, 2048, 4096]
-t_T = cx.measure(lambda t: attention_call(t, 64), Ts, "time", repeats=3)
+t_T = cx.measure(lambda t: attention_call(t, 64), Ts, "time", repeats=3, clock=CLOCK)
 m_T = cx.measure(lambda t: attention_call(t, 64), Ts, "memory")
-ds = [256, 512, 1024, 2048, 4096]
-t_d = cx.measure(lambda dd: attention_call(256, dd), ds, "time", repeats=3)
-m_d = cx.measure(lambda dd: attention_call(256, dd), ds, "memory")
+d_models = [256, 512, 1024, 2048, 4096]
+t_d = cx.measure(lambda d_m: attention_call(256, d_m), d_models, "time", repeats=3, clock=CLOCK)
+m_d = cx.measure(lambda d_m: attention_call(256, d_m), d_models, "memory")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-loglog(axes[0], Ts, {"time (s)": t_T, "peak memory (GB)": m_T / 1e9}, "against T (d = 64)", "")
-loglog(axes[1], ds, {"time (s)": t_d, "peak memory (GB)": m_d / 1e9}, "against d (T = 256)", "")
+loglog(axes[0], Ts, {"time (s)": t_T, "peak memory (GB)": m_T / 1e9}, "against T (d_model = 64)", "")
+loglog(axes[1], d_models, {"time (s)": t_d, "peak memory (GB)": m_d / 1e9},
+       "against d_model (T = 256)", "")
 axes[0].set_xlabel("T")
-axes[1].set_xlabel("d")
+axes[1].set_xlabel("d_model")
 plt.show()
 slope_t_T, slope_m_T = cx.fit_loglog_slope(Ts, t_T), cx.fit_loglog_slope(Ts, m_T)
-slope_t_d, slope_m_d = cx.fit_loglog_slope(ds, t_d), cx.fit_loglog_slope(ds, m_d)
+slope_t_d, slope_m_d = cx.fit_loglog_slope(d_models, t_d), cx.fit_loglog_slope(d_models, m_d)
 per_entry_ns = t_T / np.array(Ts, dtype=float) ** 2 * 1e9
 print(f"against T: time slope {slope_t_T:.2f}, memory slope {slope_m_T:.2f}")
 print("  time per attention-matrix entry (ns):", np.round(per_entry_ns, 1))
-print(f"against d: time slope {slope_t_d:.2f}, memory slope {slope_m_d:.2f}")
+print(f"against d_model: time slope {slope_t_d:.2f}, memory slope {slope_m_d:.2f}")
 assert 1.5 < slope_t_T < 3.0  # 2.2 to 2.4 in our runs: see below
 assert 1.9 < slope_m_T < 2.1
 assert per_entry_ns[-1] > 1.3 * per_entry_ns[:3].min()  # an entry costs more once matrices are large
 assert 0.6 < slope_t_d < 1.4
-assert 0.5 < slope_m_d < 1.1  # T d outputs grow, the T^2 matrices do not
+assert 0.5 < slope_m_d < 1.1  # T d_model outputs grow, the T^2 matrices do not
 
 # %% [markdown]
 # Memory grows as $T^2$ to the byte. Time grows *faster* than the $T^2$ that the FLOP count
 # predicts over this range (a slope of 2.2 to 2.4 in our runs, not 2): each entry of the
-# attention matrix costs more at T = 4096 than at T = 512 (2 to 4 times in our runs; the printed
-# ns per entry). At T = 512
-# a $T \times T$ matrix takes 1 MiB and stays in this CPU's caches (1 MiB L2, 32 MiB L3); at
-# T = 4096 it takes 64 MiB, and the softmax's passes over it wait for main memory. "Attention
-# time is quadratic in T" describes the work; the time on a real machine also pays for moving
-# the matrix, which is what tiled attention (section 7) avoids.
+# attention matrix costs more at T = 4096 than at T = 512 (the printed ns per entry). The FLOPs
+# per entry are the same at every T, so the extra time must come from *where the matrix lives*.
+# A $T \times T$ float32 matrix takes 1 MiB at T = 512 and 64 MiB at T = 4096. We measure the
+# two explanations next rather than state them.
 #
-# Against d at fixed T, the work $4T^2 d$ grows linearly, and the memory too, once the
-# $T \times d$ outputs outweigh the $T \times T$ matrices (which do not depend on d).
-# A warning about the common "attention is $O(T^2 d)$, so time is linear in d" at short T and
-# small d: there, the softmax's $T^2$ element-wise passes, not the $4T^2d$ multiply-adds,
-# dominate, and the measured time hardly moves with d. That is why we measured against d at
-# T = 256 and d from 256 to 4096.
+# Against $d_{model}$ at fixed T, the work $4T^2 d_{model}$ grows linearly, and the memory too,
+# once the $T \times d_{model}$ outputs outweigh the $T \times T$ matrices (which do not depend
+# on $d_{model}$). A warning about the common "attention is $O(T^2 d_{model})$, so time is linear
+# in $d_{model}$" at short T and small $d_{model}$: there, the softmax's $T^2$ element-wise
+# passes, not the $4T^2 d_{model}$ multiply-adds, dominate, and the measured time hardly moves
+# with $d_{model}$. That is why we measured against $d_{model}$ at T = 256 and $d_{model}$ from
+# 256 to 4096.
+#
+# ### Where the time per entry goes: caches and fresh memory, measured
+#
+# Two explanations are usual, and both can be measured. **Caches**: a CPU keeps recently used
+# memory in small fast caches (L1, L2, L3, each larger and slower than the one before); an
+# operation that does little arithmetic per number it reads runs at the speed of wherever its
+# data lives, so its time per element should be flat while the data fits in a cache and rise
+# past the last one (L3). **Fresh memory**: attention writes each large matrix into a newly
+# allocated tensor, and on Linux the C library serves large blocks (above a threshold that grows
+# to at most 32 MiB) straight from the operating system, which hands them out a page (4 KiB) at
+# a time on first touch; so writing into fresh memory should cost extra once a matrix passes
+# 32 MiB.
+#
+# We time, per element, over arrays from 64 KiB to 128 MiB: `a + 1` written into a preallocated
+# tensor (`out=`: almost no arithmetic, only the caches matter), the same into a fresh tensor, and
+# the row-wise softmax (rows of 1024) into a fresh tensor, as attention does. This CPU's cache
+# sizes are read from Linux's `/sys` (nothing is assumed where they are missing).
+
+# %%
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def cache_sizes():
+    """{level: bytes} of the data caches of CPU 0, from Linux's /sys ({} elsewhere)."""
+    sizes = {}
+    for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            text = (index / "size").read_text().strip()            # e.g. "48K", "32768K"
+            level = int((index / "level").read_text())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and text[:-1].isdigit():
+            sizes[level] = int(text[:-1]) * {"K": 2**10, "M": 2**20}.get(text[-1], 1)
+    return sizes
+
+
+caches = cache_sizes()
+print("data caches: " + (", ".join(f"L{k} {v / 2**10:g} KiB" for k, v in caches.items()) or "unknown"))
+n_elements = np.array([2 ** k for k in range(14, 26)])                # 64 KiB ... 128 MiB, float32
+ns = {"a + 1, preallocated": [], "a + 1, fresh": [], "softmax, fresh": []}
+for n in n_elements:
+    a, out = torch.randn(int(n)), torch.empty(int(n))
+    rows = a.view(-1, 1024)                                           # softmax over rows of 1024
+    for name, fn in zip(ns, (lambda: torch.add(a, 1.0, out=out), lambda: a + 1.0,
+                             lambda: torch.softmax(rows, dim=-1))):
+        ns[name].append(cx.time_callable(fn, repeats=3, clock=CLOCK) / n * 1e9)
+ns = {k: np.array(v) for k, v in ns.items()}
+out_bytes = n_elements * 4                                            # the output array
+touched = 2 * out_bytes                                               # input + output
+in_l2 = touched <= caches.get(2, touched[2])                          # fits in L2 (else: 3 smallest)
+past_l3 = touched >= 4 * caches.get(3, touched[-3] / 4)               # 4x past L3 (else: 3 largest)
+
+fig, ax = plt.subplots(figsize=(7.5, 4))
+for name, values in ns.items():
+    ax.loglog(touched / 2**20, values, "o-", ms=3, label=name)
+for level, size in caches.items():
+    ax.axvline(size / 2**20, color="grey", ls=":", lw=0.8)
+    ax.text(size / 2**20, ax.get_ylim()[1], f" L{level}", va="top", fontsize=8)
+ax.axvline(2 * 32, color="red", ls="--", lw=0.8, label="output of 32 MiB")
+ax.set(xlabel="bytes touched: input + output (MiB)", ylabel="ns per element")
+ax.legend(fontsize=8, loc="center left")
+plt.show()
+cache_cost = np.median(ns["a + 1, preallocated"][past_l3]) / np.median(ns["a + 1, preallocated"][in_l2])
+fresh_cost = np.median(ns["a + 1, fresh"][past_l3] / ns["a + 1, preallocated"][past_l3])
+below = (out_bytes >= 2**20) & (out_bytes <= 16 * 2**20)              # outputs of 1 to 16 MiB
+fresh_below = np.median(ns["a + 1, fresh"][below] / ns["a + 1, preallocated"][below])
+softmax_cost = np.median(ns["softmax, fresh"][past_l3]) / np.median(ns["softmax, fresh"][in_l2])
+print(f"a + 1, preallocated: {cache_cost:.1f}x the time per element past L3 as inside L2")
+print(f"a + 1 into fresh memory: {fresh_below:.1f}x the preallocated time for outputs of 1-16 MiB, "
+      f"{fresh_cost:.1f}x past L3")
+print(f"softmax into fresh memory: {softmax_cost:.1f}x the time per element past L3 as inside L2")
+assert cache_cost > 1.3     # streaming from main memory is slower than from a cache
+assert fresh_cost > 3       # fresh memory costs far more again
+assert softmax_cost > 3     # and the softmax that attention runs pays both
+if sys.platform == "linux":
+    assert fresh_below < 2  # below the 32 MiB threshold fresh memory costs little
+
+# %% [markdown]
+# Both effects are real, and the second is larger: this surprised us. Past the last cache the
+# preallocated `a + 1` takes longer per element (the printed factor; 1.7 to 2.6 in our runs);
+# but writing into fresh memory beyond 32 MiB costs **7 to 10 times** more than writing into
+# memory already held, and it is that jump, at an output of 32 MiB rather than at the L3 size,
+# that dominates the softmax's curve.
+# Attention at T = 4096 meets both: its 64 MiB score and weight matrices are written into fresh
+# memory on every call and read back from main memory. (It is also why deep-learning frameworks
+# keep memory pools of their own; PyTorch does on GPUs, not for CPU tensors.)
+#
+# The remedy is to **block** the computation. Softmax works row by row, so the queries can be
+# processed in blocks of 128 rows: each block's $128 \times T$ matrix takes 2 MiB at T = 4096,
+# which fits in L3 and, being below the 32 MiB threshold, is served from memory the process
+# already holds. Expected: the same output, and less time for the same FLOPs. (The two are timed in
+# turn, the fastest of four each, so that a busy moment of the machine hits both alike.)
+
+# %%
+def query_blocked(Q, K, V, block=128):
+    """Attention computed `block` queries at a time (exact: each softmax row is independent)."""
+    return torch.cat([scaled_dot_product_attention(Q[:, i:i + block], K, V)
+                      for i in range(0, Q.shape[1], block)], dim=1)
+
+
+Q, K, V = (torch.randn(1, 4096, 64) for _ in range(3))
+block_gap = (query_blocked(Q, K, V) - scaled_dot_product_attention(Q, K, V)).abs().max().item()
+t_whole = t_blocked = float("inf")
+for _ in range(4):
+    t_whole = min(t_whole, cx.time_callable(lambda: scaled_dot_product_attention(Q, K, V), repeats=1,
+                                                  clock=CLOCK))
+    t_blocked = min(t_blocked, cx.time_callable(lambda: query_blocked(Q, K, V), repeats=1, clock=CLOCK))
+print(f"T = 4096: whole {t_whole / 4096**2 * 1e9:.1f} ns/entry, 128-query blocks "
+      f"{t_blocked / 4096**2 * 1e9:.1f} ns/entry ({t_whole / t_blocked:.1f}x faster; T = 512 whole: "
+      f"{per_entry_ns[1]:.1f}); max |difference| {block_gap:.1e}")
+assert block_gap < 1e-5           # the same attention, to float32 rounding
+assert t_whole > 1.1 * t_blocked  # the same FLOPs, less time: the memory, not the arithmetic
+
+# %% [markdown]
+# In our runs the blocks were about twice as fast (1.9 to 2.3 times), close to the time per entry
+# of T = 512: quadratic again.
+#
+# "Attention time is quadratic in T" describes the work; on a real machine the time also pays
+# for where the $T \times T$ matrix lives. Blocking the queries keeps it in cache and gives the
+# time back (it does not reduce the memory of the whole output, and each block still needs a
+# full row of scores); tiled attention (section 7) blocks the keys too, with an online softmax,
+# and its memory then grows only linearly in T.
 #
 # ## 4. A recurrent layer, measured the same way
 #
 # An Elman RNN, $h_t = \tanh(x_t W_x + h_{t-1} W_h + b)$ (`txlearn.complexity.recurrent_layer`,
-# tested equal to `torch.nn.RNN`): $4 T d^2$ FLOPs, linear in T. Against d we use a batch of 16
-# sequences so that each step's product is large enough to measure; with one sequence and
-# small d, the per-step overhead of the Python loop hides the $d^2$.
+# tested equal to `torch.nn.RNN`): $4 T d_{model}^2$ FLOPs, linear in T. Against $d_{model}$ we
+# use a batch of 16 sequences so that each step's product is large enough to measure; with one
+# sequence and small $d_{model}$, the per-step overhead of the Python loop hides the $d_{model}^2$.
 
 # %%
-def rnn_call(T, d, B=1):
-    x = torch.randn(B, T, d)
-    W_x, W_h, b = torch.randn(d, d) / math.sqrt(d), torch.randn(d, d) / math.sqrt(d), torch.zeros(d)
-    return lambda: cx.recurrent_layer(x, W_x, W_h, b)
+def rnn_call(T, d_model, B=1):
+    x = torch.randn(B, T, d_model)
+    W_x, W_h = (torch.randn(d_model, d_model) / math.sqrt(d_model) for _ in range(2))
+    return lambda: cx.recurrent_layer(x, W_x, W_h, torch.zeros(d_model))
 
 Ts_rnn = [256, 512, 1024, 2048, 4096]
-r_T = cx.measure(lambda t: rnn_call(t, 64), Ts_rnn, "time", repeats=3)
+r_T = cx.measure(lambda t: rnn_call(t, 64), Ts_rnn, "time", repeats=3, clock=CLOCK)
 rm_T = cx.measure(lambda t: rnn_call(t, 64), Ts_rnn, "memory")
-ds_rnn = [256, 512, 1024, 2048]
-r_d = cx.measure(lambda dd: rnn_call(32, dd, B=16), ds_rnn, "time", repeats=3)
-rm_d = cx.measure(lambda dd: rnn_call(32, dd, B=16), ds_rnn, "memory")
+d_models_rnn = [256, 512, 1024, 2048]
+r_d = cx.measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "time", repeats=3, clock=CLOCK)
+rm_d = cx.measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "memory")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
-loglog(axes[0], Ts_rnn, {"time (s)": r_T, "peak memory (GB)": rm_T / 1e9}, "RNN against T (d = 64)", "")
-loglog(axes[1], ds_rnn, {"time (s)": r_d, "peak memory (GB)": rm_d / 1e9},
-       "RNN against d (T = 32, B = 16)", "")
+loglog(axes[0], Ts_rnn, {"time (s)": r_T, "peak memory (GB)": rm_T / 1e9},
+       "RNN against T (d_model = 64)", "")
+loglog(axes[1], d_models_rnn, {"time (s)": r_d, "peak memory (GB)": rm_d / 1e9},
+       "RNN against d_model (T = 32, B = 16)", "")
 axes[0].set_xlabel("T")
-axes[1].set_xlabel("d")
+axes[1].set_xlabel("d_model")
 plt.show()
 slope_r_T, slope_rm_T = cx.fit_loglog_slope(Ts_rnn, r_T), cx.fit_loglog_slope(Ts_rnn, rm_T)
-slope_r_d, slope_rm_d = cx.fit_loglog_slope(ds_rnn, r_d), cx.fit_loglog_slope(ds_rnn, rm_d)
+slope_r_d, slope_rm_d = cx.fit_loglog_slope(d_models_rnn, r_d), cx.fit_loglog_slope(d_models_rnn, rm_d)
 print(f"RNN against T: time slope {slope_r_T:.2f}, memory slope {slope_rm_T:.2f}; "
-      f"against d: time slope {slope_r_d:.2f}, memory slope {slope_rm_d:.2f}")
+      f"against d_model: time slope {slope_r_d:.2f}, memory slope {slope_rm_d:.2f}")
 assert 0.7 < slope_r_T < 1.3 and 0.9 < slope_rm_T < 1.1  # linear in T: no T x T matrix
-assert 1.2 < slope_r_d < 2.5  # the d x d products
-assert 0.9 < slope_rm_d < 1.1  # the states are T x d: memory is linear in d
+assert 1.2 < slope_r_d < 2.5  # the d_model x d_model products
+assert 0.9 < slope_rm_d < 1.1  # the states are T x d_model: memory is linear in d_model
 
 # %% [markdown]
 # ### Where attention and the RNN cross
 #
-# At d = 256: attention's $4T^2 d$ FLOPs equal the RNN's $4 T d^2$ exactly at T = d. The
-# measured times cross much later (on this machine between T = 4d and 8d; the line printed
-# below says where): the RNN runs T small dependent steps, each too small to run at full speed,
-# while attention does its work in a few large batched products.
+# At $d_{model} = 256$: attention's $4T^2 d_{model}$ FLOPs equal the RNN's $4 T d_{model}^2$
+# exactly at $T = d_{model}$. `recurrent_layer` runs its T steps in a Python loop, so part of its
+# time is the interpreter; PyTorch's `nn.RNN` runs the same recurrence in C++, and we time it
+# beside it (without gradients, like the others). Expected: `nn.RNN` faster than the Python loop,
+# but both slower than attention at equal FLOPs and crossing it only well past $T = d_{model}$:
+# the RNN runs T small dependent steps, each too small to run at full speed, while attention
+# does its work in a few large batched products.
 
 # %%
+def torch_rnn_call(T, d_model, B=1):
+    x, rnn = torch.randn(B, T, d_model), nn.RNN(d_model, d_model, batch_first=True)
+
+    def run():
+        with torch.no_grad():
+            return rnn(x)
+    return run
+
 d_x = 256
 Ts_x = [64, 128, 256, 512, 1024, 2048]
-a_x = cx.measure(lambda t: attention_call(t, d_x), Ts_x, "time", repeats=3)
-r_x = cx.measure(lambda t: rnn_call(t, d_x), Ts_x, "time", repeats=3)
+a_x = cx.measure(lambda t: attention_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
+r_x = cx.measure(lambda t: rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
+n_x = cx.measure(lambda t: torch_rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
 plt.figure(figsize=(6, 3.8))
 plt.loglog(Ts_x, a_x, "o-", label="attention (course's)")
-plt.loglog(Ts_x, r_x, "s-", label="RNN")
-plt.axvline(d_x, color="grey", ls=":", label="T = d (equal FLOPs)")
+plt.loglog(Ts_x, r_x, "s-", label="RNN, Python loop (course's)")
+plt.loglog(Ts_x, n_x, "^-", label="RNN, torch.nn.RNN (C++ loop)")
+plt.axvline(d_x, color="grey", ls=":", label="T = d_model (equal FLOPs)")
 measured_ticks(plt.gca(), Ts_x)
 plt.xlabel("T")
 plt.ylabel("time (s)")
-plt.title(f"d = {d_x}")
-plt.legend()
+plt.title(f"d_model = {d_x}")
+plt.legend(fontsize=8)
 plt.show()
-ratio_at_d = r_x[Ts_x.index(d_x)] / a_x[Ts_x.index(d_x)]
-faster = [t for t, a, r in zip(Ts_x, a_x, r_x) if r < a]
-print(f"at T = d = {d_x} (equal FLOPs) the RNN takes {ratio_at_d:.0f}x attention's time; "
-      f"measured crossing: {'T = ' + str(faster[0]) if faster else 'beyond T = 2048'}")
-assert ratio_at_d > 2  # equal FLOPs, yet the sequential RNN is several times slower
-assert not faster or faster[0] >= 4 * d_x  # if the RNN wins at all, only far beyond T = d
+at_d = Ts_x.index(d_x)
+ratio_at_d, ratio_nn_at_d = r_x[at_d] / a_x[at_d], n_x[at_d] / a_x[at_d]
+faster = [t for t, a, r in zip(Ts_x, a_x, np.minimum(r_x, n_x)) if r < a]
+print(f"at T = d_model = {d_x} (equal FLOPs): the Python-loop RNN takes {ratio_at_d:.1f}x attention's "
+      f"time, nn.RNN {ratio_nn_at_d:.1f}x; the loop costs {r_x[at_d] / n_x[at_d]:.2f}x nn.RNN")
+print(f"measured crossing: {'T = ' + str(faster[0]) if faster else 'beyond T = 2048'}")
+assert ratio_nn_at_d > 1.5 and ratio_at_d > 1.5     # equal FLOPs, yet both RNNs are slower
+assert r_x[at_d] / n_x[at_d] < 2                    # the interpreter is not most of the RNN's time
+assert not faster or faster[0] >= 4 * d_x           # if an RNN wins at all, only far past T = d_model
 
 # %% [markdown]
-# So "attention is cheaper than recurrence when T < d" (the paper's remark under Table 1)
-# is a statement about FLOPs. On this CPU, measured, attention is faster well beyond T = d,
-# because the RNN's cost is dominated by its sequential steps, which section 5 counts.
+# So "attention is cheaper than recurrence when $T < d_{model}$" (the paper's remark under
+# Table 1) is a statement about FLOPs. On this CPU, measured, attention is faster well beyond
+# $T = d_{model}$. Running the loop in C++ (`nn.RNN`) removes only a small part of the RNN's time
+# (the printed factor; the interpreter was not what made it slow): what remains is T small
+# dependent steps, and section 5 measures how much slower each one runs than attention's large
+# products.
 #
 # ## 5. Sequential steps and path length
 #
 # **Sequential steps.** The RNN cannot compute $h_t$ before $h_{t-1}$: T dependent steps.
 # Attention computes all T outputs in one batched step. Below, the time per sequential step of
-# the RNN stays roughly constant as T grows (so the total grows like T). At T = 1024, d = 64
+# the RNN stays roughly constant as T grows (so the total grows like T). At T = 1024, $d_{model} = 64$
 # attention does 16 times the RNN's FLOPs, yet its one batched step runs them at a far higher
 # rate than the RNN's 1024 small steps.
 #
@@ -293,7 +447,7 @@ T_s = 1024
 t_attn_s, t_rnn_s = t_T[Ts.index(T_s)], r_T[Ts_rnn.index(T_s)]
 flops_attn_s, flops_rnn_s = 4 * T_s * T_s * 64, 4 * T_s * 64 * 64
 rate_attn, rate_rnn = flops_attn_s / t_attn_s / 1e9, flops_rnn_s / t_rnn_s / 1e9
-print(f"T = {T_s}, d = 64: attention, 1 batched step: {t_attn_s * 1e3:.1f} ms for "
+print(f"T = {T_s}, d_model = 64: attention, 1 batched step: {t_attn_s * 1e3:.1f} ms for "
       f"{flops_attn_s / 1e6:.0f} MFLOP ({rate_attn:.1f} GFLOP/s); RNN, {T_s} steps: "
       f"{t_rnn_s * 1e3:.1f} ms for {flops_rnn_s / 1e6:.0f} MFLOP ({rate_rnn:.1f} GFLOP/s)")
 assert rate_attn > 2 * rate_rnn  # the batched step uses the hardware far better
@@ -316,9 +470,10 @@ assert path_rnn == [4, 16, 64] and path_attn == [3, 3, 3]
 
 # %%
 rows = [
-    ("self-attention", "O(T^2 d)", f"T^{slope_t_T:.2f}, d^{slope_t_d:.2f}", "O(1)", "1 batched step",
+    ("self-attention", "O(T^2 d_model)", f"T^{slope_t_T:.2f}, d_model^{slope_t_d:.2f}", "O(1)", "1 batched step",
      "O(1)", f"{path_attn[-1]} at T = 64"),
-    ("recurrent", "O(T d^2)", f"T^{slope_r_T:.2f}, d^{slope_r_d:.2f}", "O(T)", f"T steps, ~{np.median(per_step) * 1e6:.0f} us each",
+    ("recurrent", "O(T d_model^2)", f"T^{slope_r_T:.2f}, d_model^{slope_r_d:.2f}", "O(T)",
+     f"T steps, ~{np.median(per_step) * 1e6:.0f} us each",
      "O(T)", f"{path_rnn[-1]} at T = 64"),
 ]
 header = ("layer", "per layer", "time measured", "sequential", "measured", "path length", "measured")
@@ -354,7 +509,7 @@ def tiled_call(T):
     Q, K, V = (torch.randn(1, T, 64) for _ in range(3))
     return lambda: cx.tiled_attention(Q, K, V, block_size=128)
 m_tiled = cx.measure(tiled_call, Ts_m, "memory")
-m_plain = m_T  # ordinary attention at the same T and d, measured in section 3
+m_plain = m_T  # ordinary attention at the same T and d_model, measured in section 3
 plt.figure(figsize=(6, 3.8))
 plt.loglog(Ts_m, m_plain / 2**20, "o-", label=f"ordinary (slope {cx.fit_loglog_slope(Ts_m, m_plain):.2f})")
 plt.loglog(Ts_m, m_tiled / 2**20, "s-", label=f"tiled, block 128 (slope {cx.fit_loglog_slope(Ts_m, m_tiled):.2f})")
@@ -371,14 +526,16 @@ assert m_tiled[-1] < m_plain[-1] / 10
 # %% [markdown]
 # ## What we measured
 #
-# - A base layer has $12d^2 + 13d$ = 3,152,384 parameters, two thirds in the FFN; the paper's
-#   base and big models count 63.1M and 214.2M with a 37000-token shared vocabulary (published:
-#   65M and 213M; no single vocabulary matches both).
-# - Attention's time and memory grow as $T^2$ (slopes near 2); time against d is linear only
-#   once the products, not the softmax, dominate.
-# - An RNN's time grows as T, and at equal FLOPs (T = d) it is several times slower than
-#   attention: its T sequential steps, not its FLOPs, set its speed. Its path length is T;
-#   attention's is 3.
+# - A base layer has $12d_{model}^2 + 13d_{model}$ = 3,152,384 parameters, two thirds in the FFN;
+#   the paper's base and big models count 63.1M and 214.2M with a 37000-token shared vocabulary
+#   (published: 65M and 213M; no single vocabulary matches both).
+# - Attention's memory grows as $T^2$ (slope 2.00); its time faster than $T^2$ on this CPU. The
+#   cause, measured: past the last cache an element costs more, and fresh memory costs more
+#   again; computing attention 256 queries at a time (the same FLOPs) gives the time back. Time
+#   against $d_{model}$ is linear only once the products, not the softmax, dominate.
+# - An RNN's time grows as T, and at equal FLOPs ($T = d_{model}$) it is slower than attention,
+#   whether its loop runs in Python or in C++ (`nn.RNN`): its T sequential steps, not its FLOPs
+#   or the interpreter, set its speed. Its path length is T; attention's is 3.
 # - Tiled attention with an online softmax equals ordinary attention and its memory grows
 #   linearly in T.
 #

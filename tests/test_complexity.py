@@ -213,6 +213,19 @@ def test_time_callable_counts_calls_and_returns_seconds():
         cx.time_callable(lambda: None, reduce="mean")
 
 
+def test_time_callable_cpu_clock_counts_work_not_waiting():
+    """clock="cpu" reads the thread's CPU time: a call that sleeps costs almost nothing on it,
+    while the wall clock sees the whole sleep."""
+    import time
+    wall = cx.time_callable(lambda: time.sleep(0.05), repeats=2, warmup=0)
+    cpu = cx.time_callable(lambda: time.sleep(0.05), repeats=2, warmup=0, clock="cpu")
+    assert wall >= 0.05 and cpu < 0.01
+    busy = cx.time_callable(lambda: sum(range(200_000)), repeats=2, warmup=0, clock="cpu")
+    assert busy > 0                                         # and it does count work
+    with pytest.raises(ValueError, match="clock must be 'wall' or 'cpu', got 'process'"):
+        cx.time_callable(lambda: None, clock="process")
+
+
 def test_time_callable_min_and_median_with_a_fake_clock(monkeypatch):
     # a fake clock: the warmup reads it once; the three timed calls take 3, 1, 2 "seconds"
     ticks = iter([0, 10, 13, 20, 21, 30, 32] * 2)

@@ -88,6 +88,32 @@ def test_swiglu_gate_is_W_3():
     assert ffn.b_1 is None and ffn.b_3 is None
 
 
+@pytest.mark.parametrize("d_model,d_ff", [(8, 24), (12, 32)])
+def test_swiglu_equals_transformers_llama_mlp(d_model, d_ff):
+    """An independent oracle: Hugging Face's LlamaMLP, down_proj(silu(gate_proj(x)) * up_proj(x)).
+    Course W_3 = gate_proj (Meta w1), W_1 = up_proj (Meta w3), W_2 = down_proj (Meta w2); HF's
+    nn.Linear stores (d_out, d_in), the course (d_in, d_out)."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    torch.manual_seed(d_model)
+    config = LlamaConfig(hidden_size=d_model, intermediate_size=d_ff, hidden_act="silu",
+                         mlp_bias=False, num_attention_heads=1, num_key_value_heads=1)
+    mlp = LlamaMLP(config).double()
+    ours = FeedForward(d_model, d_ff, "swiglu", bias=False).double()
+    with torch.no_grad():
+        ours.W_3.copy_(mlp.gate_proj.weight.T)    # (d_ff, d_model) -> (d_model, d_ff)
+        ours.W_1.copy_(mlp.up_proj.weight.T)
+        ours.W_2.copy_(mlp.down_proj.weight.T)    # (d_model, d_ff) -> (d_ff, d_model)
+        x = torch.randn(3, 5, d_model, dtype=torch.float64)
+        torch.testing.assert_close(ours(x), mlp(x), rtol=1e-12, atol=1e-12)
+        # the other numbering (gate and up swapped) is a different function: the test can fail
+        ours.W_3.copy_(mlp.up_proj.weight.T)
+        ours.W_1.copy_(mlp.gate_proj.weight.T)
+        assert (ours(x) - mlp(x)).abs().max() > 1e-3
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in mlp.parameters())
+
+
 def test_position_wise_permutation_commutes():
     torch.manual_seed(0)
     ffn = FeedForward(8, activation="gelu").double()

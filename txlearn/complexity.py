@@ -368,28 +368,41 @@ def format_table(rows: dict[str, float], unit: str = "", total: bool = True) -> 
 # 2. Measuring
 # --------------------------------------------------------------------------------------------
 
+_CLOCKS = {"wall": "perf_counter", "cpu": "thread_time"}
+
+
 def time_callable(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
-                  reduce: str = "min") -> float:
-    """Wall time of ``fn()`` in seconds (``time.perf_counter``) over `repeats` calls, after
-    `warmup` calls.
+                  reduce: str = "min", clock: str = "wall") -> float:
+    """Time of ``fn()`` in seconds over `repeats` calls, after `warmup` calls.
+
+    ``clock="wall"`` (default) is elapsed time (``time.perf_counter``); ``clock="cpu"`` is the CPU
+    time of the calling thread (``time.thread_time``, user + system, page faults included). With
+    PyTorch on one thread (``torch.set_num_threads(1)``) every operation runs on the calling
+    thread, so the CPU clock counts the call's own work and not the time it spends waiting while
+    other programs use the CPU: on a busy machine a long call waits more often than a short
+    one, which inflates wall-time slopes. (With several threads the CPU clock misses the other
+    threads' work: use it with one thread only.)
 
     ``reduce="min"`` (default) returns the fastest call: other processes on a shared machine only
     ever add time, so the minimum is the steadiest estimate of the call's own cost;
     ``reduce="median"`` returns the median. Runs under ``torch.inference_mode()`` (no autograd
-    bookkeeping). Raises ValueError when ``repeats < 1``, ``warmup < 0`` or `reduce` is unknown.
-    Source: lesson 08.
+    bookkeeping). Raises ValueError when ``repeats < 1``, ``warmup < 0``, or `reduce` or `clock`
+    is unknown. Source: lesson 08.
     """
     if repeats < 1 or warmup < 0:
         raise ValueError(f"repeats ({repeats}) must be >= 1 and warmup ({warmup}) >= 0")
     if reduce not in ("min", "median"):
         raise ValueError(f"reduce must be 'min' or 'median', got {reduce!r}")
+    if clock not in _CLOCKS:
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
+    now = getattr(time, _CLOCKS[clock])
     times = []
     with torch.inference_mode():
         for i in range(warmup + repeats):
-            start = time.perf_counter()
+            start = now()
             fn()
             if i >= warmup:
-                times.append(time.perf_counter() - start)
+                times.append(now() - start)
     return min(times) if reduce == "min" else statistics.median(times)
 
 
@@ -441,9 +454,10 @@ def peak_memory_bytes(fn: Callable[[], object]) -> int:
 
 
 def measure(make_fn: Callable[[int], Callable[[], object]], values: Iterable[int],
-            what: str = "time", repeats: int = 3) -> np.ndarray:
-    """Measure ``make_fn(v)()`` for each v in `values`: seconds (``what="time"``) or peak bytes
-    (``what="memory"``). `make_fn` builds the inputs outside the measured call.
+            what: str = "time", repeats: int = 3, clock: str = "wall") -> np.ndarray:
+    """Measure ``make_fn(v)()`` for each v in `values`: seconds (``what="time"``, with `clock` as in
+    :func:`time_callable`) or peak bytes (``what="memory"``). `make_fn` builds the inputs outside
+    the measured call.
 
     Returns a float64 array, one value per entry of `values`. Raises ValueError for an unknown
     `what`. Source: lesson 08.
@@ -453,7 +467,8 @@ def measure(make_fn: Callable[[int], Callable[[], object]], values: Iterable[int
     out = []
     for v in values:
         fn = make_fn(v)
-        out.append(time_callable(fn, repeats) if what == "time" else peak_memory_bytes(fn))
+        out.append(time_callable(fn, repeats, clock=clock) if what == "time"
+                   else peak_memory_bytes(fn))
     return np.asarray(out, dtype=np.float64)
 
 

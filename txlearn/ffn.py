@@ -13,8 +13,18 @@ What the FFN costs (its parameters and FLOPs, and their share of a layer's) is c
 course's one counter, :func:`txlearn.complexity.layer_param_counts` and
 :func:`txlearn.complexity.layer_flops` (lesson 05 uses them; lesson 08 derives them).
 
-Naming: ``W_3`` is the gate (passed through SiLU). In Meta's LLaMA code the gate is ``w1`` and the
-up-projection ``w3`` (Hugging Face: ``gate_proj``, ``up_proj``); swap them when loading.
+Naming: the course keeps the paper's W_1 (into d_ff) and W_2 (back to d_model) and adds the gate as
+W_3, so its numbering runs opposite to Meta's LLaMA code for two of the three matrices:
+
+    role                        course               Meta LLaMA   Hugging Face LlamaMLP
+    gate, passed through SiLU   W_3 (d_model, d_ff)  w1           gate_proj.weight (d_ff, d_model)
+    up projection               W_1 (d_model, d_ff)  w3           up_proj.weight   (d_ff, d_model)
+    down projection             W_2 (d_ff, d_model)  w2           down_proj.weight (d_model, d_ff)
+
+The course stores weights (d_in, d_out) and Hugging Face's nn.Linear (d_out, d_in), so loading is
+``W_3 = gate_proj.weight.T``, ``W_1 = up_proj.weight.T``, ``W_2 = down_proj.weight.T``; LLaMA's MLP has
+no biases (``bias=False``). Tested equal to ``transformers``' ``LlamaMLP`` with copied weights
+(tests/test_ffn.py; lesson 05 shows the same).
 
 Precision: the activations compute in float32 for float16 and bfloat16 inputs and return the
 input's dtype, and GELU is computed without the cancellation of ``1 + erf(x / sqrt 2)`` for

@@ -1,11 +1,16 @@
-"""Lesson 07: one full transformer layer, a stack of them, token embeddings and an output head.
+"""Lesson 07: one full transformer layer, a stack of them, the encoder-decoder's decoder layer,
+token embeddings and an output head.
 
     post-LN (the paper, default):  x = LayerNorm(x + Dropout(MultiHead(x)))
                                    x = LayerNorm(x + Dropout(FFN(x)))
     pre-LN (norm_first=True):      x = x + Dropout(MultiHead(LayerNorm(x)))
                                    x = x + Dropout(FFN(LayerNorm(x)))
 
-Source: Vaswani et al. 2017, section 3.1 (sub-layers with residual and LayerNorm), 3.4
+The decoder layer of an encoder-decoder (:class:`DecoderLayer`) adds a third sub-layer between the
+two, cross-attention: queries from the decoder, keys and values from the encoder's output.
+
+Source: Vaswani et al. 2017, section 3.1 (sub-layers with residual and LayerNorm), 3.2.3
+(encoder-decoder attention), 3.4
 (embeddings scaled by sqrt(d_model), shared with the pre-softmax projection), 5.4 (dropout on each
 sub-layer's output, before the residual add); Xiong et al. 2020 (pre-LN).
 
@@ -37,7 +42,20 @@ from txlearn.norms import LayerNorm
 from txlearn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 from txlearn.precision import upcast
 
-__all__ = ["TransformerLayer", "TransformerStack", "TokenEmbedding", "OutputHead"]
+__all__ = ["TransformerLayer", "TransformerStack", "DecoderLayer", "TokenEmbedding", "OutputHead"]
+
+
+def _torch_activation_name(act) -> str:
+    """The FFN activation of a PyTorch encoder/decoder layer: F.relu / F.gelu (given as a string)
+    or an nn.Module. Raises ValueError for anything but ReLU and exact GELU."""
+    name = getattr(act, "__name__", None) if not isinstance(act, nn.Module) else None
+    if isinstance(act, nn.ReLU):
+        name = "relu"
+    elif isinstance(act, nn.GELU) and act.approximate == "none":
+        name = "gelu"
+    if name not in ("relu", "gelu"):
+        raise ValueError(f"unsupported activation {act!r}: use ReLU or exact GELU")
+    return name
 
 
 class TransformerLayer(nn.Module):
@@ -124,14 +142,7 @@ class TransformerLayer(nn.Module):
         ``(d_out, d_in)`` weights to ``(d_in, d_out)``. The dropout probability is not copied
         (the copy is for equality tests in eval mode). Raises ValueError for another activation.
         """
-        act = layer.activation  # F.relu / F.gelu (given as a string) or an nn.Module
-        name = getattr(act, "__name__", None) if not isinstance(act, nn.Module) else None
-        if isinstance(act, nn.ReLU):
-            name = "relu"
-        elif isinstance(act, nn.GELU) and act.approximate == "none":
-            name = "gelu"
-        if name not in ("relu", "gelu"):
-            raise ValueError(f"unsupported activation {act!r}: use ReLU or exact GELU")
+        name = _torch_activation_name(layer.activation)
         mha = layer.self_attn
         d_model, d_ff = mha.embed_dim, layer.linear1.out_features
         new = cls(d_model, mha.num_heads, d_ff, activation=name, norm_first=layer.norm_first,
@@ -202,6 +213,111 @@ class TransformerStack(nn.Module):
         if self.final_norm is not None:
             x = self.final_norm(x)
         return (x, all_weights) if return_weights else x
+
+
+class DecoderLayer(nn.Module):
+    """The decoder layer of an encoder-decoder: self-attention, cross-attention, FFN.
+
+        post-LN (the paper):        x = LayerNorm_1(x + SelfAttn(x))
+                                    x = LayerNorm_2(x + CrossAttn(x, memory))
+                                    x = LayerNorm_3(x + FFN(x))
+        pre-LN (norm_first=True):   x = x + SelfAttn(LayerNorm_1(x))
+                                    x = x + CrossAttn(LayerNorm_2(x), memory)
+                                    x = x + FFN(LayerNorm_3(x))
+
+    ``CrossAttn(x, memory)`` is ``MultiHeadAttention(x, x_kv=memory)``: the decoder's L positions
+    ask the queries, the encoder's S output positions (``memory``) give the keys and values, so its
+    weights are ``(B, n_heads, L, S)``. ``memory`` is used as given (pre-LN encoders end with their
+    own final LayerNorm). Each sub-layer's output gets dropout before the residual add.
+
+    Args: as :class:`TransformerLayer` (d_model, n_heads, d_ff, n_kv_heads, activation,
+        norm_first, dropout, eps, bias). Submodules: ``self_attn``, ``norm1``, ``cross_attn``,
+        ``norm2``, ``ffn``, ``norm3``.
+    Raises: ValueError as :class:`TransformerLayer`; in forward, for shapes that do not fit.
+    Source: Vaswani et al. 2017, sections 3.1 and 3.2.3; equal to
+        ``torch.nn.TransformerDecoderLayer`` with copied weights (tests/test_layer.py); lesson 07.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, n_kv_heads: int | None = None,
+                 activation: str = "relu", norm_first: bool = False, dropout: float = 0.0,
+                 eps: float = 1e-5, bias: bool = True) -> None:
+        super().__init__()
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model, self.norm_first = d_model, norm_first
+        self.self_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias)
+        self.norm1 = LayerNorm(d_model, eps)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias)
+        self.norm2 = LayerNorm(d_model, eps)
+        self.ffn = FeedForward(d_model, d_ff, activation, bias=bias)
+        self.norm3 = LayerNorm(d_model, eps)
+        self.dropouts = nn.ModuleList(nn.Dropout(dropout) for _ in range(3))
+
+    def forward(self, x: torch.Tensor, memory: torch.Tensor, mask: torch.Tensor | None = None,
+                key_padding_mask: torch.Tensor | None = None,
+                memory_key_padding_mask: torch.Tensor | None = None, return_weights: bool = False):
+        """Apply the layer.
+
+        Args:
+            x: the decoder's input ``(B, L, d_model)``.
+            memory: the encoder's output ``(B, S, d_model)``.
+            mask: self-attention mask, bool True = may attend, broadcastable to
+                ``(B, n_heads, L, L)`` (``causal_mask(L)`` for a decoder that must not see ahead).
+            key_padding_mask: ``(B, L)`` True = real decoder token (self-attention).
+            memory_key_padding_mask: ``(B, S)`` True = real encoder token (cross-attention).
+            return_weights: also return both attentions' weights.
+        Returns:
+            ``(B, L, d_model)``; or ``(out, self_weights (B, n_heads, L, L),
+            cross_weights (B, n_heads, L, S))``.
+        Raises:
+            ValueError: x or memory not ``(B, ., d_model)`` with one B, or a mask that does not
+                broadcast (from the attention sub-layers).
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"x must be (B, L, d_model={self.d_model}), got {tuple(x.shape)}")
+        drop1, drop2, drop3 = self.dropouts
+        if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
+            a, w_self = self.self_attn(self.norm1(x), mask=mask, key_padding_mask=key_padding_mask,
+                                       return_weights=True)
+            x = x + drop1(a)
+            c, w_cross = self.cross_attn(self.norm2(x), memory,
+                                         key_padding_mask=memory_key_padding_mask,
+                                         return_weights=True)
+            x = x + drop2(c)
+            x = x + drop3(self.ffn(self.norm3(x)))
+        else:  # post-LN: LayerNorm(x + Sublayer(x))
+            a, w_self = self.self_attn(x, mask=mask, key_padding_mask=key_padding_mask,
+                                       return_weights=True)
+            x = self.norm1(x + drop1(a))
+            c, w_cross = self.cross_attn(x, memory, key_padding_mask=memory_key_padding_mask,
+                                         return_weights=True)  # (B, L, d_model), (B, n_heads, L, S)
+            x = self.norm2(x + drop2(c))
+            x = self.norm3(x + drop3(self.ffn(x)))
+        return (x, w_self, w_cross) if return_weights else x
+
+    @classmethod
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
+        """A copy of a ``torch.nn.TransformerDecoderLayer`` with its weights (ReLU or exact GELU),
+        ``(d_out, d_in)`` weights transposed to ``(d_in, d_out)``; dropout is not copied.
+        Raises ValueError for another activation."""
+        name = _torch_activation_name(layer.activation)
+        d_model, n_heads = layer.self_attn.embed_dim, layer.self_attn.num_heads
+        new = cls(d_model, n_heads, layer.linear1.out_features, activation=name,
+                  norm_first=layer.norm_first, eps=layer.norm1.eps,
+                  bias=layer.self_attn.in_proj_bias is not None).to(layer.linear1.weight.dtype)
+        new.self_attn = MultiHeadAttention.from_torch(layer.self_attn)
+        new.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
+        with torch.no_grad():
+            new.ffn.W_1.copy_(layer.linear1.weight.T)  # (d_ff, d_model) -> (d_model, d_ff)
+            new.ffn.W_2.copy_(layer.linear2.weight.T)  # (d_model, d_ff) -> (d_ff, d_model)
+            if new.ffn.b_1 is not None:
+                new.ffn.b_1.copy_(layer.linear1.bias)
+                new.ffn.b_2.copy_(layer.linear2.bias)
+            for ours, theirs in ((new.norm1, layer.norm1), (new.norm2, layer.norm2),
+                                 (new.norm3, layer.norm3)):
+                ours.gamma.copy_(theirs.weight)
+                ours.beta.copy_(theirs.bias)
+        return new
 
 
 class TokenEmbedding(nn.Module):
