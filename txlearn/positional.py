@@ -205,16 +205,18 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
             GPT-NeoX/HF LLaMA).
         base: theta_i = base^(-2i/d).
     Returns: (..., T, d), dtype of x; norms of every pair are preserved, and
-        ``apply_rope(q, m) . apply_rope(k, n)`` depends on m - n only.
+        ``apply_rope(q, m) . apply_rope(k, n)`` depends on m - n only. The angles, their cosines
+        and sines are computed in float64 and only then cast to x's dtype.
     Raises: ValueError for an odd d, an unknown pairing, or len(positions) != T.
     """
     T = x.shape[-2] if x.dim() >= 2 else 0
     positions = torch.arange(T) if positions is None else torch.as_tensor(positions)
     _check_rope_args(tuple(x.shape), positions.numel(), pairing)
-    angles = torch.tensor(rope_angles_np(positions.cpu().numpy(), x.shape[-1], base),
-                          dtype=x.dtype, device=x.device)              # (T, d/2)
+    # cos and sin in float64, then cast: a float32 angle of position 1000 is off by up to 3e-5 rad
+    angles = rope_angles_np(positions.cpu().numpy(), x.shape[-1], base)  # (T, d/2) float64
+    cos, sin = (torch.tensor(f(angles), dtype=x.dtype, device=x.device) for f in (np.cos, np.sin))
     a, b = _split_pairs(x, pairing)                                    # (..., T, d/2) each
-    a, b = _rotate(a, b, torch.cos(angles), torch.sin(angles))
+    a, b = _rotate(a, b, cos, sin)
     return _join_pairs(a, b, pairing)                                  # (..., T, d)
 
 
