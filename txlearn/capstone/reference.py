@@ -17,7 +17,10 @@ Source: lesson 10.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
+import warnings
+from unittest import mock
 
 import torch
 
@@ -27,12 +30,16 @@ __all__ = ["reference_model", "load_tokenizer", "chat_ids", "reference_generate"
            "without_float32_internals"]
 
 
-def _offline() -> None:
+def _offline():
+    """Offline, no progress bars; returns transformers' GGUF reading module."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    from transformers.utils import logging as hf_logging
+    with warnings.catch_warnings():  # its `tqdm.auto` import warns in a notebook without widgets
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # no "de-quantizing" bars in a learner's notebook
+        hf_logging.disable_progress_bar()
+        return importlib.import_module("transformers.modeling_gguf_pytorch_utils")
 
 
 def reference_model(dtype: torch.dtype = torch.float32):
@@ -40,14 +47,10 @@ def reference_model(dtype: torch.dtype = torch.float32):
     file, in eval mode, parameters of `dtype`. Raises ``ImportError`` (the install command) when
     the model package is missing."""
     path = gguf_path()
-    _offline()
-    import importlib
-    from unittest import mock
-
+    reader = _offline()
     from transformers import LlamaForCausalLM
 
     # its GGUF reader draws a tqdm bar of its own, which disable_progress_bar() does not reach
-    reader = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
     quiet = (mock.patch.object(reader, "tqdm", lambda items, **kwargs: items)
              if hasattr(reader, "tqdm") else contextlib.nullcontext())
     with quiet:
