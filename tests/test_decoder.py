@@ -25,8 +25,15 @@ from txlearn.capstone.reference import (chat_ids, load_tokenizer, reference_mode
 from txlearn.complexity import stack_param_counts  # noqa: E402
 from txlearn.heads import kv_cache_bytes  # noqa: E402
 
-torch.set_grad_enabled(False)
 N_PARAMS = 134_515_008       # SmolLM2-135M, golden (issue 16)
+
+
+@pytest.fixture(autouse=True)
+def _inference_only():
+    """No autograd graphs in this module's tests (and nothing global: other modules share the
+    pytest worker)."""
+    with torch.no_grad():
+        yield
 
 
 # ---- a tiny random Llama from transformers ------------------------------------------------------
