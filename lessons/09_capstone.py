@@ -448,3 +448,7 @@ print(f"pretrained encoder: max |ours - sentence-transformers| = {diff:.1e} over
 #
 # There is no exercise notebook for this lesson. Try `txlearn train --text yourfile.txt` and
 # `txlearn sample checkpoints/capstone.safetensors --prompt "class "`.
+#
+# Next: [lesson 10](10_decoder.ipynb) builds a modern decoder-only LLM (RMSNorm, RoPE,
+# grouped-query attention, SwiGLU) from the same modules, loads a real one (SmolLM2-135M) into
+# it, and matches `transformers` logit by logit.

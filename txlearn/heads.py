@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from txlearn.attention import _check_mask, scaled_dot_product_attention
 from txlearn.masks import combine_masks, key_padding_to_attn_mask
+from txlearn.positional import PAIRINGS, apply_rope
 
 __all__ = [
     "split_heads",
@@ -146,6 +147,13 @@ class MultiHeadAttention(nn.Module):
     ``F.scaled_dot_product_attention`` instead (the fast path, for training; see
     ``benchmarks/``). Asking for the weights always takes the teaching path.
 
+    Rotary positions (``rope="interleaved"`` or ``"half"``, the pairing of
+    :func:`txlearn.positional.apply_rope`, with ``theta_k = rope_base^(-2k/d_k)``): every query
+    and key head is rotated by its position after the projection and before the cache, so the
+    cache holds rotated keys. Positions start at the number of cached positions (``len(cache)``),
+    so one token decoded after S cached ones is rotated by S. Self-attention only. ``rope=None``
+    (the default) adds no positions here (lesson 04's other encodings are added to the input).
+
     Precision: runs in the dtype of its parameters (``.to(torch.bfloat16)``, float16, float32,
     float64); the scores and softmax in float32 for 16-bit dtypes (see the module's docstring).
     The fused path is as accurate on CPU: ``F.scaled_dot_product_attention`` accumulates 16-bit
@@ -153,21 +161,28 @@ class MultiHeadAttention(nn.Module):
 
     Raises:
         ValueError: ``d_model`` not divisible by ``n_heads``, or ``n_heads`` not divisible by
-            ``n_kv_heads`` (the numbers are named).
+            ``n_kv_heads`` (the numbers are named), an unknown ``rope`` pairing, or an odd d_k
+            with RoPE.
 
-    Source: Vaswani et al. 2017, section 3.2.2; Ainslie et al. 2023 (GQA); lesson 03.
+    Source: Vaswani et al. 2017, section 3.2.2; Ainslie et al. 2023 (GQA); Su et al. 2021
+    (RoPE, eq. 34); lessons 03, 04 and 10.
     """
 
     def __init__(self, d_model: int, n_heads: int, n_kv_heads: int | None = None,
-                 bias: bool = True, use_sdpa: bool = False) -> None:
+                 bias: bool = True, use_sdpa: bool = False, rope: str | None = None,
+                 rope_base: float = 10000.0) -> None:
         super().__init__()
         n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
         if n_heads < 1 or d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}")
         if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
             raise ValueError(f"n_heads={n_heads} is not divisible by n_kv_heads={n_kv_heads}")
+        if rope is not None and (rope not in PAIRINGS or (d_model // n_heads) % 2):
+            raise ValueError(f"rope must be None or one of {PAIRINGS} with an even d_k, got "
+                             f"rope={rope!r}, d_k={d_model // n_heads}")
         self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
         self.use_sdpa = use_sdpa
+        self.rope, self.rope_base = rope, rope_base
         self.d_k = d_model // n_heads
         d_kv = n_kv_heads * self.d_k
         self.W_Q = nn.Parameter(torch.empty(d_model, d_model))
@@ -214,7 +229,8 @@ class MultiHeadAttention(nn.Module):
             key_padding_mask: bool ``(B, S)``, ``True`` = real token (the opposite of
                 ``nn.MultiheadAttention``'s ``key_padding_mask``).
             cache: a :class:`KVCache`; this call's keys and values are appended to it and the
-                queries attend over all cached positions.
+                queries attend over all cached positions (with RoPE, this call's positions start
+                at ``len(cache)``).
             return_weights: also return the per-head weights.
 
         Returns:
@@ -222,14 +238,23 @@ class MultiHeadAttention(nn.Module):
             the parameters.
 
         Raises:
-            ValueError: wrong input shapes, an input whose dtype is not the parameters', or a
-                mask that is not boolean or does not broadcast.
+            ValueError: wrong input shapes, an input whose dtype is not the parameters', a
+                mask that is not boolean or does not broadcast, or ``x_kv`` given to a module
+                with RoPE.
         """
+        if self.rope is not None and x_kv is not None:
+            raise ValueError("RoPE rotates queries and keys by their positions in one sequence: "
+                             "self-attention only (x_kv must be None)")
         x_kv = x if x_kv is None else x_kv
         self._check_inputs(x, x_kv)
         Q = split_heads(self._project(x, self.W_Q, self.b_Q), self.n_heads)  # (B, n_heads, L, d_k)
         K = split_heads(self._project(x_kv, self.W_K, self.b_K), self.n_kv_heads)  # (B, n_kv, S, d_k)
         V = split_heads(self._project(x_kv, self.W_V, self.b_V), self.n_kv_heads)  # (B, n_kv, S, d_k)
+        if self.rope is not None:  # positions continue after the cached ones
+            start = 0 if cache is None else len(cache)
+            positions = torch.arange(start, start + x.shape[1])               # (L,)
+            Q = apply_rope(Q, positions, self.rope, self.rope_base)           # (B, n_heads, L, d_k)
+            K = apply_rope(K, positions, self.rope, self.rope_base)           # (B, n_kv, L, d_k)
         if cache is not None:
             K, V = cache.append(K, V)  # (B, n_kv_heads, S_total, d_k)
         n_rep = self.n_heads // self.n_kv_heads

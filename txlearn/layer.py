@@ -9,6 +9,10 @@ token embeddings and an output head.
 The decoder layer of an encoder-decoder (:class:`DecoderLayer`) adds a third sub-layer between the
 two, cross-attention: queries from the decoder, keys and values from the encoder's output.
 
+``norm="rms"`` puts RMSNorm where LayerNorm stands; with ``norm_first=True, norm="rms",
+activation="swiglu", rope=..., bias=False`` and ``n_kv_heads`` the layer is a Llama-style decoder
+block (lesson 10).
+
 Source: Vaswani et al. 2017, section 3.1 (sub-layers with residual and LayerNorm), 3.2.3
 (encoder-decoder attention), 3.4
 (embeddings scaled by sqrt(d_model), shared with the pre-softmax projection), 5.4 (dropout on each
@@ -38,7 +42,7 @@ from torch import nn
 
 from txlearn.ffn import FeedForward
 from txlearn.heads import KVCache, MultiHeadAttention
-from txlearn.norms import LayerNorm
+from txlearn.norms import LayerNorm, RMSNorm
 from txlearn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 from txlearn.precision import upcast
 
@@ -58,6 +62,14 @@ def _torch_activation_name(act) -> str:
     return name
 
 
+def _make_norm(norm: str, d_model: int, eps: float) -> nn.Module:
+    """``LayerNorm(d_model, eps)`` for ``norm="layer"``, ``RMSNorm(d_model, eps)`` for ``"rms"``;
+    raises ValueError for another name."""
+    if norm not in ("layer", "rms"):
+        raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
+    return LayerNorm(d_model, eps) if norm == "layer" else RMSNorm(d_model, eps)
+
+
 class TransformerLayer(nn.Module):
     """One transformer (encoder) layer: attention and FFN, each with a residual and a LayerNorm.
 
@@ -68,8 +80,11 @@ class TransformerLayer(nn.Module):
             ``"swiglu"``.
         norm_first: False = post-LN (the paper's order), True = pre-LN.
         dropout: probability on each sub-layer's output (active only in ``train()`` mode).
-        eps: LayerNorm's epsilon (inside the square root; 1e-12 for BERT-style checkpoints).
+        eps: the norms' epsilon (inside the square root; 1e-12 for BERT-style checkpoints).
         bias: biases in the attention and FFN linear maps.
+        norm: ``"layer"`` (LayerNorm, the paper) or ``"rms"`` (RMSNorm, lesson 06).
+        rope, rope_base: rotary positions inside the attention (see
+            :class:`txlearn.heads.MultiHeadAttention`); None = none.
 
     Submodules: ``attn`` (MultiHeadAttention), ``norm1``, ``ffn`` (FeedForward), ``norm2``.
 
@@ -78,22 +93,24 @@ class TransformerLayer(nn.Module):
 
     Raises:
         ValueError: d_model not divisible by n_heads, n_heads not by n_kv_heads, an unknown
-            activation, or dropout outside [0, 1) (all named).
+            activation, norm or RoPE pairing, or dropout outside [0, 1) (all named).
 
     Source: Vaswani et al. 2017, section 3.1; lesson 07.
     """
 
     def __init__(self, d_model: int, n_heads: int, d_ff: int, n_kv_heads: int | None = None,
                  activation: str = "relu", norm_first: bool = False, dropout: float = 0.0,
-                 eps: float = 1e-5, bias: bool = True) -> None:
+                 eps: float = 1e-5, bias: bool = True, norm: str = "layer",
+                 rope: str | None = None, rope_base: float = 10000.0) -> None:
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.d_model, self.norm_first = d_model, norm_first
-        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias)
-        self.norm1 = LayerNorm(d_model, eps)
+        self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias, rope=rope,
+                                       rope_base=rope_base)
+        self.norm1 = _make_norm(norm, d_model, eps)
         self.ffn = FeedForward(d_model, d_ff, activation, bias=bias)
-        self.norm2 = LayerNorm(d_model, eps)
+        self.norm2 = _make_norm(norm, d_model, eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
@@ -169,7 +186,7 @@ class TransformerStack(nn.Module):
 
     ``TransformerStack(n_layers, d_model, n_heads, d_ff, ..., final_norm=False)``: every keyword
     after ``n_layers`` is passed to :class:`TransformerLayer`. ``final_norm=True`` adds a
-    LayerNorm after the last layer (what pre-LN models need, since their residual stream is never
+    LayerNorm (RMSNorm with ``norm="rms"``) after the last layer (what pre-LN models need, since their residual stream is never
     normalised otherwise; ``nn.TransformerEncoder(norm=...)``).
 
     Raises ValueError when ``n_layers < 1`` (and as :class:`TransformerLayer`).
@@ -183,8 +200,8 @@ class TransformerStack(nn.Module):
             raise ValueError(f"n_layers must be >= 1, got {n_layers}")
         self.layers = nn.ModuleList(
             TransformerLayer(d_model, n_heads, d_ff, **layer_options) for _ in range(n_layers))
-        eps = layer_options.get("eps", 1e-5)
-        self.final_norm = LayerNorm(d_model, eps) if final_norm else None
+        eps, norm = layer_options.get("eps", 1e-5), layer_options.get("norm", "layer")
+        self.final_norm = _make_norm(norm, d_model, eps) if final_norm else None
 
     def new_cache(self) -> list[KVCache]:
         """One empty ``KVCache`` per layer, to pass as ``cache``."""

@@ -19,16 +19,18 @@ __all__ = ["generate", "sample_text"]
 @torch.no_grad()
 def generate(model: CharTransformer, prompt_ids, n_new: int, temperature: float = 1.0,
              top_k: int | None = None, seed: int | None = 0, use_cache: bool = True,
-             top_p: float | None = None) -> torch.Tensor:
-    """Extend ``prompt_ids (T0,)`` by ``n_new`` ids; returns int64 ``(T0 + n_new,)``.
+             top_p: float | None = None, stop_ids=()) -> torch.Tensor:
+    """Extend ``prompt_ids (T0,)`` by ``n_new`` ids; returns int64 ``(T0 + n_new,)``, or shorter
+    when one of ``stop_ids`` was generated (it is kept; e.g. lesson 10's end-of-turn token).
 
     Each id comes from :func:`txlearn.sampling.sample_next` (temperature 0 is greedy; otherwise
     ``softmax(logits / temperature)`` restricted by ``top_k``, then ``top_p``; a ``seed`` fixes
     the draws). The context is the last ``block_size`` ids; when it is full, generation restarts
     from its last ``block_size // 2`` ids (a fresh prefill of the key/value cache), so the cached
     path (one position per step) and the uncached one (the whole context every step) compute the
-    same thing. Raises ``ValueError`` for an empty prompt or sampler settings that
-    :func:`txlearn.sampling.check_settings` rejects.
+    same thing. Any model with ``block_size``, ``new_caches()`` and ``forward(ids, caches)`` works
+    (lesson 09's :class:`CharTransformer`, lesson 10's ``Decoder``). Raises ``ValueError`` for an
+    empty prompt or sampler settings that :func:`txlearn.sampling.check_settings` rejects.
     """
     ids = [int(i) for i in prompt_ids]
     if not ids:
@@ -45,6 +47,8 @@ def generate(model: CharTransformer, prompt_ids, n_new: int, temperature: float 
             caches = model.new_caches() if use_cache else None
             logits = model(torch.tensor([ids[start:]]), caches)[0, -1]     # (n_vocab,)
         ids.append(int(sample_next(logits, temperature, top_k, top_p, generator)))
+        if ids[-1] in stop_ids:
+            break
         if len(ids) - start > T:               # the context is full: restart from its last half
             start, caches = len(ids) - T // 2, None
     return torch.tensor(ids, dtype=torch.long)
