@@ -7,21 +7,21 @@ feature indices::
     PE[pos, 2i + 1] = cos(pos * omega_i),       omega_i = base^(-2i / d_model),  base = 10000
 
 Rotary (Su et al. 2021, "RoFormer", section 3.4.2, eq. 34): rotate each channel pair (a, b) of a
-query or key at position m by the angle m * theta_i, theta_i = base^(-2i / d)::
+query or key head (width d_k) at position m by the angle m * theta_k, theta_k = base^(-2k / d_k)::
 
-    (a, b) -> (a cos(m theta_i) - b sin(m theta_i),  a sin(m theta_i) + b cos(m theta_i))
+    (a, b) -> (a cos(m theta_k) - b sin(m theta_k),  a sin(m theta_k) + b cos(m theta_k))
 
 so that q_m . k_n depends only on m - n. Two channel pairings are in use, named here:
 
-- ``"interleaved"``: pair i is channels (2i, 2i + 1): the RoFormer paper, GPT-J, Meta's LLaMA code;
-- ``"half"``: pair i is channels (i, i + d/2): GPT-NeoX and Hugging Face's LLaMA.
+- ``"interleaved"``: pair k is channels (2k, 2k + 1): the RoFormer paper, GPT-J, Meta's LLaMA code;
+- ``"half"``: pair k is channels (k, k + d_k/2): GPT-NeoX and Hugging Face's LLaMA.
 
 :func:`interleaved_to_half` and :func:`half_to_interleaved` permute channels between the two; the
 same permutation of W_Q's and W_K's output columns converts a checkpoint (tested).
 
 Precision: angles are computed in float64 and their cos and sin rounded to the compute dtype
 (:mod:`txlearn.precision`: float32 for float16 and bfloat16 inputs), never the angles themselves.
-An angle m * theta_i grows with the position: between 1,024 and 2,048 neighbouring bfloat16
+An angle m * theta_k grows with the position: between 1,024 and 2,048 neighbouring bfloat16
 numbers are 8 apart (float16: 1; float32: 1.2e-4), so an angle rounded to bfloat16 can be off by
 4 radians, a rotation by a nearly random angle (lesson 04 measures it). Near position 65,519 even
 float32 numbers are 0.004 apart, hence float64 angles.
@@ -149,7 +149,8 @@ class LearnedPositionalEmbedding(nn.Module):
 # ---- rotary ------------------------------------------------------------------------------------
 
 def rope_angles_np(positions, d: int, base: float = 10000.0) -> np.ndarray:
-    """Angles m * theta_i, float64 (T, d/2) in radians, theta_i = base^(-2i/d)."""
+    """Angles m * theta_k, float64 (T, d_k/2) in radians, theta_k = base^(-2k/d_k), for the
+    positions (T,) and a head width ``d`` (d_k)."""
     _check_even(d, "rope")
     return np.asarray(positions, dtype=np.float64)[:, None] * _frequencies_np(d, base)
 
@@ -214,10 +215,10 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
         positions: integer positions (T,), default 0 .. T-1 (offset them for a KV cache).
         pairing: "interleaved" (pairs (2i, 2i+1), RoFormer/GPT-J) or "half" (pairs (i, i+d/2),
             GPT-NeoX/HF LLaMA).
-        base: theta_i = base^(-2i/d).
+        base: theta_k = base^(-2k/d_k).
     Returns: (..., T, d), dtype of x; norms of every pair are preserved, and
         ``apply_rope(q, m) . apply_rope(k, n)`` depends on m - n only.
-    Precision: the angles m * theta_i and their cos and sin in float64; the rotation in float32
+    Precision: the angles m * theta_k and their cos and sin in float64; the rotation in float32
         for float16 and bfloat16 inputs (the input's dtype otherwise), rounded once to x's dtype.
         Rounding the angles to a 16-bit dtype instead breaks the m - n property at long positions
         (bfloat16, position 1857: an error of 1.9 on a unit vector; lesson 04).

@@ -8,7 +8,7 @@ float64 (so float32 and float64 results are unchanged by this rule). The places 
 - statistics over features (LayerNorm's mean and variance, RMSNorm's mean square): a sum of
   squares overflows float16 (300^2 + 400^2 = 250,000 > 65,504, its largest number; lesson 06),
   as ``F.layer_norm`` and ``F.rms_norm`` also compute in float32;
-- RoPE's angles ``m * theta_i`` and their cos and sin: bfloat16 numbers between 1,024 and 2,048
+- RoPE's angles ``m * theta_k`` and their cos and sin: bfloat16 numbers between 1,024 and 2,048
   are 8 apart, so an angle rounded to bfloat16 can be off by 4 radians (lesson 04); RoPE takes
   its angles, cos and sin from float64;
 - softmax and attention scores: an error delta in a logit is an error of about delta (relative)

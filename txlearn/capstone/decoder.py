@@ -40,7 +40,7 @@ class DecoderConfig:
 
     n_vocab: vocabulary; d_model: residual width; n_layers: blocks; n_heads, n_kv_heads: query and
     key/value heads (d_k = d_model / n_heads); d_ff: SwiGLU inner width; eps: RMSNorm's epsilon;
-    rope_base: RoPE's base (theta_i = rope_base^(-2i/d_k)); context: the longest sequence the
+    rope_base: RoPE's base (theta_k = rope_base^(-2k/d_k)); context: the longest sequence the
     model was trained on (tokens); rope: the pairing the Q/K weights expect ("interleaved" for
     weights in GGUF's order, "half" for Hugging Face's).
     """

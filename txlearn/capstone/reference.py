@@ -92,7 +92,7 @@ def reference_generate(model, prompt_ids, n_new: int) -> torch.Tensor:
 def without_float32_internals(model):
     """Make a float64 ``model`` float64 everywhere: every ``LlamaRMSNorm`` runs its own code minus
     its cast to float32, and the rotary table's angles, cosines and sines are computed in float64
-    (``theta_i = base^(-2i/d_k)``, as ``transformers`` computes them, in float64). Changes this
+    (``theta_k = base^(-2k/d_k)``, as ``transformers`` computes them, in float64). Changes this
     model object only (its modules' ``forward``); returns it. Lesson 10 compares our float64
     decoder with the oracle both as shipped and after this change."""
     import types
