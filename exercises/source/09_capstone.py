@@ -6,21 +6,21 @@
 #     objectives:
 #     - write the next-token loss with its one-step shift, ignoring padding
 #     - turn logits into the sampling distribution (temperature, top-k, top-p) with the course's tie rules
-#     - assemble a causal character model from your own layers, with a tied output head and a KV cache
+#     - turn your language model into the capstone's character model (learned positions, tied head, KV cache)
 #     - generate text with the cache and get exactly what generation without it gives
 #     - write a training loop whose model beats the bigram baseline on held-out text
 #     - load the published all-MiniLM-L6-v2 weights into your own layers and reproduce its sentence embeddings to 1e-5
 #     imports: [numpy, torch, safetensors, tokenizers, txlearn.capstone.data, txlearn.capstone.assets, txlearn.course.earlier]
-#     uses: [03_heads, 05_ffn, 06_norms, 07_layer]
+#     uses: [03_heads, 04_positional, 05_ffn, 06_norms, 07_layer]
 #     limits:
 #       call_seconds: 120
 # ---
 
 # %% [markdown]
-# Lesson: `notebooks/09_capstone.ipynb`. This set runs on **your own modules**: the causal mask of
-# set 03, your `LayerNorm` (set 06) and your `TransformerLayer` (set 07, built on your
-# `MultiHeadAttention` of set 03 and your `FeedForward` of set 05), loaded below from your
-# notebooks of those sets. They must sit in the same folder (`make lab` puts them all in `work/`),
+# Lesson: `notebooks/09_capstone.ipynb`. This set runs on **your own modules**: your `LayerNorm`
+# (set 06), your `TransformerLayer` and `LanguageModel` (set 07, built on your
+# `MultiHeadAttention` and causal mask of set 03, your sinusoidal table of set 04 and your
+# `FeedForward` of set 05), loaded below from your notebooks of those sets. They must sit in the same folder (`make lab` puts them all in `work/`),
 # and their checks should pass first: when one of them is wrong, the checks here say which one
 # to fix.
 #
@@ -31,7 +31,8 @@
 #
 # Conventions of the course: weights are `(d_in, d_out)` and applied as `x @ W + b`; boolean
 # masks are `True` = *may attend*; your layers take `mask=` broadcastable to
-# `(B, n_heads, L, S)` and `use_cache=`.
+# `(B, n_heads, L, S)` and `use_cache=`, and your `LanguageModel`'s `reset_cache()` starts a new
+# sequence.
 
 # %%
 import json
@@ -43,9 +44,8 @@ from torch import nn
 
 from txlearn.course.earlier import load
 
-causal_mask = load("03_heads", "causal_mask")
 LayerNorm = load("06_norms", "LayerNorm")
-TransformerLayer = load("07_layer", "TransformerLayer")
+TransformerLayer, LanguageModel = load("07_layer", "TransformerLayer", "LanguageModel")
 
 # %% [markdown]
 # ## Exercise 1: the next-token loss
@@ -150,66 +150,51 @@ from txlearn.checks import check
 check("top_p", next_token_distribution)
 
 # %% [markdown]
-# ## Exercise 4: a causal character model from your own layers
+# ## Exercise 4: the capstone's character model, from your language model
 #
-# The capstone's model, from your modules:
+# Your `LanguageModel` of set 07 embeds tokens the paper's way, $W_E[\text{ids}]\sqrt{d_{model}}$
+# plus the sinusoidal table. The capstone's model (`txlearn.capstone.model.CharTransformer`,
+# lesson 09) embeds them the GPT-2 way: a **learned** position table and no scale,
 #
-# $$x_0 = E[\text{ids}] + P[t], \qquad x_l = \text{TransformerLayer}_l(x_{l-1}), \qquad
-#   \text{logits} = \text{LayerNorm}(x_{n_{layers}})\, E^\top$$
+# $$x_t = W_E[\text{ids}_t] + W_{pos}[\text{start} + t], \qquad
+#   \text{logits} = \mathrm{LN}(h)\, W_E^\top \ \text{(the same } W_E\text{: tied)},$$
 #
-# Write `CharModel(n_vocab, d_model, n_heads, n_layers, d_ff, block_size)`, an `nn.Module` whose
-# state dict holds exactly:
+# and everything after the embedding is your `LanguageModel`: pre-LN layers under the causal
+# mask, the final LayerNorm, the tied head, the KV cache. A learned table has a row only for the
+# `block_size` positions it was trained on; the sinusoidal one goes on for ever.
 #
-# | name | what |
-# |---|---|
-# | `E` `(n_vocab, d_model)` | the token table, also the output head: logits $= h\,E^\top$ (weight tying, Press & Wolf 2017) |
-# | `P` `(block_size, d_model)` | learned positions: position `t` adds row `t` |
-# | `layers.0. ...` to `layers.{n_layers-1}. ...` | an `nn.ModuleList` of your `TransformerLayer(d_model, n_heads, d_ff, norm_first=True)`: pre-LN, LayerNorm eps 1e-5, with the parameter names your set 07 gives them |
-# | `norm.gamma`, `norm.beta` | the final `LayerNorm(d_model)` |
+# Write `CharEmbedding(n_vocab, d_model, block_size)` with the parameters `W_E (n_vocab, d_model)`
+# and `W_pos (block_size, d_model)` (initialise both from $\mathcal{N}(0, 0.02^2)$; the checks
+# load their own weights) and `forward(ids, start=0)` returning `(B, T, d_model)` for int64
+# `ids (B, T)`, the tokens at positions `start, ..., start + T - 1` (`start` counts the positions
+# already in the cache, as for your `TokenEmbedding`).
 #
-# Initialise `E` and `P` from $\mathcal{N}(0, 0.02^2)$ (the checks load their own weights).
-#
-# `forward(ids, use_cache=False)`: `ids` is int64 `(B, T)`; return float logits
-# `(B, T, n_vocab)`. The layers run under your `causal_mask`. With `use_cache=True` the layers
-# append this call's keys and values to their caches (set 03), so the `T` new tokens sit at
-# positions `start, ..., start + T - 1` after the `start` positions cached before: they get those
-# rows of `P`, and they attend to all `S = start + T` positions under `causal_mask(T, S)`.
-# Without `use_cache`, `start = 0` and no cache is read or changed.
-#
-# `reset_cache()` forgets every cached position (a new sequence begins). A new model starts with
-# an empty cache.
+# Then write `CharModel(n_vocab, d_model, n_heads, d_ff, n_layers, block_size)`: your
+# `LanguageModel` (a subclass of it) whose `embed` is a `CharEmbedding`. Keep its `forward`,
+# `reset_cache`, layers and norm: the state dict is exactly `embed.W_E`, `embed.W_pos`,
+# `layers.0.attn.W_Q`, ... (your set 07's names) and `norm.gamma`, `norm.beta`.
 
 # %% tags=["answer"] exercise="char_model"
-class CharModel(nn.Module):
-    def __init__(self, n_vocab, d_model, n_heads, n_layers, d_ff, block_size):
+class CharEmbedding(nn.Module):
+    def __init__(self, n_vocab, d_model, block_size):
         super().__init__()
         ### BEGIN SOLUTION
-        self.E = nn.Parameter(torch.randn(n_vocab, d_model) * 0.02)
-        self.P = nn.Parameter(torch.randn(block_size, d_model) * 0.02)
-        self.layers = nn.ModuleList(TransformerLayer(d_model, n_heads, d_ff, norm_first=True)
-                                    for _ in range(n_layers))
-        self.norm = LayerNorm(d_model)
-        self.n_cached = 0                                        # positions in the caches
+        self.W_E = nn.Parameter(torch.randn(n_vocab, d_model) * 0.02)
+        self.W_pos = nn.Parameter(torch.randn(block_size, d_model) * 0.02)
         ### END SOLUTION
 
-    def reset_cache(self):
+    def forward(self, ids, start=0):
         ### BEGIN SOLUTION
-        self.n_cached = 0
-        for layer in self.layers:
-            layer.attn.kv_cache = None
+        T = ids.shape[-1]
+        return self.W_E[ids] + self.W_pos[start:start + T]       # (B, T, d_model)
         ### END SOLUTION
 
-    def forward(self, ids, use_cache=False):
+
+class CharModel(LanguageModel):
+    def __init__(self, n_vocab, d_model, n_heads, d_ff, n_layers, block_size):
         ### BEGIN SOLUTION
-        B, T = ids.shape
-        start = self.n_cached if use_cache else 0
-        x = self.E[ids] + self.P[start:start + T]                 # (B, T, d_model)
-        mask = causal_mask(T, start + T)                          # (T, S), bottom-right aligned
-        for layer in self.layers:
-            x = layer(x, mask=mask, use_cache=use_cache)
-        if use_cache:
-            self.n_cached = start + T
-        return self.norm(x) @ self.E.T                            # (B, T, n_vocab): tied head
+        super().__init__(n_vocab, d_model, n_heads, d_ff, n_layers)
+        self.embed = CharEmbedding(n_vocab, d_model, block_size)  # replaces the sinusoidal one
         ### END SOLUTION
 
 # %% tags=["check"] exercise="char_model"
@@ -261,7 +246,7 @@ def generate(model, prompt_ids, n_new, temperature=0.0, top_k=None, top_p=None, 
 
 # %% tags=["check"] exercise="cached_generation"
 from txlearn.checks import check
-check("cached_generation", CharModel, generate)
+check("cached_generation", generate, CharModel)
 
 # %% [markdown]
 # ## Exercise 6: a training loop that beats the bigram
@@ -285,7 +270,7 @@ check("cached_generation", CharModel, generate)
 #   check compares a few steps with its own). Train on `train_ids` only, then return
 #   `evaluate(model, val_ids, block_size)`: the loss on text the model never trained on.
 #
-# The check builds `CharModel(V, d_model=48, n_heads=4, n_layers=2, d_ff=192, block_size=32)`
+# The check builds `CharModel(V, d_model=48, n_heads=4, d_ff=192, n_layers=2, block_size=32)`
 # (63,120 parameters for the corpus's V = 103 characters), loads a fixed initialisation into
 # it, and calls `train(model, train_ids, val_ids, steps=300, batch_size=32, block_size=32,
 # lr=5e-3, seed=0)`. Then it measures the validation loss itself, through your model's forward,
@@ -329,7 +314,7 @@ def train(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed):
 
 # %% tags=["check"] exercise="training_loop"
 from txlearn.checks import check
-check("training_loop", CharModel, train, evaluate)
+check("training_loop", train, evaluate, CharModel)
 
 # %% [markdown]
 # ## Exercise 7: a real pretrained encoder in your own layers
@@ -367,8 +352,9 @@ check("training_loop", CharModel, train, evaluate)
 # | `encoder.layer.{l}.output.LayerNorm.weight`, `.bias` | `layers.{l}.norm2.gamma`, `beta` |
 #
 # (The checkpoint's `pooler` is not used.) The files are in `txlearn.capstone.assets.model_dir()`;
-# the check passes that folder. Its tokenizer (`txlearn.capstone.assets.tokenize(sentences)`) gives
-# the three inputs.
+# its tokenizer (`txlearn.capstone.assets.tokenize(sentences)`) gives the three inputs. The check
+# first builds your `MiniLM` with the checkpoint's sizes and loads the weights itself (so a
+# wrong forward and a wrong loader get different hints), then calls `load_minilm` on that folder.
 
 # %% tags=["answer"] exercise="minilm_encoder"
 class MiniLM(nn.Module):
@@ -432,7 +418,7 @@ def load_minilm(directory):
 
 # %% tags=["check"] exercise="minilm_encoder"
 from txlearn.checks import check
-check("minilm_encoder", load_minilm)
+check("minilm_encoder", MiniLM, load_minilm)
 
 # %% [markdown]
 # ## Exercise 8: sentence embeddings

@@ -20,6 +20,7 @@ from txlearn.heads import KVCache
 from txlearn.layer import TransformerLayer
 from txlearn.masks import causal_mask
 from txlearn.norms import LayerNorm
+from txlearn.positional import sinusoidal_encoding
 
 
 # ------------------------------------------------------------------ next_token_loss
@@ -260,48 +261,81 @@ def top_p_keeps_tail(logits, temperature=1.0, top_k=None, top_p=None):
 
 # ------------------------------------------------------------------ char_model
 
-def make_char_model(untied=False, final_norm=True, positions="added", mask="causal",
-                    norm_first=True, scale=False, offset=True, cache_mask="causal",
-                    pass_cache=True):
-    """A CharModel class from the course's layers, with one mistake when asked."""
+class LanguageModel(nn.Module):
+    """The learner's set-07 LanguageModel, from the course's layers: ``embed`` (``W_E``, scaled
+    by sqrt(d_model), plus the sinusoidal table), pre-LN ``layers``, ``norm``, the tied head; the
+    KV cache counted here (the course's layers take a KVCache per call)."""
 
-    class CharModel(nn.Module):
-        def __init__(self, n_vocab, d_model, n_heads, n_layers, d_ff, block_size):
+    def __init__(self, n_vocab, d_model, n_heads, d_ff, n_layers, n_kv_heads=None, *,
+                 mask="causal", cache_mask="causal", pass_cache=True):
+        super().__init__()
+        self.embed = TokenEmbedding(n_vocab, d_model)
+        self.layers = nn.ModuleList(
+            TransformerLayer(d_model, n_heads, d_ff, n_kv_heads, activation="gelu",
+                             norm_first=True) for _ in range(n_layers))
+        self.norm = LayerNorm(d_model)
+        self._mask, self._cache_mask, self._pass_cache = mask, cache_mask, pass_cache
+        self.reset_cache()
+
+    def reset_cache(self):
+        self.caches, self.n_cached = [KVCache() for _ in self.layers], 0
+
+    def forward(self, ids, use_cache=False):
+        start = self.n_cached if use_cache else 0
+        T = ids.shape[-1]
+        S = start + T
+        kind = self._cache_mask if use_cache and start > 0 else self._mask
+        m = {"causal": causal_mask(T, S), "none": None, "top-left": torch.ones(T, S).tril().bool(),
+             "square": causal_mask(T, T)}[kind]
+        h = self.embed(ids, start)
+        for layer, cache in zip(self.layers, self.caches):
+            h = layer(h, mask=m, cache=cache if use_cache and self._pass_cache else None)
+        if use_cache:
+            self.n_cached = S
+        return self.norm(h) @ self.embed.W_E.T
+
+
+class TokenEmbedding(nn.Module):
+    def __init__(self, n_vocab, d_model):
+        super().__init__()
+        self.W_E = nn.Parameter(torch.randn(n_vocab, d_model) / math.sqrt(d_model))
+
+    def forward(self, ids, start=0):
+        T, d = ids.shape[-1], self.W_E.shape[1]
+        return self.W_E[ids] * math.sqrt(d) + sinusoidal_encoding(start + T, d)[start:]
+
+
+def make_char_model(positions="offset", scale=False, untied=False, replace=True, name="W_E",
+                    **base):
+    """A CharModel (CharEmbedding + the LanguageModel above), with one mistake when asked."""
+
+    class CharEmbedding(nn.Module):
+        def __init__(self, n_vocab, d_model, block_size):
             super().__init__()
-            self.E = nn.Parameter(torch.randn(n_vocab, d_model) * 0.02)
+            setattr(self, name, nn.Parameter(torch.randn(n_vocab, d_model) * 0.02))
             if positions != "none":
-                self.P = nn.Parameter(torch.randn(block_size, d_model) * 0.02)
-            self.layers = nn.ModuleList(
-                TransformerLayer(d_model, n_heads, d_ff, activation="gelu", norm_first=norm_first)
-                for _ in range(n_layers))
-            if final_norm:
-                self.norm = LayerNorm(d_model)
+                self.W_pos = nn.Parameter(torch.randn(block_size, d_model) * 0.02)
+
+        def forward(self, ids, start=0):
+            T = ids.shape[-1]
+            W = getattr(self, name)
+            x = W[ids] * (math.sqrt(W.shape[1]) if scale else 1.0)
+            first = start if positions == "offset" else 0
+            if positions in ("offset", "from 0"):
+                x = x + self.W_pos[first:first + T]
+            elif positions == "by id":
+                x = x + self.W_pos[ids]
+            return x
+
+    class CharModel(LanguageModel):
+        def __init__(self, n_vocab, d_model, n_heads, d_ff, n_layers, block_size):
+            super().__init__(n_vocab, d_model, n_heads, d_ff, n_layers, **base)
+            if replace:
+                self.embed = CharEmbedding(n_vocab, d_model, block_size)
+            else:
+                self.char_embed = CharEmbedding(n_vocab, d_model, block_size)
             if untied:
-                self.W_out = nn.Parameter(torch.randn(d_model, n_vocab) * 0.02)
-            self.d_model = d_model
-            self.reset_cache()
-
-        def reset_cache(self):
-            self.caches = [KVCache() for _ in self.layers]
-            self.n_cached = 0
-
-        def forward(self, ids, use_cache=False):
-            B, T = ids.shape
-            start = self.n_cached if use_cache else 0
-            first = start if offset else 0
-            x = self.E[ids] * (math.sqrt(self.d_model) if scale else 1.0)
-            if positions == "added":
-                x = x + self.P[first:first + T]
-            S = start + T
-            kind = cache_mask if use_cache and start > 0 else mask
-            m = {"causal": causal_mask(T, S), "none": None, "inverted": ~causal_mask(T, S),
-                 "top-left": torch.ones(T, S).tril().bool(), "square": causal_mask(T, T)}[kind]
-            for layer, cache in zip(self.layers, self.caches):
-                x = layer(x, mask=m, cache=cache if use_cache and pass_cache else None)
-            if use_cache:
-                self.n_cached = S
-            h = self.norm(x) if final_norm else x
-            return h @ (self.W_out if untied else self.E.T)
+                self.head = nn.Linear(d_model, n_vocab, bias=False)
 
     return CharModel
 
@@ -369,7 +403,7 @@ evaluate_ref = make_evaluate()
 
 
 def make_train(zero_grad="before", lr_override=None, optimizer_inside=False, step=True,
-               evaluate_on="val", window=0):
+               evaluate_on="val", window=0, loss_fn=None):
     """A training loop, with one mistake when asked."""
 
     def train(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed):
@@ -383,7 +417,7 @@ def make_train(zero_grad="before", lr_override=None, optimizer_inside=False, ste
             T = block_size + window
             starts = torch.randint(0, len(train_ids) - T + 1, (batch_size,), generator=generator)
             x = train_ids[starts[:, None] + torch.arange(T)]
-            loss = loss_ref(model(x), x)
+            loss = (loss_fn or loss_ref)(model(x), x)
             if zero_grad == "before":
                 optimizer.zero_grad()
             loss.backward()
@@ -403,8 +437,9 @@ train_ref = make_train()
 # ------------------------------------------------------------------ minilm_encoder
 
 def make_minilm(norm_first=False, activation="gelu", eps=None, transpose="all",
-                embedding_norm=True, token_types=True, positions=True, keys="real"):
-    """A MiniLM class and its loader, with one mistake when asked; returns load_minilm."""
+                embedding_norm=True, token_types=True, positions=True, keys="real",
+                loader_eps=None):
+    """(MiniLM, load_minilm), with one mistake when asked."""
 
     class MiniLM(nn.Module):
         def __init__(self, n_vocab, max_len, n_types, d_model, n_heads, d_ff, n_layers, eps_):
@@ -440,7 +475,8 @@ def make_minilm(norm_first=False, activation="gelu", eps=None, transpose="all",
         cfg = json.loads((directory / "config.json").read_text())
         model = MiniLM(cfg["vocab_size"], cfg["max_position_embeddings"], cfg["type_vocab_size"],
                        cfg["hidden_size"], cfg["num_attention_heads"], cfg["intermediate_size"],
-                       cfg["num_hidden_layers"], cfg["layer_norm_eps"])
+                       cfg["num_hidden_layers"],
+                       cfg["layer_norm_eps"] if loader_eps is None else loader_eps)
         tensors = load_file(str(directory / "model.safetensors"))
         state = {"E_word": tensors["embeddings.word_embeddings.weight"],
                  "P": tensors["embeddings.position_embeddings.weight"],
@@ -464,10 +500,10 @@ def make_minilm(norm_first=False, activation="gelu", eps=None, transpose="all",
         model.load_state_dict(state)
         return model.eval()
 
-    return load_minilm
+    return MiniLM, load_minilm
 
 
-load_minilm_ref = make_minilm()
+MiniLMRef, load_minilm_ref = make_minilm()
 
 
 # ------------------------------------------------------------------ sentence_embeddings
@@ -515,9 +551,9 @@ REFERENCE = {
     "sampling_distribution": (probs_ref,),
     "top_p": (distribution_ref,),
     "char_model": (CharModelRef,),
-    "cached_generation": (CharModelRef, generate_ref),
-    "training_loop": (CharModelRef, train_ref, evaluate_ref),
-    "minilm_encoder": (load_minilm_ref,),
+    "cached_generation": (generate_ref, CharModelRef),
+    "training_loop": (train_ref, evaluate_ref, CharModelRef),
+    "minilm_encoder": (MiniLMRef, load_minilm_ref),
     "sentence_embeddings": (pool_ref, load_minilm_ref),
 }
 
@@ -535,8 +571,8 @@ WRONG = {
     ],
     "sampling_distribution": [
         ("multiplied by the temperature", (probs_times_temperature,), "you multiplied"),
-        ("softmax over the batch axis", (probs_axis0,), "over the last axis"),
-        ("ties broken by highest index", (probs_ties_highest,), "LOWEST index"),
+        ("softmax over the batch axis", (probs_axis0,), "mixes different rows"),
+        ("ties broken by highest index", (probs_ties_highest,), "yours keeps the highest indices"),
         ("every tie at the k-th value kept", (probs_ties_all_kept,), "exactly k"),
         ("keeps k + 1", (probs_k_plus_one,), "one more"),
         ("no renormalisation after top-k", (probs_no_renorm,), "divide by the sum"),
@@ -555,71 +591,84 @@ WRONG = {
         ("keeps the tail", (top_p_keeps_tail,), "not the tail"),
     ],
     "char_model": [
-        ("untied output head", (make_char_model(untied=True),), "tie the output head"),
-        ("no final LayerNorm", (make_char_model(final_norm=False),), "one more LayerNorm"),
+        ("an output matrix of its own", (make_char_model(untied=True),), "tie the output head"),
         ("no position table", (make_char_model(positions="none"),), "learned position row"),
         ("positions defined, never added", (make_char_model(positions="unused"),),
          "learned position row"),
-        ("no causal mask", (make_char_model(mask="none"),), "causal mask"),
-        ("mask inverted", (make_char_model(mask="inverted"),), "True = may attend"),
-        ("post-LN layers", (make_char_model(norm_first=False),), "norm_first=True"),
-        ("embedding scaled by sqrt(d_model)", (make_char_model(scale=True),), "sqrt(d_model)"),
-        ("cache positions not offset", (make_char_model(offset=False),), "start .. start + T - 1"),
-        ("top-left mask with a cache", (make_char_model(cache_mask="top-left"),), "bottom-right"),
-        ("no mask in cached steps", (make_char_model(cache_mask="none"),), "first new token sees"),
-        ("square (T, T) mask with a cache", (make_char_model(cache_mask="square"),),
-         "causal_mask(T, start + T)"),
-        ("use_cache not passed to the layers", (make_char_model(pass_cache=False),),
-         "pass use_cache to every layer"),
+        ("positions indexed by the token ids", (make_char_model(positions="by id"),),
+         "not by the token ids"),
+        ("embedding scaled by sqrt(d_model), as the paper's", (make_char_model(scale=True),),
+         "does not scale"),
+        ("CharEmbedding not assigned to embed", (make_char_model(replace=False),),
+         "assign the CharEmbedding to self.embed"),
+        ("token table named E, not W_E", (make_char_model(name="E"),), "name the token table W_E"),
+        ("start ignored: positions from 0 after the cache",
+         (make_char_model(positions="from 0"),), "start .. start + T - 1"),
+        ("top-left mask with a cache (set 07's forward)",
+         (make_char_model(cache_mask="top-left"),), "bottom-right"),
+        ("no mask in cached steps (set 07's forward)", (make_char_model(cache_mask="none"),),
+         "first new token sees"),
+        ("no causal mask at all (set 07's forward)", (make_char_model(mask="none"),),
+         "must not depend on later ids"),
+        ("square (T, T) mask with a cache (set 07's forward)",
+         (make_char_model(cache_mask="square"),), "causal_mask(T, start + T)"),
+        ("use_cache not passed to the layers (set 07's forward)",
+         (make_char_model(pass_cache=False),), "pass use_cache to every layer"),
     ],
     "cached_generation": [
-        ("logits of the first position", (CharModelRef, make_generate(position=0)),
-         "LAST position"),
-        ("cache not reset", (CharModelRef, make_generate(reset=False)), "reset_cache"),
-        ("whole sequence fed with the cache", (CharModelRef, make_generate(whole_with_cache=True)),
+        ("logits of the first position", (make_generate(position=0), CharModelRef),
+         "it has read the whole sequence"),
+        ("cache not reset", (make_generate(reset=False), CharModelRef), "reset_cache"),
+        ("whole sequence fed with the cache", (make_generate(whole_with_cache=True), CharModelRef),
          "feed only the newest id"),
-        ("prompt never in the cache", (CharModelRef, make_generate(prefill=False)),
+        ("prompt never in the cache", (make_generate(prefill=False), CharModelRef),
          "runs the whole prompt"),
-        ("a new generator every step", (CharModelRef, make_generate(reseed=True)),
+        ("a new generator every step", (make_generate(reseed=True), CharModelRef),
          "once per call"),
-        ("top_k and top_p ignored", (CharModelRef, make_generate(filters=False)),
+        ("top_k and top_p ignored", (make_generate(filters=False), CharModelRef),
          "pass temperature, top_k and top_p"),
-        ("always greedy", (CharModelRef, make_generate(greedy=True)), "torch.multinomial"),
-        ("returns only the new ids", (CharModelRef, make_generate(prompt_returned=False)),
+        ("always greedy", (make_generate(greedy=True), CharModelRef),
+         "the maximum is only for temperature 0"),
+        ("returns only the new ids", (make_generate(prompt_returned=False), CharModelRef),
          "prompt followed by"),
     ],
     "training_loop": [
-        ("no zero_grad", (CharModelRef, make_train(zero_grad="never"), evaluate_ref),
+        ("no zero_grad", (make_train(zero_grad="never"), evaluate_ref, CharModelRef),
          "adds each backward pass"),
         ("zero_grad between backward and step",
-         (CharModelRef, make_train(zero_grad="after backward"), evaluate_ref),
+         (make_train(zero_grad="after backward"), evaluate_ref, CharModelRef),
          "zeroing between backward and step"),
-        ("no optimizer.step()", (CharModelRef, make_train(step=False), evaluate_ref),
+        ("no optimizer.step()", (make_train(step=False), evaluate_ref, CharModelRef),
          "the optimizer's step must run"),
-        ("lr far too high (0.5, hard-coded)", (CharModelRef, make_train(lr_override=0.5),
-                                                evaluate_ref), "several times further"),
-        ("a new AdamW every step", (CharModelRef, make_train(optimizer_inside=True),
-                                    evaluate_ref), "create the optimizer once"),
-        ("evaluating on the training data", (CharModelRef, make_train(evaluate_on="train"),
-                                             evaluate_ref), "held-out text"),
-        ("windows of block_size + 1 ids", (CharModelRef, make_train(window=1), evaluate_ref),
-         "block_size rows of P"),
-        ("evaluate averages batch means", (CharModelRef, train_ref,
-                                           make_evaluate(batch_means=True)),
+        ("lr far too high (0.5, hard-coded)",
+         (make_train(lr_override=0.5), evaluate_ref, CharModelRef), "several times further"),
+        ("a new AdamW every step",
+         (make_train(optimizer_inside=True), evaluate_ref, CharModelRef),
+         "create the optimizer once"),
+        ("evaluating on the training data",
+         (make_train(evaluate_on="train"), evaluate_ref, CharModelRef), "held-out text"),
+        ("windows of block_size + 1 ids", (make_train(window=1), evaluate_ref, CharModelRef),
+         "block_size rows of W_pos"),
+        ("evaluate averages batch means", (train_ref, make_evaluate(batch_means=True),
+                                           CharModelRef),
          "weigh each batch by its size"),
     ],
     "minilm_encoder": [
-        ("pre-LN layers", (make_minilm(norm_first=True),), "post-LN"),
-        ("tanh GELU", (make_minilm(activation="gelu_tanh"),), "exact GELU"),
-        ("LayerNorm eps 1e-5", (make_minilm(eps=1e-5),), "1e-12"),
-        ("attention weights not transposed", (make_minilm(transpose="ffn only"),),
+        ("pre-LN layers", make_minilm(norm_first=True), "MiniLM is post-LN"),
+        ("tanh GELU", make_minilm(activation="gelu_tanh"), "the tanh approximation"),
+        ("MiniLM ignores its eps (LayerNorm's 1e-5)", make_minilm(eps=1e-5),
+         "layer_norm_eps is 1e-12 in config.json"),
+        ("load_minilm passes eps 1e-5, not config.json's", make_minilm(loader_eps=1e-5),
+         "layer_norm_eps is 1e-12 in config.json"),
+        ("attention weights not transposed at loading", make_minilm(transpose="ffn only"),
          "the square attention ones too"),
-        ("no weight transposed", (make_minilm(transpose="none"),), "transpose them when you load"),
-        ("no embedding LayerNorm", (make_minilm(embedding_norm=False),), "before the first layer"),
-        ("no token-type embedding", (make_minilm(token_types=False),), "E_type"),
-        ("no positions", (make_minilm(positions=False),), "position rows"),
-        ("padding keys attended", (make_minilm(keys="all"),), "mask the padding keys"),
-        ("padding mask inverted", (make_minilm(keys="inverted"),), "True = may attend"),
+        ("no weight transposed at loading", make_minilm(transpose="none"),
+         "transpose them when you load"),
+        ("no embedding LayerNorm", make_minilm(embedding_norm=False), "before the first layer"),
+        ("no token-type embedding", make_minilm(token_types=False), "row 0 is not zero"),
+        ("no positions", make_minilm(positions=False), "position rows"),
+        ("padding keys attended", make_minilm(keys="all"), "mask the padding keys"),
+        ("padding mask inverted", make_minilm(keys="inverted"), "True = may attend"),
     ],
     "sentence_embeddings": [
         ("mean over the padding too", (pool_over_padding, load_minilm_ref), "only the real tokens"),
@@ -631,3 +680,35 @@ WRONG = {
         ("norm over the batch axis", (pool_norm_over_batch, load_minilm_ref), "not over the batch"),
     ],
 }
+
+# A failure caused by an earlier answer of this set names it: (label, objects, namespace, text).
+_broken_model = make_char_model(untied=True)
+_broken_encoder = make_minilm(norm_first=True)
+DEPENDENT = {
+    "top_p": [
+        ("built on probabilities multiplied by the temperature",
+         (lambda z, t=1.0, k=None, p=None: _top_p_with_probs(probs_times_temperature, z, t, k, p),),
+         {"next_token_probs": probs_times_temperature}, "fix sampling_distribution first")],
+    "cached_generation": [
+        ("a CharModel with an output matrix of its own", (generate_ref, _broken_model),
+         {"CharModel": _broken_model, "next_token_distribution": distribution_ref},
+         "fix char_model first")],
+    "training_loop": [
+        ("a loss without the shift", (make_train(loss_fn=loss_no_shift), evaluate_ref,
+                                      CharModelRef),
+         {"CharModel": CharModelRef, "next_token_loss": loss_no_shift},
+         "fix next_token_loss first")],
+    "sentence_embeddings": [
+        ("an encoder with pre-LN layers", (pool_ref, _broken_encoder[1]),
+         {"MiniLM": _broken_encoder[0], "load_minilm": _broken_encoder[1]},
+         "fix minilm_encoder first")],
+}
+
+
+def _top_p_with_probs(probs, logits, temperature, top_k, top_p):
+    """distribution_ref on top of another next_token_probs."""
+    p = probs(logits, temperature, top_k)
+    if top_p is None or top_p >= 1:
+        return p
+    p = p * _nucleus(p, top_p)
+    return p / p.sum(-1, keepdim=True)

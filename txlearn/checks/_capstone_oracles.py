@@ -19,7 +19,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-__all__ = ["corpus", "tokens", "encoder_states", "reference_embeddings", "ENCODER_VARIANTS"]
+__all__ = ["corpus", "tokens", "minilm_sizes", "minilm_state", "encoder_states",
+           "reference_embeddings", "ENCODER_VARIANTS"]
 
 
 @lru_cache(maxsize=2)
@@ -106,6 +107,27 @@ def _embed(model, batch, variant):
     if variant != "no token types":
         x = x + model.E_type[types]
     return x if variant == "no embedding LayerNorm" else model.norm(x)
+
+
+def minilm_sizes() -> dict:
+    """The MiniLM constructor's arguments from the shipped ``config.json``, in the statement's
+    order: n_vocab, max_len, n_types, d_model, n_heads, d_ff, n_layers, eps."""
+    import json
+
+    from txlearn.capstone.assets import model_dir
+    cfg = json.loads((model_dir() / "config.json").read_text())
+    keys = ("vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_size",
+            "num_attention_heads", "intermediate_size", "num_hidden_layers", "layer_norm_eps")
+    names = ("n_vocab", "max_len", "n_types", "d_model", "n_heads", "d_ff", "n_layers", "eps")
+    return {n: cfg[k] for n, k in zip(names, keys)}
+
+
+def minilm_state() -> dict:
+    """The checkpoint's weights in the statement's names (``E_word``, ``P``, ``layers.0.attn.W_Q``,
+    ...), linear weights transposed to ``(d_in, d_out)``: the course's encoder's own state, with
+    its position table named ``P``."""
+    return {("P" if k == "position.W_pos" else k): v.detach().clone()
+            for k, v in _encoder().state_dict().items()}
 
 
 ENCODER_VARIANTS = ("pre-LN", "tanh GELU", "eps 1e-5", "attention weights not transposed",
