@@ -20,9 +20,9 @@
 # Lesson: `notebooks/09_capstone.ipynb`. This set runs on **your own modules**: your `LayerNorm`
 # (set 06), your `TransformerLayer` and `LanguageModel` (set 07, built on your
 # `MultiHeadAttention` and causal mask of set 03, your sinusoidal table of set 04 and your
-# `FeedForward` of set 05), loaded below from your notebooks of those sets. They must sit in the same folder (`make lab` puts them all in `work/`),
-# and their checks should pass first: when one of them is wrong, the checks here say which one
-# to fix.
+# `FeedForward` of set 05), loaded below from your notebooks of those sets. They must sit in the
+# same folder (`make lab` puts them all in `work/`), and their checks should pass first: when one
+# of them is wrong, the checks here say which one to fix.
 #
 # You may use PyTorch, `safetensors` and `tokenizers`; from `txlearn` only the corpus and its
 # baselines (`txlearn.capstone.data`), the location of the MiniLM files and their tokenizer
