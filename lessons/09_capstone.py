@@ -446,8 +446,10 @@ print(f"pretrained encoder: max |ours - sentence-transformers| = {diff:.1e} over
 # - Its layer 0 holds a pure previous-token head; other heads find the same word again; most
 #   heads park their weight on `[CLS]`, not on `[SEP]`.
 #
-# There is no exercise notebook for this lesson. Try `txlearn train --text yourfile.txt` and
-# `txlearn sample checkpoints/capstone.safetensors --prompt "class "`.
+# Try `txlearn train --text yourfile.txt` and
+# `txlearn sample checkpoints/capstone.safetensors --prompt "class "`. Exercises:
+# [`work/09_capstone.ipynb`](../work/09_capstone.ipynb): the same model, loss, sampler, training
+# loop and MiniLM encoder, written by you on your own layers of sets 03-07.
 #
 # Next: [lesson 10](10_decoder.ipynb) builds a modern decoder-only LLM (RMSNorm, RoPE,
 # grouped-query attention, SwiGLU) from the same modules, loads a real one (SmolLM2-135M) into
