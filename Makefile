@@ -9,8 +9,12 @@ TORCH_CPU := torch==2.13.0
 PYTEST_WORKERS ?= 2
 # The capstone's training budget (seconds) under `make test`; `make course` runs the full default.
 TEST_TRAIN_SECONDS ?= 8
+# Debian packages the tests need (bubblewrap: the sandbox of `txlearn grade`). `make test` installs
+# the missing ones with apt-get when run as root, else stops with the command to run; `make lab`
+# never installs them.
+DEBIAN_TEST_PACKAGES := bubblewrap
 
-.PHONY: lab test course venv work build clean-venv help
+.PHONY: lab test course venv work build clean-venv help test-packages
 
 help:
 	@echo "make lab     set up .venv, copy your exercise notebooks into $(WORK)/, open JupyterLab"
@@ -41,12 +45,27 @@ lab: work
 		--ServerApp.root_dir="$(CURDIR)" \
 		--LabApp.default_url="/lab/tree/$$(ls notebooks/00_*.ipynb | head -n 1)" $(LAB_ARGS)
 
-test: $(STAMP)
+test-packages:
+	@missing=""; for p in $(DEBIAN_TEST_PACKAGES); do \
+		dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing the Debian packages the tests need:$$missing"; \
+			apt-get update -q && apt-get install -y -q $$missing; \
+		else \
+			echo "make test needs the Debian packages:$$missing"; \
+			echo "install them with: sudo apt-get update && sudo apt-get install -y$$missing"; \
+			exit 1; \
+		fi; \
+	fi
+
+test: $(STAMP) test-packages
 	$(VENV)/bin/txlearn build --check
 	@# One torch thread per worker: two workers on two cores, without oversubscription.
 	TXLEARN_TRAIN_SECONDS=$(TEST_TRAIN_SECONDS) HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 		$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval-lax \
-		--nbval-current-env --nbval-cell-timeout=600 --durations=15 tests notebooks
+		--nbval-current-env --nbval-cell-timeout=600 --durations=15 tests notebooks \
+		exercises/solutions
 
 course: $(STAMP)
 	@mkdir -p build/course

@@ -42,6 +42,7 @@ DEFAULT_LIMITS = {
     "output_kb": 64,         # printed output kept per cell; the rest is dropped
     "processes": 64,         # processes and threads the runner may have
     "file_mb": 16,           # the largest file the runner may write
+    "open_files": 128,       # file descriptors the runner may hold
 }
 
 
