@@ -185,7 +185,8 @@ def run(tmp_path_factory):
         "importlib_split": (
             "import importlib\n"
             "def softmax(x, axis=-1):\n"
-            "    return importlib.import_module('txlearn.' + 'soft' + 'max').softmax_np(x, axis)\n"),
+            "    module = importlib.import_module('txlearn.' + 'soft' + 'max')\n"
+            "    return module.softmax_np(x, axis)\n"),
         "copied_code": (
             "def softmax(x, axis=-1):\n    raise NotImplementedError\n"
             "import txlearn\n"
@@ -239,13 +240,15 @@ def run(tmp_path_factory):
                                    "    while True:\n        pass\n"})
     paths["memory"] = _notebook(
         SOLUTION, tmp / "memory" / "01_softmax.ipynb",
-        answers={"stable_softmax": RIGHT.replace("    z = x", "    big = np.ones(1 << 29)\n    z = x")})
+        answers={"stable_softmax": RIGHT.replace("    z = x",
+                                                 "    big = np.ones(1 << 29)\n    z = x")})
     paths["processes"] = _notebook(
         SOLUTION, tmp / "processes" / "01_softmax.ipynb",
         answers={"stable_softmax": (
             "import os, time\ndef softmax(x, axis=-1):\n    pids = []\n    try:\n"
             "        for i in range(40):\n            pid = os.fork()\n"
-            "            if pid == 0:\n                time.sleep(30)\n                os._exit(0)\n"
+            "            if pid == 0:\n                time.sleep(30)\n"
+            "                os._exit(0)\n"
             "            pids.append(pid)\n    except OSError as err:\n"
             "        raise RuntimeError(f'forked {len(pids)}, then {type(err).__name__}')\n"
             "    raise RuntimeError(f'forked all {len(pids)}')\n")})

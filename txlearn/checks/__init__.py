@@ -239,11 +239,13 @@ _STUB = ("not implemented yet (the stub still raises NotImplementedError)",
 
 
 def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=None,
-                 what: str = "your code"):
+                 what: str = "your code", remote: bool = False):
     """Run ``thunk()`` (which calls the learner's code) and turn what can go wrong into a
-    :class:`CheckFailure`: a stub, a timeout, an exception (with the learner's frames)."""
+    :class:`CheckFailure`: a stub, a timeout, an exception (with the learner's frames).
+    ``remote``: the thunk asks a :class:`LearnerObject`, which keeps the time limit itself (no
+    alarm here, which would interrupt the grader's own wait)."""
     try:
-        with _time_limit(time_limit):
+        with _time_limit(None if remote else time_limit):
             return thunk()
     except NotImplementedError:
         raise CheckFailure(_STUB[0], case=case, hint=_STUB[1], kind="stub") from None
@@ -277,7 +279,7 @@ def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME
     """
     if isinstance(fn, LearnerObject):
         return _run_learner(lambda: fn.remote_call(args, kwargs, time_limit), case=case,
-                            time_limit=time_limit, hint=hint)
+                            time_limit=time_limit, hint=hint, remote=True)
     if not callable(fn):
         raise CheckFailure(f"expected a function or class, got {type(fn).__name__}", case=case,
                            hint="run the cell that defines your answer before this check",
@@ -316,6 +318,7 @@ def state_shapes(module: Any, *, case: str,
     """``{name: shape}`` of the learner's module's state dict (parameters and buffers)."""
     if isinstance(module, LearnerObject):
         return _run_learner(lambda: module.remote_state_shapes(time_limit), case=case,
+                            remote=True,
                             time_limit=time_limit)
     return _run_learner(lambda: {k: tuple(v.shape) for k, v in module.state_dict().items()},
                         case=case, time_limit=time_limit)
@@ -348,6 +351,7 @@ def load_state(module: Any, state: dict, *, case: str,
                                                "weights are (d_in, d_out), applied as x @ W")
     if isinstance(module, LearnerObject):
         return _run_learner(lambda: module.remote_load_state(state, time_limit), case=case,
+                            remote=True,
                             time_limit=time_limit)
 
     def load():
@@ -371,7 +375,7 @@ def forward_backward(module: Any, *args: Any, grad_output, case: str,
     if isinstance(module, LearnerObject):
         return _run_learner(lambda: module.remote_forward_backward(args, kwargs, grad_output,
                                                                    time_limit),
-                            case=case, time_limit=time_limit, hint=hint)
+                            case=case, remote=True, time_limit=time_limit, hint=hint)
     return _run_learner(lambda: local_forward_backward(module, args, kwargs, grad_output),
                         case=case, time_limit=time_limit, hint=hint)
 

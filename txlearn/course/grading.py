@@ -1,4 +1,4 @@
-"""Grade exercise notebooks: the verdict is decided by the grader, each submission in its own sandbox.
+"""Grade exercise notebooks: the grader decides every verdict; each submission runs sandboxed.
 
 ``txlearn grade`` treats every submission as hostile. Two processes take part:
 
@@ -221,7 +221,8 @@ def _view_modules(cs: CourseSet, stems: dict[str, str]) -> list[str]:
     todo = [m for m in cs.allowed if m.startswith("txlearn.")]
     missing = [m for m in todo if _module_file(m) is None]
     if missing:
-        raise GradingError(f"{cs.name} declares imports of {', '.join(missing)}, which do not exist")
+        raise GradingError(f"{cs.name} declares imports of {', '.join(missing)}, which do not "
+                           f"exist")
     found = set()
     while todo:
         module = todo.pop()
@@ -317,7 +318,7 @@ def validate_hidden(folder: Path) -> None:
 # ---- reading a submission ----------------------------------------------------------------------
 
 def _read_notebook(path: Path) -> dict:
-    """The notebook at ``path`` as plain JSON data, its structure checked; GradingError otherwise."""
+    """The notebook at ``path`` as plain JSON data, its structure checked (else GradingError)."""
     if path.is_symlink():
         raise GradingError("it is a symbolic link (submit the notebook file itself)")
     if not path.is_file():
@@ -579,7 +580,8 @@ class _Session:
             raise RunnerDied(f"the runner's reply broke the protocol ({err})") from None
         if reply.get("id") != self.seq:
             self.close()
-            raise RunnerDied("the runner's replies are out of step (something wrote to its channel)")
+            raise RunnerDied("the runner's replies are out of step (something wrote to its "
+                             "channel)")
         return reply, reply_blobs
 
     def report(self) -> None:

@@ -1,4 +1,4 @@
-"""The grader's runner: executes a learner's cells inside the sandbox and answers the grader's calls.
+"""The grader's runner: runs a learner's cells inside the sandbox and answers the grader's calls.
 
 ``txlearn grade`` (the trusted grader, :mod:`txlearn.course.grading`) never runs a learner's code.
 It starts this runner in a sandbox (:mod:`txlearn.course.sandbox`) as

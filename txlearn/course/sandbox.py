@@ -279,7 +279,8 @@ class Process:
                        "SIGKILL": f"it was killed (out of memory? the limit is "
                                   f"{self.limits['memory_mb']} MB)",
                        "SIGSEGV": "it crashed (segmentation fault)",
-                       "SIGABRT": "it aborted (often: out of memory)"}.get(name, f"killed by {name}")
+                       "SIGABRT": "it aborted (often: out of memory)"}.get(
+                           name, f"killed by {name}")
             return meaning
         last = self.sink.text().strip().splitlines()[-1:] or [""]
         detail = f": {last[0][:160]}" if last[0] else ""
