@@ -75,7 +75,8 @@ test: $(STAMP) debian-test-packages
 	@# One torch thread per worker: two workers on two cores, without oversubscription.
 	TXLEARN_TRAIN_SECONDS=$(TEST_TRAIN_SECONDS) HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 		$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval-lax \
-		--nbval-current-env --nbval-cell-timeout=600 --durations=15 tests notebooks
+		--nbval-current-env --nbval-cell-timeout=600 --durations=15 tests notebooks \
+		exercises/solutions
 
 # The capstone's training budget is never shortened here: only `make test` does that.
 book: $(STAMP)

@@ -20,7 +20,7 @@
 # file, logit by logit, and use it: chat, sample, cache, time, look inside.
 #
 # Everything runs offline, on the CPU. The lesson takes a few minutes (two models of 135M
-# parameters, in float32 and float64).
+# parameters, in float32 and float64). Symbols: see [the notation table](00_map.ipynb#Notation).
 
 # %%
 import os
@@ -38,6 +38,7 @@ from txlearn.capstone.reference import (chat_ids, load_tokenizer, reference_gene
                                         reference_model, without_float32_internals)
 from txlearn.complexity import stack_param_counts
 from txlearn.heads import kv_cache_bytes
+from txlearn.plotting import heatmap
 from txlearn.sampling import next_token_distribution
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")     # everything below runs offline
@@ -365,21 +366,20 @@ W = torch.stack([w[0] for w in maps])                    # (30 layers, 9 heads, 
 T = W.shape[-1]
 prev = W[:, :, torch.arange(1, T), torch.arange(T - 1)].mean(-1)      # (30, 9)
 first = W[:, :, 1:, 0].mean(-1)                                        # queries 1.. on token 0
-l, h = divmod(int(prev.argmax()), config.n_heads)
-print(f"previous-token head: layer {l}, head {h}, mean weight {prev[l, h]:.2f} "
+layer, head = divmod(int(prev.argmax()), config.n_heads)
+print(f"previous-token head: layer {layer}, head {head}, mean weight {prev[layer, head]:.2f} "
       f"(median head {prev.median():.2f})")
 print(f"weight on the first token: median head {first.median():.2f}, "
       f"{int((first > 0.5).sum())} of {first.numel()} heads put more than half there")
-assert prev[l, h] > 0.5 and first.median() > 0.25 and (first > 0.5).float().mean() > 0.3
+assert prev[layer, head] > 0.5 and first.median() > 0.25 and (first > 0.5).float().mean() > 0.3
 
 fig, ax = plt.subplots(figsize=(7, 6))
-im = ax.imshow(W[l, h].numpy(), cmap="viridis", vmin=0, vmax=1)
+heatmap(ax, W[layer, head], "attention weight", cmap="viridis", vmin=0, vmax=1)
 ax.set_xticks(range(T), tokens, rotation=90, fontsize=8)
 ax.set_yticks(range(T), tokens, fontsize=8)
 ax.set_xlabel("key")
 ax.set_ylabel("query")
-ax.set_title(f"SmolLM2-135M, layer {l}, head {h}: the previous-token head")
-fig.colorbar(im, ax=ax, label="attention weight")
+ax.set_title(f"SmolLM2-135M, layer {layer}, head {head}: the previous-token head")
 plt.tight_layout()
 plt.show()
 

@@ -35,3 +35,36 @@ def test_clear_errors(tmp_path, monkeypatch):
     (tmp_path / "01_softmax.ipynb").write_text("{not json")
     with pytest.raises(EarlierAnswerError, match="not a readable notebook"):
         load("01_softmax", "softmax")
+
+
+def test_the_graders_sandbox_loads_earlier_answers_from_the_sibling(tmp_path, monkeypatch):
+    """A set that uses an earlier set: the runner finds the sibling's answers in its private folder
+    (the same load()); without the sibling the file is not graded."""
+    from txlearn.course import grading
+
+    real = build.set_info
+
+    def uses_01(src, name, where):
+        info = real(src, name, where)
+        return build.SetInfo(**dict(vars(info), uses=("01_softmax",))) \
+            if name == "02_attention" else info
+
+    monkeypatch.setattr(build, "set_info", uses_01)
+    nb = json.loads((SOLUTIONS / "02_attention.ipynb").read_text())
+    for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("exercise") == "causal_mask" and \
+                "answer" in cell["metadata"].get("tags", []):
+            cell["source"] = ("from txlearn.course.earlier import load\n"
+                              "my_softmax = load('01_softmax', 'softmax')\n"
+                              "assert abs(my_softmax(np.array([0.0, 0.0]))[0] - 0.5) < 1e-12\n"
+                              + "".join(cell["source"]))
+    for folder, sibling in (("with", True), ("without", False)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "02_attention.ipynb").write_text(json.dumps(nb))
+        if sibling:
+            shutil.copy(SOLUTIONS / "01_softmax.ipynb", tmp_path / folder)
+    subs = grading.grade([tmp_path / "with" / "02_attention.ipynb",
+                          tmp_path / "without" / "02_attention.ipynb"], jobs=2)
+    assert [r.status for r in subs[0].results] == ["PASS"] * 3, subs[0].results
+    assert subs[1].error == "not graded: needs 01_softmax.ipynb beside it (this set uses your " \
+                            "answers there)"

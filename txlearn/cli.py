@@ -12,23 +12,34 @@ import sys
 from pathlib import Path
 
 GRADE_HELP = """\
-Grade exercise notebooks. Each file is copied; the copy's check cells are replaced by the pristine
-ones (matched by exercise name) and run with pytest --nbval-lax. Prints one row per exercise and a
-score per notebook; with several files the student is the file's parent folder. The exit status is
-0 when every file could be graded (whatever the score), 1 when some could not.
+Grade exercise notebooks. The grader never runs a submission's code: each notebook gets its own
+runner in a bubblewrap sandbox (no network, no view of your files, limits on time, memory,
+processes and output), which runs the notebook's setup and answer cells (never its check cells)
+and answers the grader's calls; the checks and hidden cases run in the grader and decide the
+verdict. Prints one row per exercise (PASS, FAIL, or ERROR "not graded: <reason>"; RETIRED rows
+are not counted), a score per notebook and its integrity notes (check cells edited or removed,
+metadata altered, banned imports attempted, files changed outside the runner's folder).
 
-WARNING: grading runs the submission's code with your rights. Grade other people's notebooks in a
-container or under a throw-away account.
+The exercise set comes from each file's name (01_softmax.ipynb), or --set; the student is the
+file's folder; symbolic links are refused. Exit status: 0 when every file was graded (whatever
+the scores), 1 when some could not be, 2 when the run could not start.
+
+Sandbox: bubblewrap (Debian/Ubuntu: apt-get install bubblewrap). Without it, only your own work/
+notebooks are graded (unsandboxed); anything else needs --no-sandbox, which runs the code as you
+and prints what that risks. Limits per set are declared in its source (exercises/source/, limits:).
 
 --hidden DIR: instructor-only cases. DIR holds one Python file per check module, named like it
 (softmax.py for lesson 01's exercises, attention.py for 02, ...), defining one function per
-exercise, named like the exercise, that takes the same objects as the public check and raises
-txlearn.checks.CheckFailure on a wrong answer, e.g.
+exercise, named like the exercise (helpers start with _), that takes the same objects as the
+public check and raises txlearn.checks.CheckFailure on a wrong answer, e.g.
 
     from txlearn.checks import call, expect_close
     def stable_softmax(softmax):
-        got = call(softmax, [[3.0, 3.0, 3.0]], case="hidden: ties")
-        expect_close(got, [[1/3, 1/3, 1/3]], case="hidden: ties")
+        got = call(softmax, [[3.0, 3.0, 3.0]], case="ties")
+        expect_close(got, [[1/3, 1/3, 1/3]], case="ties")
+
+A misnamed file or function is an error. Hidden cases run in the grader; the sandbox never sees
+them, and the feedback of a hidden case leaves out the text of the learner's exceptions.
 """
 
 
@@ -113,36 +124,51 @@ def _cmd_book(args) -> int:
     return 0
 
 
-def _expand(patterns: list[str]) -> list[Path]:
-    paths = []
+def _expand(patterns: list[str]) -> tuple[list[Path], int]:
+    """The files the patterns name, in order, and how many patterns matched nothing."""
+    paths, unmatched = [], 0
     for pattern in patterns:
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         if not matches:
             print(f"txlearn: error: {pattern}: no file matches", file=sys.stderr)
+            unmatched += 1
         paths.extend(Path(m) for m in matches)
-    return paths
+    return paths, unmatched
 
 
 def _cmd_grade(args) -> int:
-    from txlearn.course import grading
+    from txlearn.course import grading, sandbox
 
-    paths = _expand(args.notebooks)
-    if args.hidden and not Path(args.hidden).is_dir():
-        print(f"txlearn: error: --hidden {args.hidden}: not a folder", file=sys.stderr)
+    paths, unmatched = _expand(args.notebooks)
+    if not paths:
         return 1
-    subs, errors = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
-                                 cell_timeout=args.cell_timeout)
-    for err in errors:
+    if args.jobs is not None and args.jobs < 1:
+        print("txlearn: error: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    if args.no_sandbox:
+        import getpass
+        print("txlearn: warning: " + sandbox.NO_SANDBOX_RISKS.format(user=getpass.getuser()),
+              file=sys.stderr)
+    try:
+        subs = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
+                             set_name=args.set, jobs=args.jobs, no_sandbox=args.no_sandbox)
+    except grading.GradingError as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
-    if subs:
-        print(grading.table(subs))
-        if args.csv:
-            grading.write_csv(subs, Path(args.csv))
-            print(f"wrote {args.csv}")
-        if args.json:
-            grading.write_json(subs, Path(args.json))
-            print(f"wrote {args.json}")
-    return 1 if errors or len(paths) < len(args.notebooks) or not subs else 0
+        return 2
+    for sub in subs:
+        if sub.error:
+            print(f"txlearn: error: {sub.path}: {sub.error}", file=sys.stderr)
+    if any(s.mode == "plain" for s in subs) and not args.no_sandbox:
+        print("txlearn: note: graded without a sandbox (your own work/; bubblewrap is not "
+              "installed)", file=sys.stderr)
+    print(grading.table(subs))
+    if args.csv:
+        grading.write_csv(subs, Path(args.csv))
+        print(f"wrote {args.csv}")
+    if args.json:
+        grading.write_json(subs, Path(args.json))
+        print(f"wrote {args.json}")
+    return 1 if any(s.error for s in subs) or unmatched else 0
 
 
 def parser(with_training: bool = True) -> argparse.ArgumentParser:
@@ -184,12 +210,17 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK",
                    help="notebook files or quoted glob patterns ('submissions/*/01_*.ipynb')")
+    p.add_argument("--set", metavar="NAME",
+                   help="the exercise set of every file (e.g. 01_softmax); default: each file's "
+                        "name")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="notebooks graded at once (default: the number of CPU cores)")
+    p.add_argument("--no-sandbox", action="store_true",
+                   help="run the submissions' code without bubblewrap (prints what it risks)")
     p.add_argument("--hidden", metavar="DIR", help="folder of instructor-only cases (see above)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", metavar="FILE", help="write one row per exercise to FILE")
     out.add_argument("--json", metavar="FILE", help="write the results, nested per notebook")
-    p.add_argument("--cell-timeout", type=int, default=300, metavar="SECONDS",
-                   help="nbval's limit per cell (each check also limits the learner's function)")
     p.set_defaults(func=_cmd_grade)
 
     if with_training:

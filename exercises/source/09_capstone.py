@@ -252,7 +252,7 @@ check("cached_generation", generate, CharModel)
 # ## Exercise 6: a training loop that beats the bigram
 #
 # Lesson 09's baselines on the course's corpus (the Python language reference, split by
-# position, the last 10% held out): ln V = 4.63, unigram 3.24, **bigram 2.32** nats per
+# position, the last 10% held out): ln n_vocab = 4.635, unigram 3.24, **bigram 2.32** nats per
 # character. A model that cannot beat the bigram has learned nothing a table of pair counts
 # could not.
 #
@@ -270,8 +270,8 @@ check("cached_generation", generate, CharModel)
 #   check compares a few steps with its own). Train on `train_ids` only, then return
 #   `evaluate(model, val_ids, block_size)`: the loss on text the model never trained on.
 #
-# The check builds `CharModel(V, d_model=48, n_heads=4, d_ff=192, n_layers=2, block_size=32)`
-# (63,120 parameters for the corpus's V = 103 characters), loads a fixed initialisation into
+# The check builds `CharModel(n_vocab, d_model=48, n_heads=4, d_ff=192, n_layers=2, block_size=32)`
+# (63,120 parameters for the corpus's n_vocab = 103 characters), loads a fixed initialisation into
 # it, and calls `train(model, train_ids, val_ids, steps=300, batch_size=32, block_size=32,
 # lr=5e-3, seed=0)`. Then it measures the validation loss itself, through your model's forward,
 # and asks for at least 0.1 nats per character below the bigram. Our solution reaches 2.04

@@ -60,6 +60,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from txlearn.course.protocol import (GIVEN_KINDS, Given, given, local_forward_backward,
+                                      to_tensor)
+
 __all__ = [
     "CheckFailure",
     "check",
@@ -72,6 +75,7 @@ __all__ = [
     "forward_backward",
     "given",
     "Given",
+    "GIVEN_KINDS",
     "LearnerObject",
     "LearnerError",
     "LearnerTimeout",
@@ -147,7 +151,12 @@ class LearnerError(Exception):
 
 
 class LearnerTimeout(Exception):
-    """The learner's code ran past its time limit."""
+    """The learner's code ran past its time limit (``seconds``: the limit that applied, when it
+    differs from the check's own, e.g. a grader's shorter per-call limit)."""
+
+    def __init__(self, seconds: float | None = None):
+        super().__init__(f"did not finish within {seconds:g} s" if seconds else "timed out")
+        self.seconds = seconds
 
 
 class _TimeLimit(BaseException):
@@ -185,88 +194,6 @@ class LearnerObject:
 
     def remote_is_module(self) -> bool:
         raise NotImplementedError
-
-
-class Given:
-    """A fixed callable the check hands to the learner's code, built from data only.
-
-    ``given("linear", W=W, b=b)`` is ``x @ W + b``; the grader's runner rebuilds it from the same
-    name and arrays (it never receives code). Calling a Given locally runs it in float64 NumPy or
-    PyTorch, matching the input's type. Kinds: see :data:`GIVEN_KINDS`.
-    """
-
-    def __init__(self, kind: str, **data):
-        if kind not in GIVEN_KINDS:
-            raise KeyError(f"unknown given kind {kind!r}; known: {sorted(GIVEN_KINDS)}")
-        self.kind, self.data = kind, data
-
-    def __call__(self, x):
-        return GIVEN_KINDS[self.kind](x, **self.data)
-
-    def __repr__(self):
-        return f"given({self.kind!r})"
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
-
-
-def _cast_like(w, x):
-    if _is_torch(x):
-        import torch
-        return torch.as_tensor(np.asarray(w), dtype=x.dtype)
-    return np.asarray(w, dtype=np.float64)
-
-
-def _given_linear(x, W, b=None):
-    out = x @ _cast_like(W, x)
-    return out if b is None else out + _cast_like(b, x)
-
-
-def _given_tanh_linear(x, W, b=None):
-    out = _given_linear(x, W, b)
-    if _is_torch(out):
-        import torch
-        return torch.tanh(out)
-    return np.tanh(out)
-
-
-def _given_layer_norm(x, eps=1e-5):
-    """LayerNorm without gain or shift: (x - mean) / sqrt(biased var + eps) over the last axis."""
-    if _is_torch(x):
-        import torch
-        mu = x.mean(-1, keepdim=True)
-        return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps)
-    mu = x.mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
-
-
-def _given_rms_norm(x, eps=1e-6, gamma=None):
-    """RMSNorm: x / sqrt(mean(x^2) + eps) over the last axis, times gamma when given."""
-    if _is_torch(x):
-        import torch
-        out = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps)
-    else:
-        out = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
-    return out if gamma is None else out * _cast_like(gamma, x)
-
-
-def _given_scale(x, factor):
-    return x * factor
-
-
-GIVEN_KINDS: dict[str, Callable] = {
-    "linear": _given_linear,            # x @ W (+ b)
-    "tanh_linear": _given_tanh_linear,  # tanh(x @ W (+ b))
-    "layer_norm": _given_layer_norm,    # (x - mean) / sqrt(var + eps), no gain or shift
-    "rms_norm": _given_rms_norm,        # x / sqrt(mean(x^2) + eps) (* gamma)
-    "scale": _given_scale,              # x * factor
-}
-
-
-def given(kind: str, **data) -> Given:
-    """A :class:`Given` callable of ``kind`` built from ``data`` (arrays, numbers)."""
-    return Given(kind, **data)
 
 
 def _learner_frames(tb) -> list[str]:
@@ -312,11 +239,13 @@ _STUB = ("not implemented yet (the stub still raises NotImplementedError)",
 
 
 def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=None,
-                 what: str = "your code"):
+                 what: str = "your code", remote: bool = False):
     """Run ``thunk()`` (which calls the learner's code) and turn what can go wrong into a
-    :class:`CheckFailure`: a stub, a timeout, an exception (with the learner's frames)."""
+    :class:`CheckFailure`: a stub, a timeout, an exception (with the learner's frames).
+    ``remote``: the thunk asks a :class:`LearnerObject`, which keeps the time limit itself (no
+    alarm here, which would interrupt the grader's own wait)."""
     try:
-        with _time_limit(time_limit):
+        with _time_limit(None if remote else time_limit):
             return thunk()
     except NotImplementedError:
         raise CheckFailure(_STUB[0], case=case, hint=_STUB[1], kind="stub") from None
@@ -325,8 +254,9 @@ def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=N
             raise CheckFailure(_STUB[0], case=case, hint=_STUB[1], kind="stub") from None
         raise CheckFailure(f"{what} raised {err.type_name}: {err.message}"[:400], case=case,
                            hint=hint, kind="raised", frames=err.frames) from None
-    except (_TimeLimit, LearnerTimeout):
-        raise CheckFailure(f"did not finish within {time_limit:g} s", case=case,
+    except (_TimeLimit, LearnerTimeout) as err:
+        seconds = getattr(err, "seconds", None) or time_limit
+        raise CheckFailure(f"did not finish within {seconds:g} s", case=case,
                            hint="look for a loop that never ends, or a loop over elements that "
                                 "could be one array operation", kind="timeout") from None
     except CheckFailure:
@@ -349,7 +279,7 @@ def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME
     """
     if isinstance(fn, LearnerObject):
         return _run_learner(lambda: fn.remote_call(args, kwargs, time_limit), case=case,
-                            time_limit=time_limit, hint=hint)
+                            time_limit=time_limit, hint=hint, remote=True)
     if not callable(fn):
         raise CheckFailure(f"expected a function or class, got {type(fn).__name__}", case=case,
                            hint="run the cell that defines your answer before this check",
@@ -380,10 +310,7 @@ def construct(cls: Any, *args: Any, case: str, time_limit: float | None = DEFAUL
     return module
 
 
-def _to_tensor(value, like=None):
-    import torch
-    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
-    return t if like is None else t.to(like.dtype)
+_to_tensor = to_tensor
 
 
 def state_shapes(module: Any, *, case: str,
@@ -391,6 +318,7 @@ def state_shapes(module: Any, *, case: str,
     """``{name: shape}`` of the learner's module's state dict (parameters and buffers)."""
     if isinstance(module, LearnerObject):
         return _run_learner(lambda: module.remote_state_shapes(time_limit), case=case,
+                            remote=True,
                             time_limit=time_limit)
     return _run_learner(lambda: {k: tuple(v.shape) for k, v in module.state_dict().items()},
                         case=case, time_limit=time_limit)
@@ -423,6 +351,7 @@ def load_state(module: Any, state: dict, *, case: str,
                                                "weights are (d_in, d_out), applied as x @ W")
     if isinstance(module, LearnerObject):
         return _run_learner(lambda: module.remote_load_state(state, time_limit), case=case,
+                            remote=True,
                             time_limit=time_limit)
 
     def load():
@@ -446,32 +375,9 @@ def forward_backward(module: Any, *args: Any, grad_output, case: str,
     if isinstance(module, LearnerObject):
         return _run_learner(lambda: module.remote_forward_backward(args, kwargs, grad_output,
                                                                    time_limit),
-                            case=case, time_limit=time_limit, hint=hint)
+                            case=case, remote=True, time_limit=time_limit, hint=hint)
     return _run_learner(lambda: local_forward_backward(module, args, kwargs, grad_output),
                         case=case, time_limit=time_limit, hint=hint)
-
-
-def local_forward_backward(module, args, kwargs, grad_output):
-    """:func:`forward_backward` on a real module (also what the grader's runner does)."""
-    import torch
-    inputs = []
-    for a in args:
-        if isinstance(a, (np.ndarray, torch.Tensor)) and np.issubdtype(np.asarray(
-                a.detach() if isinstance(a, torch.Tensor) else a).dtype, np.floating):
-            t = _to_tensor(a).detach().clone().requires_grad_(True)
-            inputs.append(t)
-        else:
-            inputs.append(a)
-    for p in module.parameters():
-        p.grad = None
-    out = module(*inputs, **kwargs)
-    first = out[0] if isinstance(out, (tuple, list)) else out
-    first.backward(_to_tensor(grad_output, first))
-    grads = {f"input {i}": (t.grad.detach().numpy() if t.grad is not None else None)
-             for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and t.requires_grad}
-    for name, p in module.named_parameters():
-        grads[name] = None if p.grad is None else p.grad.detach().numpy()
-    return first.detach(), grads
 
 
 # ---- comparing -----------------------------------------------------------------------------
@@ -675,7 +581,7 @@ def run_exercise(name: str, objects: Sequence[Any], namespace: dict | None = Non
                 extra(*objects)
             except CheckFailure as err:
                 what = "your code raised an exception" if err.kind == "raised" else err.what
-                raise CheckFailure(what, case=f"hidden case {err.case}" if err.case else "hidden case",
+                raise CheckFailure(what, case=f"hidden: {err.case}" if err.case else "hidden",
                                    hint=err.hints, kind=err.kind) from None
     except CheckFailure as err:
         err.exercise = name

@@ -2,7 +2,11 @@
 
 - ``build``    lesson and exercise notebooks generated from ``lessons/`` and
                ``exercises/source/``; ``txlearn build --check`` finds drift; ``txlearn release``;
-- ``grading``  ``txlearn grade``: the pristine checks run on every submission.
+- ``update``   ``txlearn update-work`` (``make lab``): new exercises into a learner's copies;
+- ``earlier``  a learner's answers from the sibling notebook of an earlier set;
+- ``grading``  ``txlearn grade``: the trusted grader, which runs the checks itself;
+- ``sandbox``  the bubblewrap sandbox in which each submission's ``runner`` executes the
+               learner's cells; ``protocol`` is the wire format between them (never pickle).
 
 The exercise checks themselves live in :mod:`txlearn.checks` (the package that learners' check
 cells import). The ``txlearn`` command is :mod:`txlearn.cli`.

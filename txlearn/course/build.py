@@ -42,6 +42,7 @@ DEFAULT_LIMITS = {
     "output_kb": 64,         # printed output kept per cell; the rest is dropped
     "processes": 64,         # processes and threads the runner may have
     "file_mb": 16,           # the largest file the runner may write
+    "open_files": 128,       # file descriptors the runner may hold
 }
 
 
@@ -386,7 +387,8 @@ def drift(layout: Layout = Layout()) -> list[str]:
 def solution_texts(path: Path) -> list[str]:
     """The non-blank lines of the solution regions of an exercise source that occur nowhere else in
     it (a line whose text the source also gives outside them, such as the prose's
-    ``d_k = d_model // n_heads``, is no leak); for the test that student notebooks leak nothing."""
+    ``d_k = d_model // n_heads``, even across a line break of the statement, is no leak); for the
+    tests that student notebooks and the book's exercise pages leak nothing."""
     lines, outside, inside = [], [], False
     for line in path.read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
@@ -398,8 +400,9 @@ def solution_texts(path: Path) -> list[str]:
             lines.append(stripped)
         else:
             outside.append(line)
-    given = "\n".join(outside)
-    return [line for line in lines if line not in given]
+    # what the statement gives, read as text: comment marks, backticks and line breaks dropped
+    given = re.sub(r"\s+", " ", re.sub(r"[`#]", "", "\n".join(outside)))
+    return [line for line in lines if re.sub(r"\s+", " ", line) not in given]
 
 
 def release(dest: Path, layout: Layout = Layout()) -> list[Path]:

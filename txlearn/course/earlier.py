@@ -15,6 +15,7 @@ a notebook behaves the same in the learner's kernel and under ``txlearn grade``.
 
 from __future__ import annotations
 
+import linecache
 import types
 from pathlib import Path
 
@@ -78,9 +79,11 @@ def load(set_name: str, *names: str):
         module = types.ModuleType(f"txlearn_earlier_{set_name}")
         module.__file__ = str(path)
         for number, source in enumerate(course_code_cells(nb, set_name), start=1):
+            filename, source = f"{set_name}.ipynb, cell {number}", _strip_magics(source)
+            # the cell's lines for tracebacks (the grader's runner names the learner's frames)
+            linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
             try:
-                exec(compile(_strip_magics(source), f"{set_name}.ipynb, cell {number}", "exec"),
-                     module.__dict__)
+                exec(compile(source, filename, "exec"), module.__dict__)
             except Exception as err:
                 raise EarlierAnswerError(f"{set_name}.ipynb: a cell failed to run "
                                          f"({type(err).__name__}: {err}); fix it there first"

@@ -1,0 +1,618 @@
+"""`txlearn grade` against a hostile student: one test per attack of issue 11, plus the limits.
+
+Every attacker below is a copy of lesson 01's exercise notebook, graded in ONE run (two jobs, the
+sandbox, shortened limits) beside a correct and a wrong classmate graded before them and another
+pair graded after them. Each test asserts that the attacker scores 0 (or is not graded: ERROR),
+that every correct classmate keeps 4/4 and every wrong one 3/4, and (once, for the whole run) that
+txlearn/, the exercise files, the venv's *.pth files and file list, the classmates' files and the
+CSV are unchanged by the learners' code. The attack code sits in answer cells (the cells the
+runner executes); it reaches for the real paths of this checkout, which the sandbox does not show.
+"""
+
+import csv
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from txlearn.course import build, grading, sandbox
+
+ROOT = build.ROOT
+STUDENT = ROOT / "exercises" / "student" / "01_softmax.ipynb"
+SOLUTION = ROOT / "exercises" / "solutions" / "01_softmax.ipynb"
+SITE = [Path(p) for p in sandbox.python_layout()[2] if p.endswith("site-packages")]
+LIMITS = {"cell_seconds": 3, "call_seconds": 2, "cpu_seconds": 60, "memory_mb": 1536,
+          "processes": 16, "output_kb": 8, "file_mb": 4}
+SECRET = "HIDDEN-CASE-SECRET-7c1f"
+NO_SHIFT = ("import numpy as np\n"
+            "def softmax(x, axis=-1):\n    e = np.exp(x)\n"
+            "    return e / e.sum(axis=axis, keepdims=True)\n")
+RIGHT = ("import numpy as np\n"
+         "def softmax(x, axis=-1):\n    z = x - x.max(axis=axis, keepdims=True)\n"
+         "    e = np.exp(z)\n    return e / e.sum(axis=axis, keepdims=True)\n")
+STUB = ("def softmax(x, axis=-1):\n"
+        "    raise NotImplementedError('exercise stable_softmax')\n")
+
+
+def _notebook(src, dest, answers=None, extra=None, meta=None, edit=None):
+    """A copy of `src` with answer cells replaced ({exercise: source}), cells appended, notebook
+    metadata.txlearn replaced, or any other edit of the JSON."""
+    nb = json.loads(Path(src).read_text())
+    for cell in nb["cells"]:
+        name = cell.get("metadata", {}).get("exercise")
+        if answers and "answer" in cell.get("metadata", {}).get("tags", []) and name in answers:
+            cell["source"] = answers[name]
+    for source in extra or []:
+        nb["cells"].append({"cell_type": "code", "id": f"mine-{len(nb['cells'])}",
+                            "metadata": {}, "outputs": [], "execution_count": None,
+                            "source": source})
+    if meta is not None:
+        nb["metadata"]["txlearn"] = meta
+    if edit:
+        edit(nb)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(nb))
+    return dest
+
+
+def _attack(code):
+    """The stub of stable_softmax with `code` run first (each step may fail on its own)."""
+    steps = [f"try:\n{_indent(step)}\nexcept BaseException:\n    pass\n" for step in code]
+    return "".join(steps) + STUB
+
+
+def _indent(text):
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def _digest_tree(folder):
+    out = {}
+    for path in sorted(Path(folder).rglob("*")):
+        if "__pycache__" in path.parts or not path.is_file():
+            continue
+        out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def _protected(classmates):
+    state = {"txlearn": _digest_tree(ROOT / "txlearn"),
+             "exercises": _digest_tree(ROOT / "exercises")}
+    for site in SITE:
+        state[f"{site} listing"] = sorted(os.listdir(site))
+        state[f"{site} pth"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                                for p in site.glob("*.pth")}
+    state["classmates"] = {str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+                           for p in classmates}
+    return state
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("attacks")
+    hidden = tmp / "hidden"
+    hidden.mkdir()
+    (hidden / "softmax.py").write_text(
+        "import numpy as np\n"
+        "from txlearn.checks import call, expect_close\n"
+        f"_SECRET = {SECRET!r}  # must never reach a learner\n"
+        "def stable_softmax(softmax):\n"
+        "    got = call(softmax, np.array([[7.0, 7.0, 7.0]]), case='ties')\n"
+        "    expect_close(got, [[1 / 3, 1 / 3, 1 / 3]], case='ties')\n")
+    csv_path = tmp / "grades.csv"
+    first = [_notebook(SOLUTION, tmp / "correct_a" / "01_softmax.ipynb"),
+             _notebook(SOLUTION, tmp / "wrong_a" / "01_softmax.ipynb",
+                       answers={"stable_softmax": NO_SHIFT})]
+    last = [_notebook(SOLUTION, tmp / "correct_z" / "01_softmax.ipynb"),
+            _notebook(SOLUTION, tmp / "wrong_z" / "01_softmax.ipynb",
+                      answers={"stable_softmax": NO_SHIFT})]
+    classmates = first + last
+    targets = [str(p) for p in classmates] + [str(csv_path)]
+    pth = [str(s / "zz_attack.pth") for s in SITE]
+    checks_file = str(ROOT / "txlearn" / "checks" / "softmax.py")
+    attackers = {
+        "replace_check": _attack([
+            "import txlearn.checks\ntxlearn.checks.check = lambda n, *a: print('PASSED: ' + n)",
+            "import txlearn\ntxlearn.checks = None"]),
+        "sys_modules": _attack([
+            "import sys, types\nfake = types.ModuleType('txlearn.checks')\n"
+            "fake.check = lambda n, *a: print('PASSED: ' + n)\n"
+            "fake.run_exercise = lambda *a, **k: None\n"
+            "sys.modules['txlearn.checks'] = fake"]),
+        "input_transformer": _attack([
+            "get_ipython().input_transformers_cleanup.append(\n"
+            "    lambda lines: ['print(\"PASSED: stable_softmax\")\\n'])"]),
+        "results_log": _attack([
+            "import os, glob\n"
+            "for p in glob.glob('/tmp/**/*.jsonl', recursive=True) + "
+            "[os.environ.get('TXLEARN_GRADE_LOG', '/nonexistent')]:\n"
+            "    open(p, 'a').write('{\"outcome\": \"passed\"}\\n')"]),
+        "classmates_log": _attack([
+            f"for p in {targets!r}:\n    open(p, 'a').write('garbage\\n')",
+            "import os\nfor root, dirs, files in os.walk('/tmp'):\n"
+            "    for f in files:\n        open(os.path.join(root, f), 'w').write('x')"]),
+        "tmp_checks_package": _attack([
+            f"import os\nfor d in [{tempfile.gettempdir()!r}, '/tmp'] + "
+            f"[os.path.join('/tmp', x) for x in os.listdir('/tmp')]:\n"
+            "    os.makedirs(os.path.join(d, 'txlearn', 'checks'), exist_ok=True)\n"
+            "    open(os.path.join(d, 'txlearn', 'checks', '__init__.py'), 'w').write(\n"
+            "        'def check(n, *a): print(\"PASSED: \" + n)\\n')\n"
+            "    open(os.path.join(d, 'ATTACK_MARKER'), 'w').write('x')"]),
+        "rewrite_checks": _attack([
+            f"open({checks_file!r}, 'a').write('\\nraise SystemExit\\n')",
+            f"open({checks_file!r}, 'w').write('')"]),
+        "venv_pth": _attack([
+            f"for p in {pth!r}:\n"
+            "    open(p, 'w').write('import txlearn.checks; txlearn.checks.check = print\\n')"]),
+        "kill_grader": _attack([
+            "import os\nos.kill(os.getppid(), 9)",
+            "import os\nfor p in os.listdir('/proc'):\n"
+            "    if p.isdigit() and int(p) != os.getpid():\n        os.kill(int(p), 9)",
+            "import os\nos.kill(os.getpid(), 9)"]),
+        "process_table": _attack([
+            "import os\nfor p in os.listdir('/proc'):\n    try:\n"
+            "        args = open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')\n"
+            "    except OSError:\n        continue\n"
+            "    for a in args:\n        if a.endswith(b'.ipynb') and os.path.isfile(a):\n"
+            "            open(a, 'w').close()",
+            f"for p in {targets!r}:\n    open(p, 'w').close()"]),
+        "csv_daemon": _attack([
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            "        time.sleep(2)\n"
+            f"        open({str(csv_path)!r}, 'w').write('attacker,01_softmax.ipynb,x,PASS\\n')\n"
+            "    os._exit(0)"]),
+        "hidden_leak": (
+            "import os, numpy as np\n"
+            "def softmax(x, axis=-1):\n"
+            "    if x.shape == (1, 3) and x[0, 0] == 7.0:\n"
+            "        raise ValueError('LEAK ' + repr(x.tolist()) + ' ' + str(dict(os.environ)) +"
+            f" str(os.listdir({str(hidden)!r}) if os.path.isdir({str(hidden)!r}) else ''))\n"
+            "    z = x - x.max(axis=axis, keepdims=True)\n"
+            "    e = np.exp(z)\n    return e / e.sum(axis=axis, keepdims=True)\n"),
+        "protocol_garbage": _attack([
+            "import os\nfor fd in range(3, 20):\n    try:\n"
+            "        os.write(fd, b'\\xff' * 64 + b'{not json')\n    except OSError:\n"
+            "        pass"]),
+        "dead_runner": _attack(["import os\nos._exit(3)"]),
+        "def_wrapping_import": (
+            "def softmax(x, axis=-1):\n    from txlearn.softmax import softmax_np\n"
+            "    return softmax_np(x, axis=axis)\n"),
+        "importlib_split": (
+            "import importlib\n"
+            "def softmax(x, axis=-1):\n"
+            "    module = importlib.import_module('txlearn.' + 'soft' + 'max')\n"
+            "    return module.softmax_np(x, axis)\n"),
+        "copied_code": (
+            "def softmax(x, axis=-1):\n    raise NotImplementedError\n"
+            "import txlearn\n"
+            "from txlearn import softmax as _impl\n"
+            "softmax.__code__ = _impl.softmax_np.__code__\n"),
+        "exec_solutions": _attack([
+            f"import json\nnb = json.load(open({str(SOLUTION)!r}))\n"
+            "for c in nb['cells']:\n    if c['cell_type'] == 'code':\n"
+            "        exec(''.join(c['source']), globals())"]),
+    }
+    paths = {}
+    for label, code in attackers.items():
+        paths[label] = _notebook(STUDENT, tmp / label / "01_softmax.ipynb",
+                                 answers={"stable_softmax": code})
+    paths["last_cell_log"] = _notebook(STUDENT, tmp / "last_cell_log" / "01_softmax.ipynb", extra=[
+        "import os\nopen(os.environ['TXLEARN_GRADE_LOG'], 'a').write('passed')"])
+    paths["metadata_set_file"] = _notebook(STUDENT, tmp / "metadata_set_file" / "01_softmax.ipynb",
+                                           meta={"set": str(tmp / "evil"), "version": "student"})
+    paths["absolute_set"] = _notebook(STUDENT, tmp / "absolute_set" / "01_softmax.ipynb",
+                                      meta={"set": "/etc/passwd"})
+    link = tmp / "solutions_link" / "01_softmax.ipynb"
+    link.parent.mkdir()
+    link.symlink_to(SOLUTION)
+    paths["symlink"] = link
+
+    def number_tags(nb):
+        nb["cells"][3]["metadata"]["tags"] = 7
+    paths["tags_number"] = _notebook(SOLUTION, tmp / "tags_number" / "01_softmax.ipynb",
+                                     edit=number_tags)
+    paths["metadata_string"] = _notebook(SOLUTION, tmp / "metadata_string" / "01_softmax.ipynb",
+                                         meta="01_softmax")
+    junk = tmp / "junk" / "01_softmax.ipynb"
+    junk.parent.mkdir()
+    junk.write_text("this is not a notebook")
+    paths["junk"] = junk
+    # limits: each a correct notebook but for the one cell or call that breaks a limit
+    paths["hanging_cell"] = _notebook(SOLUTION, tmp / "hanging_cell" / "01_softmax.ipynb",
+                                      answers={"scaled_scores": "while True:\n    pass\n"})
+    paths["hanging_cell_no_alarm"] = _notebook(
+        SOLUTION, tmp / "hanging_cell_no_alarm" / "01_softmax.ipynb",
+        answers={"scaled_scores": "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                                  "while True:\n    pass\n"})
+    paths["hanging_call"] = _notebook(
+        SOLUTION, tmp / "hanging_call" / "01_softmax.ipynb",
+        answers={"stable_softmax": "def softmax(x, axis=-1):\n    while True:\n        pass\n"})
+    paths["call_disables_limit"] = _notebook(
+        SOLUTION, tmp / "call_disables_limit" / "01_softmax.ipynb",
+        answers={"stable_softmax": "import signal\ndef softmax(x, axis=-1):\n"
+                                   "    signal.setitimer(signal.ITIMER_REAL, 0)\n"
+                                   "    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                                   "    while True:\n        pass\n"})
+    paths["memory"] = _notebook(
+        SOLUTION, tmp / "memory" / "01_softmax.ipynb",
+        answers={"stable_softmax": RIGHT.replace("    z = x",
+                                                 "    big = np.ones(1 << 29)\n    z = x")})
+    paths["processes"] = _notebook(
+        SOLUTION, tmp / "processes" / "01_softmax.ipynb",
+        answers={"stable_softmax": (
+            "import os, time\ndef softmax(x, axis=-1):\n    pids = []\n    try:\n"
+            "        for i in range(40):\n            pid = os.fork()\n"
+            "            if pid == 0:\n                time.sleep(30)\n"
+            "                os._exit(0)\n"
+            "            pids.append(pid)\n    except OSError as err:\n"
+            "        raise RuntimeError(f'forked {len(pids)}, then {type(err).__name__}')\n"
+            "    raise RuntimeError(f'forked all {len(pids)}')\n")})
+    paths["output_flood"] = _notebook(
+        SOLUTION, tmp / "output_flood" / "01_softmax.ipynb",
+        answers={"stable_softmax": RIGHT + (
+            "import os, sys\nfor i in range(100):\n    print('x' * 1_000_000)\n"
+            "for i in range(50):\n    os.write(1, b'y' * 1_000_000)\n")})
+    # course updates: a copy made before log_softmax existed; a copy still holding a retired one
+    def drop_log_softmax(nb):
+        nb["cells"] = [c for c in nb["cells"]
+                       if c.get("metadata", {}).get("exercise") != "log_softmax"]
+    paths["old_copy"] = _notebook(SOLUTION, tmp / "old_copy" / "01_softmax.ipynb",
+                                  edit=drop_log_softmax)
+
+    def add_retired(nb):
+        nb["cells"].insert(4, {"cell_type": "code", "id": "01_softmax-099-softmax_loop",
+                               "metadata": {"tags": ["answer"], "exercise": "softmax_loop"},
+                               "outputs": [], "execution_count": None,
+                               "source": "def softmax_loop(x):\n    return x\n"})
+    paths["retired"] = _notebook(SOLUTION, tmp / "retired" / "01_softmax.ipynb", edit=add_retired)
+    real_set_info = build.set_info
+
+    def set_info_with_a_retired_exercise(src, name, where):
+        info = real_set_info(src, name, where)
+        if name != "01_softmax":
+            return info
+        return build.SetInfo(**dict(vars(info), retired={"softmax_loop": "now stable_softmax"}))
+
+    order = first + list(paths.values()) + last
+    before = _protected(classmates)
+    started = time.monotonic()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(build, "set_info", set_info_with_a_retired_exercise)
+        subs = grading.grade(order, hidden=hidden, jobs=2, limits=LIMITS)
+    seconds = time.monotonic() - started
+    grading.write_csv(subs, csv_path)
+    csv_digest = hashlib.sha256(csv_path.read_bytes()).hexdigest()
+    time.sleep(3)  # the daemon of csv_daemon would write after 2 s
+    after = _protected(classmates)
+    by_path = {s.path: s for s in subs}
+    return {"subs": subs, "order": order, "paths": paths, "first": first, "last": last,
+            "by": {label: by_path[p] for label, p in paths.items()}, "before": before,
+            "after": after, "csv": csv_path, "csv_digest": csv_digest, "seconds": seconds,
+            "tmp": tmp}
+
+
+def _scores(sub):
+    return {r.exercise: r.status for r in sub.results}
+
+
+def _assert_attack_fails(run, label, error_ok=True):
+    sub = run["by"][label]
+    if sub.error:
+        assert error_ok, f"{label}: {sub.error}"
+        assert all(r.status == "ERROR" and r.points == 0 for r in sub.results)
+    else:
+        assert sub.points == 0, (label, [(r.exercise, r.status, r.feedback) for r in sub.results])
+    by_path = {s.path: s for s in run["subs"]}
+    for path in run["first"] + run["last"]:
+        mate = by_path[path]
+        assert not mate.error, mate.error
+        expected = 4 if "correct" in path.parent.name else 3
+        assert mate.points == expected, (path, [(r.exercise, r.status, r.feedback)
+                                                for r in mate.results])
+        if expected == 3:
+            assert _scores(mate)["stable_softmax"] == "FAIL"
+    return sub
+
+
+def test_nothing_outside_the_sandbox_changed(run):
+    assert run["after"] == run["before"]
+    assert hashlib.sha256(run["csv"].read_bytes()).hexdigest() == run["csv_digest"]
+    assert not list(Path(tempfile.gettempdir()).glob("ATTACK_MARKER"))
+    assert not list(Path(tempfile.gettempdir()).glob("*/ATTACK_MARKER"))
+
+
+def test_output_order_is_the_input_order_with_two_jobs(run):
+    assert [s.path for s in run["subs"]] == run["order"]
+    text = grading.table(run["subs"])
+    lines = [line.split(":")[0] for line in text.splitlines() if line.startswith("score ")]
+    assert lines == [f"score {p.parent.name}/{p.name}" for p in run["order"]]
+
+
+# ---- wrong answers pass ------------------------------------------------------------------------
+
+def test_replacing_txlearn_checks_check(run):
+    sub = _assert_attack_fails(run, "replace_check")
+    assert "imports txlearn.checks, so it was not run" in sub.results[0].feedback
+
+
+def test_replacing_the_checks_module_in_sys_modules(run):
+    _assert_attack_fails(run, "sys_modules")
+
+
+def test_ipython_input_transformer_rewriting_check_cells(run):
+    _assert_attack_fails(run, "input_transformer")
+
+
+def test_last_cell_editing_the_results_log(run):
+    _assert_attack_fails(run, "last_cell_log")
+    _assert_attack_fails(run, "results_log")
+
+
+def test_metadata_set_naming_a_file_of_the_learners_choice(run):
+    sub = _assert_attack_fails(run, "metadata_set_file")
+    assert sub.set_name == "01_softmax" and len(sub.results) == 4
+    assert any("metadata altered" in note for note in sub.integrity)
+
+
+def test_symlink_to_the_solutions_notebook(run):
+    sub = _assert_attack_fails(run, "symlink")
+    assert "symbolic link" in sub.error
+
+
+# ---- other students' grades change -------------------------------------------------------------
+
+def test_appending_to_the_results_log_of_classmates(run):
+    _assert_attack_fails(run, "classmates_log")
+
+
+def test_checks_package_in_a_classmates_temporary_folder(run):
+    _assert_attack_fails(run, "tmp_checks_package")
+
+
+def test_rewriting_the_check_module_on_disk(run):
+    _assert_attack_fails(run, "rewrite_checks")
+    assert run["after"]["txlearn"] == run["before"]["txlearn"]
+
+
+def test_pth_file_in_the_graders_venv(run, tmp_path):
+    _assert_attack_fails(run, "venv_pth")
+    for site in SITE:
+        assert not (site / "zz_attack.pth").exists()
+    # a later, separate grading run still fails the wrong classmate
+    later = grading.grade([run["first"][1]], jobs=1, limits=LIMITS)
+    assert _scores(later[0])["stable_softmax"] == "FAIL"
+
+
+def test_killing_the_grader(run):
+    sub = _assert_attack_fails(run, "kill_grader")
+    assert "died" in sub.error
+
+
+def test_truncating_another_submission_found_in_the_process_table(run):
+    _assert_attack_fails(run, "process_table")
+    assert run["after"]["classmates"] == run["before"]["classmates"]
+
+
+def test_process_rewriting_the_csv_after_grading(run):
+    _assert_attack_fails(run, "csv_daemon")
+    rows = list(csv.DictReader(run["csv"].open()))
+    assert not any(r["student"] == "attacker" for r in rows)
+
+
+# ---- hidden cases leak -------------------------------------------------------------------------
+
+def test_hidden_case_text_in_an_exception(run):
+    sub = run["by"]["hidden_leak"]
+    result = {r.exercise: r for r in sub.results}["stable_softmax"]
+    assert result.status == "FAIL" and "case 'hidden: ties'" in result.feedback
+    assert "raised an exception" in result.feedback
+    text = run["csv"].read_text() + grading.table(run["subs"])
+    for leak in (SECRET, "LEAK", "7.0, 7.0", "TXLEARN", str(run["tmp"] / "hidden")):
+        assert leak not in text
+    _assert_attack_fails(run, "replace_check")  # and the classmates pass the hidden case
+
+
+# ---- one bad file sinks the run ----------------------------------------------------------------
+
+def test_tags_that_are_a_number(run):
+    sub = _assert_attack_fails(run, "tags_number")
+    assert "tags" in sub.error and sub.error.startswith("not graded: odd metadata")
+
+
+def test_txlearn_metadata_that_is_a_string(run):
+    sub = _assert_attack_fails(run, "metadata_string")
+    assert "metadata.txlearn is a str" in sub.error
+
+
+def test_absolute_set_in_the_metadata(run):
+    sub = _assert_attack_fails(run, "absolute_set")
+    assert sub.set_name == "01_softmax"
+    assert any("txlearn.set" in note for note in sub.integrity)
+
+
+def test_garbage_on_the_runners_channel(run):
+    sub = _assert_attack_fails(run, "protocol_garbage")
+    assert sub.error == "" or "not graded" in sub.error
+
+
+def test_file_that_is_not_a_notebook(run):
+    sub = _assert_attack_fails(run, "junk")
+    assert "not a readable notebook" in sub.error and "\n" not in sub.error
+
+
+# ---- no limits -------------------------------------------------------------------------------
+
+def test_dead_runner_is_an_error_named_at_once(run):
+    sub = _assert_attack_fails(run, "dead_runner")
+    assert "the runner died: it exited with status 3" in sub.error
+
+
+def test_hanging_answer_cell_is_named_and_the_rest_graded(run):
+    for label in ("hanging_cell", "hanging_cell_no_alarm"):
+        sub = run["by"][label]
+        results = {r.exercise: r for r in sub.results}
+        assert not sub.error, sub.error
+        assert results["scaled_scores"].status == "FAIL"
+        assert results["scaled_scores"].feedback.startswith(
+            "your answer cell did not finish within 3 s"), results["scaled_scores"].feedback
+        assert "NameError" not in results["scaled_scores"].feedback
+        assert [results[n].status for n in ("stable_softmax", "softmax_jacobian",
+                                            "log_softmax")] == ["PASS"] * 3
+
+
+def test_call_limit_switched_off_by_the_code_it_limits(run):
+    for label in ("hanging_call", "call_disables_limit"):
+        sub = run["by"][label]
+        results = {r.exercise: r for r in sub.results}
+        assert not sub.error, sub.error
+        assert "did not finish within 2 s" in results["stable_softmax"].feedback
+        assert [results[n].status for n in ("scaled_scores", "softmax_jacobian",
+                                            "log_softmax")] == ["PASS"] * 3
+
+
+def test_memory_limit(run):
+    results = {r.exercise: r for r in run["by"]["memory"].results}
+    assert "raised MemoryError" in results["stable_softmax"].feedback
+    assert results["scaled_scores"].status == "PASS"
+
+
+def test_process_limit(run):
+    results = {r.exercise: r for r in run["by"]["processes"].results}
+    feedback = results["stable_softmax"].feedback
+    assert "raised RuntimeError: forked " in feedback and "then BlockingIOError" in feedback
+    forked = int(feedback.split("forked ")[1].split(",")[0])
+    assert forked < LIMITS["processes"]
+
+
+def test_printed_output_is_capped(run):
+    sub = run["by"]["output_flood"]
+    assert sub.points == 4
+    assert sub.output_dropped >= 100_000_000 + 50_000_000 - 2 * LIMITS["output_kb"] * 1024
+
+
+def test_cpu_time_limit(tmp_path):
+    spin = _notebook(SOLUTION, tmp_path / "spin" / "01_softmax.ipynb", answers={
+        "scaled_scores": "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                         "while True:\n    pass\n"})
+    sub, = grading.grade([spin], jobs=1, limits=dict(LIMITS, cpu_seconds=1, cell_seconds=30))
+    assert sub.error.startswith("not graded: the runner died: its CPU time limit of 1 s ran out")
+
+
+# ---- "flagged" was a heuristic; now the sandbox has no implementation to reach ---------------
+
+@pytest.mark.parametrize("label", ["def_wrapping_import", "importlib_split", "copied_code",
+                                   "exec_solutions"])
+def test_reaching_txlearns_implementation(run, label):
+    sub = _assert_attack_fails(run, label)
+    if label != "exec_solutions":
+        assert any("banned import attempted: txlearn.softmax" in n for n in sub.integrity), \
+            sub.integrity
+
+
+def test_banned_import_is_flagged_on_its_exercise(run):
+    results = {r.exercise: r for r in run["by"]["def_wrapping_import"].results}
+    assert results["stable_softmax"].flagged == "tried to import txlearn.softmax"
+    assert "may not be imported" in results["stable_softmax"].feedback
+    assert not results["scaled_scores"].flagged
+
+
+# ---- course updates ---------------------------------------------------------------------------
+
+def test_exercise_missing_from_an_old_copy_fails_with_make_lab(run):
+    results = {r.exercise: r for r in run["by"]["old_copy"].results}
+    assert results["log_softmax"].status == "FAIL"
+    assert results["log_softmax"].feedback.startswith("not in your copy: run make lab")
+    assert [results[n].status for n in ("stable_softmax", "scaled_scores",
+                                        "softmax_jacobian")] == ["PASS"] * 3
+    assert not run["by"]["old_copy"].integrity   # an old copy is not tampering
+
+
+def test_retired_exercise_is_listed_but_not_counted(run):
+    sub = run["by"]["retired"]
+    retired = [r for r in sub.results if r.status == "RETIRED"]
+    assert [(r.exercise, r.points, r.max_points) for r in retired] == [("softmax_loop", 0, 0)]
+    assert "now stable_softmax" in retired[0].feedback
+    assert (sub.points, sub.max_points) == (4, 4)
+
+
+# ---- the command line --------------------------------------------------------------------------
+
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "txlearn.cli", "grade", *map(str, args)],
+                          capture_output=True, text=True, env=env, cwd=ROOT)
+
+
+def test_error_versus_fail_and_the_exit_status(tmp_path):
+    stub = _notebook(STUDENT, tmp_path / "ann" / "01_softmax.ipynb")
+    junk = tmp_path / "bob" / "01_softmax.ipynb"
+    junk.parent.mkdir()
+    junk.write_text("{")
+    out = tmp_path / "g.csv"
+    ran = _cli(stub, junk, "--csv", out, "--jobs", "2")
+    assert ran.returncode == 1, ran.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert {r["status"] for r in rows if r["student"] == "ann"} == {"FAIL"}
+    assert {r["status"] for r in rows if r["student"] == "bob"} == {"ERROR"}
+    assert "Traceback" not in ran.stderr and "not graded" in ran.stderr
+    assert set(rows[0]) == set(grading.CSV_FIELDS)
+    assert "score ann/01_softmax.ipynb: 0/4" in ran.stdout   # exit 0 when all graded: below
+
+
+def test_set_option_for_a_file_named_otherwise(tmp_path):
+    homework = _notebook(SOLUTION, tmp_path / "cy" / "homework.ipynb")
+    subs = grading.grade([homework, homework], jobs=2, limits=LIMITS, set_name="01_softmax")
+    assert [s.points for s in subs] == [4, 4]
+    unnamed, = grading.grade([homework], jobs=1, limits=LIMITS)
+    assert "no exercise set matches the file name 'homework.ipynb'" in unnamed.error
+    with pytest.raises(grading.GradingError, match="--set 99_nothing: no such exercise set"):
+        grading.grade([homework], set_name="99_nothing")
+
+
+def test_misspelled_hidden_names_are_errors(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "softmaxx.py").write_text("def stable_softmax(softmax):\n    pass\n")
+    with pytest.raises(grading.GradingError, match=r"did you mean softmax\.py"):
+        grading.validate_hidden(hidden)
+    (hidden / "softmaxx.py").unlink()
+    (hidden / "softmax.py").write_text("def stable_sofmax(softmax):\n    pass\n"
+                                       "def _helper():\n    pass\n")
+    with pytest.raises(grading.GradingError, match="did you mean stable_softmax"):
+        grading.validate_hidden(hidden)
+    ran = _cli(STUDENT, "--hidden", hidden)
+    assert ran.returncode == 2 and "did you mean stable_softmax" in ran.stderr
+
+
+def test_refuses_to_grade_without_a_sandbox(tmp_path):
+    stub = _notebook(STUDENT, tmp_path / "dee" / "01_softmax.ipynb")
+    env = dict(os.environ, PATH=str(tmp_path))   # no bwrap on this PATH
+    ran = _cli(stub, env=env)
+    assert ran.returncode == 2
+    assert "needs a sandbox" in ran.stderr and "--no-sandbox" in ran.stderr
+    plain = _cli(stub, "--no-sandbox", env=env)
+    assert plain.returncode == 0, plain.stderr
+    assert "WITHOUT a sandbox" in plain.stderr and "0/4" in plain.stdout
+
+
+def test_a_learners_own_work_folder_needs_no_sandbox(monkeypatch):
+    monkeypatch.setattr(sandbox, "available", lambda: (False, "not installed"))
+    assert grading.sandbox_modes([ROOT / "work" / "01_softmax.ipynb"]) == ["plain"]
+    with pytest.raises(grading.GradingError, match="needs a sandbox"):
+        grading.sandbox_modes([ROOT / "exercises" / "student" / "01_softmax.ipynb"])
+    assert grading.sandbox_modes([Path("/x/01_softmax.ipynb")], no_sandbox=True) == ["plain"]
+
+
+def test_no_sandbox_mode_notices_writes_outside_its_folder(tmp_path):
+    writer = _notebook(SOLUTION, tmp_path / "eve" / "01_softmax.ipynb", answers={
+        "scaled_scores": f"open({str(tmp_path / 'eve' / 'note.txt')!r}, 'w').write('x')\n"
+                         "import numpy as np\ndef scaled_scores(Q, K):\n"
+                         "    return Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n"})
+    sub, = grading.grade([writer], jobs=1, no_sandbox=True, limits=LIMITS)
+    assert sub.points == 4 and sub.mode == "plain"
+    assert any("files changed outside its private folder" in n and "note.txt" in n
+               for n in sub.integrity), sub.integrity
