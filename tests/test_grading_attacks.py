@@ -616,3 +616,170 @@ def test_no_sandbox_mode_notices_writes_outside_its_folder(tmp_path):
     assert sub.points == 4 and sub.mode == "plain"
     assert any("files changed outside its private folder" in n and "note.txt" in n
                for n in sub.integrity), sub.integrity
+
+
+# ---- the attacks of a later review (a hostile-student trial of this grader) ----------------------
+
+ATTENTION_SOLUTION = ROOT / "exercises" / "solutions" / "02_attention.ipynb"
+
+
+def test_changing_the_checks_arrays_in_place(tmp_path):
+    # a wrong attention that zeroes Q in place, so that expected values computed from Q after
+    # the call would match it: every argument is a copy, and changing one is itself a failure
+    forged = ("import numpy as np\n"
+              "def attention(Q, K, V, mask=None):\n"
+              "    Q[...] = 0.0\n"
+              "    L, S = Q.shape[-2], K.shape[-2]\n"
+              "    m = np.ones(Q.shape[:-2] + (L, S), bool) if mask is None else \\\n"
+              "        np.broadcast_to(mask, Q.shape[:-2] + (L, S))\n"
+              "    w = m / np.maximum(m.sum(-1, keepdims=True), 1)\n"
+              "    return w @ V, w\n")
+    path = _notebook(ATTENTION_SOLUTION, tmp_path / "inplace" / "02_attention.ipynb",
+                     answers={"masked_attention": forged})
+    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    result = {r.exercise: r for r in sub.results}["masked_attention"]
+    assert result.status == "FAIL" and "changed its input `Q` in place" not in result.feedback
+    assert "changed its input number 1 in place" in result.feedback
+
+
+def test_hidden_inputs_smuggled_out_through_a_later_exercises_feedback(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "softmax.py").write_text(
+        "import numpy as np\nfrom txlearn.checks import call, expect_close\n"
+        "def stable_softmax(softmax):\n"
+        "    got = call(softmax, np.array([[7.25, 7.25, 7.25]]), case='ties')\n"
+        "    expect_close(got, [[1 / 3, 1 / 3, 1 / 3]], case='ties')\n"
+        "def scaled_scores(scaled_scores):\n"
+        "    got = call(scaled_scores, np.array([[6.5, -3.5]]), np.array([[1.0, 2.0]]), "
+        "case='secret')\n"
+        "    expect_close(got, np.array([[6.5 - 7.0]]) / np.sqrt(2), case='secret')\n")
+    record = (RIGHT + "SEEN = []\n_right = softmax\n"
+              "def softmax(x, axis=-1):\n    SEEN.append(np.asarray(x).tolist())\n"
+              "    return _right(x, axis)\n")
+    leak = ("def softmax_jacobian(x):\n"
+            "    raise ValueError(f'LEAK {SEEN!r}')\n")
+    wrong_on_hidden = ("import numpy as np\n"
+                       "def scaled_scores(Q, K):\n"
+                       "    if Q.shape == (1, 2):\n        return np.zeros((1, 1))\n"
+                       "    return Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n")
+    path = _notebook(SOLUTION, tmp_path / "leak" / "01_softmax.ipynb",
+                     answers={"stable_softmax": record, "softmax_jacobian": leak,
+                              "scaled_scores": wrong_on_hidden})
+    sub, = grading.grade([path], hidden=hidden, jobs=1, limits=LIMITS)
+    text = " ".join(r.feedback for r in sub.results)
+    assert "LEAK" in text and "7.25" not in text               # public feedback came first
+    scores = {r.exercise: r for r in sub.results}["scaled_scores"]
+    assert scores.status == "FAIL" and scores.feedback.startswith("case 'hidden: secret'")
+    assert "wrong on this hidden case" in scores.feedback
+    assert "expected" not in scores.feedback and "-0.35" not in scores.feedback  # no values
+
+
+def test_importing_a_package_the_set_does_not_declare_by_any_spelling(tmp_path):
+    bypass = ("import importlib\n"
+              "_sp = importlib.import_module('scipy.special')\n"
+              "def softmax(x, axis=-1):\n    return _sp.softmax(x, axis=axis)\n")
+    dunder = ("_sp = __import__('scipy.special', None, None, ['softmax'])\n"
+              "def log_softmax(x, axis=-1):\n    return _sp.log_softmax(x, axis=axis)\n")
+    path = _notebook(SOLUTION, tmp_path / "scipy" / "01_softmax.ipynb",
+                     answers={"stable_softmax": bypass, "log_softmax": dunder})
+    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    by = {r.exercise: r for r in sub.results}
+    for name in ("stable_softmax", "log_softmax"):
+        assert by[name].status == "FAIL", by[name]
+    assert "No module named 'scipy'" in by["stable_softmax"].feedback
+
+
+def test_terminal_escapes_surrogates_and_fake_hint_lines_in_learner_text(tmp_path, capsys):
+    from txlearn.cli import main
+    evil = ("def softmax(x, axis=-1):\n"
+            "    raise ValueError('bad \\ud800 \\x1b[2K\\rscore x/01_softmax.ipynb: 4/4'"
+            " '\\nHint: your instructor says this answer is CORRECT')\n")
+    path = _notebook(SOLUTION, tmp_path / "evil\udcff" / "01_softmax.ipynb",
+                     answers={"stable_softmax": evil})
+    out_csv = tmp_path / "g.csv"
+    code = main(["grade", str(path), "--csv", str(out_csv), "--jobs", "1"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "\x1b" not in printed and "\ud800" not in printed
+    lines = [line.strip() for line in printed.splitlines()]
+    assert not any(line.startswith("Hint: your instructor") for line in lines)  # no forged line
+    assert "score evil" in printed and ": 3/4" in printed
+    rows = list(csv.DictReader(out_csv.open(encoding="utf-8")))
+    assert len(rows) == 4 and all("\x1b" not in r["feedback"] for r in rows)
+
+
+def test_cells_with_course_like_ids_and_edited_setup_cells_are_not_run(tmp_path):
+    def add(nb):
+        nb["cells"].insert(3, {"cell_type": "code", "id": "01_softmax-900", "metadata": {},
+                               "outputs": [], "execution_count": None,
+                               "source": "raise SystemExit('SENTINEL ran')\nIMPOSTER = 1\n"})
+        for cell in nb["cells"]:
+            if cell["cell_type"] == "code" and cell["id"] != "01_softmax-900" \
+                    and not cell["metadata"].get("tags"):
+                cell["source"] = "import numpy as np\nEDITED_SETUP = True\n"
+                break
+    path = _notebook(SOLUTION, tmp_path / "ids" / "01_softmax.ipynb", edit=add)
+    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    assert sub.points == 4, sub.results
+    assert "SENTINEL" not in " ".join(r.feedback for r in sub.results)
+    assert any("setup cell 1 edited (the course's version ran)" in n for n in sub.integrity)
+
+
+def test_a_notebook_past_its_total_time_is_not_graded(tmp_path):
+    slow = RIGHT + "import time\ntime.sleep(2.5)\n"
+    path = _notebook(SOLUTION, tmp_path / "slow" / "01_softmax.ipynb",
+                     answers={"stable_softmax": slow, "scaled_scores": "import time\n"
+                              "time.sleep(2.5)\n" + "import numpy as np\n"
+                              "def scaled_scores(Q, K):\n"
+                              "    return Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n"})
+    sub, = grading.grade([path], jobs=1, limits=dict(LIMITS, notebook_seconds=4))
+    assert sub.error == "not graded: the notebook ran past its limit of 4 s in all"
+
+
+def test_many_made_up_type_names_do_not_grow_the_grader(tmp_path):
+    flood = (RIGHT + "import sys\n_rm = sys.modules['txlearn.course.runner']\n_n = [0]\n"
+             "def _keep(self, value):\n    _n[0] += 1\n"
+             "    return {'handle': 1, 'is_module': False, 'type': f'T{_n[0]}'}\n"
+             "_rm.Runner._keep = _keep\n"
+             "def make(x, axis=-1):\n    return [object()] * 3000\n")
+    path = _notebook(SOLUTION, tmp_path / "types" / "01_softmax.ipynb",
+                     answers={"stable_softmax": flood + "softmax = make\n"})
+    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    assert len(grading._REMOTE_CLASSES) <= grading.MAX_PROXY_CLASSES
+
+
+def test_a_symlink_inside_work_does_not_count_as_work(tmp_path):
+    work = ROOT / "work"
+    work.mkdir(exist_ok=True)
+    link = work / f"link-{os.getpid()}"
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    try:
+        link.symlink_to(target)
+        assert not grading._in_work(link / "01_softmax.ipynb")
+        assert grading._in_work(work / "01_softmax.ipynb")
+    finally:
+        link.unlink()
+
+
+def test_rebinding_the_runners_gradient_function(tmp_path):
+    # an MHA that cannot train (no_grad) plus a rebound protocol.local_forward_backward that
+    # would report finite-difference gradients: the runner kept its own reference
+    src = (ROOT / "exercises" / "solutions" / "03_heads.ipynb")
+    nb = json.loads(src.read_text())
+    answer = next(c for c in nb["cells"] if c.get("metadata", {}).get("exercise") ==
+                  "multi_head_attention" and "answer" in c["metadata"].get("tags", []))
+    source = "".join(answer["source"]).replace("    def forward(self, x, mask=None, "
+                                               "use_cache=False):",
+                                               "    @torch.no_grad()\n    def forward(self, x, "
+                                               "mask=None, use_cache=False):")
+    assert "@torch.no_grad()" in source
+    source += ("\nimport sys\n_p = sys.modules['txlearn.course.protocol']\n"
+               "def _fake(module, args, kwargs, grad_output):\n"
+               "    raise SystemExit('the rebound function ran')\n"
+               "_p.local_forward_backward = _fake\n")
+    path = _notebook(src, tmp_path / "grads" / "03_heads.ipynb",
+                     answers={"multi_head_attention": source})
+    sub, = grading.grade([path], jobs=1, limits=dict(LIMITS, memory_mb=4096))
+    result = {r.exercise: r for r in sub.results}["multi_head_attention"]
+    assert result.status == "FAIL" and "rebound" not in result.feedback, result.feedback

@@ -100,8 +100,9 @@ def test_given_callables_handles_and_arguments_changed_in_place(session):
     got = call(session.proxy("apply"), given("linear", W=W), x, case="given")
     np.testing.assert_allclose(got, x @ W)
     y = np.arange(3.0)
-    assert call(session.proxy("scale_in_place"), y, case="in place") is None
-    np.testing.assert_array_equal(y, [0.0, 2.0, 4.0])   # the check sees what the learner did
+    with pytest.raises(CheckFailure, match="changed its input number 1 in place"):
+        call(session.proxy("scale_in_place"), y, case="in place")
+    np.testing.assert_array_equal(y, [0.0, 1.0, 2.0])   # the check's own array is untouched
     adder = call(session.proxy("make_adder"), 5, case="closure")
     assert type(adder).__name__ == "function" and not adder.remote_is_module()
     assert call(adder, 1, case="call the handle") == 6

@@ -13,10 +13,11 @@ from pathlib import Path
 
 GRADE_HELP = """\
 Grade exercise notebooks. The grader never runs a submission's code: each notebook gets its own
-runner in a bubblewrap sandbox (no network, no view of your files, limits on time, memory,
-processes and output), which runs the notebook's setup and answer cells (never its check cells)
-and answers the grader's calls; the checks and hidden cases run in the grader and decide the
-verdict. Prints one row per exercise (PASS, FAIL, or ERROR "not graded: <reason>"; RETIRED rows
+runner in a bubblewrap sandbox (no network, no view of your files, only numpy, torch and the
+packages the set declares, limits on time, memory, processes and output), which runs the
+course's setup cells and the notebook's answer cells (never its check cells nor cells it added)
+and answers the grader's calls with copies of the checks' arrays; the checks and hidden cases run
+in the grader and decide the verdict. Prints one row per exercise (PASS, FAIL, or ERROR "not graded: <reason>"; RETIRED rows
 are not counted), a score per notebook and its integrity notes (check cells edited or removed,
 metadata altered, banned imports attempted, files changed outside the runner's folder).
 
@@ -38,8 +39,10 @@ public check and raises txlearn.checks.CheckFailure on a wrong answer, e.g.
         got = call(softmax, [[3.0, 3.0, 3.0]], case="ties")
         expect_close(got, [[1/3, 1/3, 1/3]], case="ties")
 
-A misnamed file or function is an error. Hidden cases run in the grader; the sandbox never sees
-them, and the feedback of a hidden case leaves out the text of the learner's exceptions.
+A misnamed file or function is an error. Hidden cases run in the grader, after every public case
+of the notebook; the sandbox never sees the file, and a failed hidden case says only that it
+failed (its case name and hint: no values, no exception text). The public cases ship with the
+course, so grades that count need hidden cases.
 """
 
 
@@ -137,6 +140,7 @@ def _expand(patterns: list[str]) -> tuple[list[Path], int]:
 
 
 def _cmd_grade(args) -> int:
+    from txlearn.checks import clean
     from txlearn.course import grading, sandbox
 
     paths, unmatched = _expand(args.notebooks)
@@ -157,10 +161,11 @@ def _cmd_grade(args) -> int:
         return 2
     for sub in subs:
         if sub.error:
-            print(f"txlearn: error: {sub.path}: {sub.error}", file=sys.stderr)
+            print(clean(f"txlearn: error: {sub.path}: {sub.error}", 600), file=sys.stderr)
     if any(s.mode == "plain" for s in subs) and not args.no_sandbox:
         print("txlearn: note: graded without a sandbox (your own work/; bubblewrap is not "
-              "installed)", file=sys.stderr)
+              "installed): the notebooks' code ran as you, able to read and write your files; "
+              "install bubblewrap to grade anyone else's work", file=sys.stderr)
     print(grading.table(subs))
     if args.csv:
         grading.write_csv(subs, Path(args.csv))

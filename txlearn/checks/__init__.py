@@ -79,6 +79,8 @@ __all__ = [
     "LearnerObject",
     "LearnerError",
     "LearnerTimeout",
+    "LearnerChangedInput",
+    "clean",
     "expect_close",
     "expect_shape",
     "expect_true",
@@ -159,6 +161,15 @@ class LearnerTimeout(Exception):
         self.seconds = seconds
 
 
+class LearnerChangedInput(Exception):
+    """The learner's code changed an array or tensor it was given, in place: the argument's
+    position (int) or keyword (str)."""
+
+    def __init__(self, where: int | str):
+        super().__init__(where)
+        self.where = where
+
+
 class _TimeLimit(BaseException):
     """Raised inside the learner's code when its time limit runs out (BaseException so that a
     bare ``except Exception`` in the learner's code cannot swallow it)."""
@@ -196,6 +207,21 @@ class LearnerObject:
         raise NotImplementedError
 
 
+_CONTROL = None
+
+
+def clean(text: Any, limit: int = 400) -> str:
+    """Learner-made text made safe to show: one line, no terminal escapes or control characters
+    (a message cannot forge a "Hint:" line or repaint a score), no unpaired surrogates (which
+    cannot be printed or written as UTF-8), at most ``limit`` characters."""
+    global _CONTROL
+    if _CONTROL is None:
+        import re
+        _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x1f\x7f-\x9f]")
+    text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL.sub(" ", text)[:limit]
+
+
 def _learner_frames(tb) -> list[str]:
     """The learner's own frames of a traceback, as ``"line N in NAME: source"`` (frames of the
     standard library, site-packages and txlearn are the machinery, not the learner's)."""
@@ -206,7 +232,7 @@ def _learner_frames(tb) -> list[str]:
         if filename.startswith(skip) or "site-packages" in filename or filename.startswith("<frozen"):
             continue
         source = (frame.line or linecache.getline(filename, frame.lineno) or "").strip()
-        out.append(f"line {frame.lineno} in {frame.name}: {source}"[:160])
+        out.append(clean(f"line {frame.lineno} in {frame.name}: {source}", 160))
     return out
 
 
@@ -252,8 +278,17 @@ def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=N
     except LearnerError as err:
         if err.type_name == "NotImplementedError":
             raise CheckFailure(_STUB[0], case=case, hint=_STUB[1], kind="stub") from None
-        raise CheckFailure(f"{what} raised {err.type_name}: {err.message}"[:400], case=case,
-                           hint=hint, kind="raised", frames=err.frames) from None
+        raise CheckFailure(clean(f"{what} raised {err.type_name}: {err.message}"), case=case,
+                           hint=hint, kind="raised",
+                           frames=[clean(f, 160) for f in err.frames]) from None
+    except LearnerChangedInput as err:
+        where = f"`{err.where}`" if isinstance(err.where, str) else f"number {err.where + 1}"
+        raise CheckFailure(f"your code changed its input {where} in place", case=case,
+                           hint=(f"the caller still needs {where}: leave it unchanged",
+                                 "in-place operations (`-=`, `/=`, `out=`, `|=`, methods ending "
+                                 "in `_` such as masked_fill_) change the caller's array or "
+                                 "tensor: build a new one instead"),
+                           kind="inplace") from None
     except (_TimeLimit, LearnerTimeout) as err:
         seconds = getattr(err, "seconds", None) or time_limit
         raise CheckFailure(f"did not finish within {seconds:g} s", case=case,
@@ -262,7 +297,7 @@ def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=N
     except CheckFailure:
         raise
     except Exception as err:  # the learner's code raised: report it as feedback
-        raise CheckFailure(f"{what} raised {type(err).__name__}: {err}"[:400], case=case,
+        raise CheckFailure(clean(f"{what} raised {type(err).__name__}: {err}"), case=case,
                            hint=hint, kind="raised",
                            frames=_learner_frames(err.__traceback__)) from None
 
@@ -284,7 +319,62 @@ def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME
         raise CheckFailure(f"expected a function or class, got {type(fn).__name__}", case=case,
                            hint="run the cell that defines your answer before this check",
                            kind="missing")
-    return _run_learner(lambda: fn(*args, **kwargs), case=case, time_limit=time_limit, hint=hint)
+    return _run_learner(lambda: _call_with_copies(fn, args, kwargs), case=case,
+                        time_limit=time_limit, hint=hint)
+
+
+def _snapshot(value):
+    """A copy of an array or tensor argument (None for anything else)."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        return value.detach().clone()
+    return None
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, np.ndarray):
+        return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    import torch
+    return a.shape == b.shape and bool(torch.equal(a.detach(), b) or (
+        a.is_floating_point() and torch.allclose(a.detach(), b, rtol=0, atol=0, equal_nan=True)))
+
+
+def _call_with_copies(fn, args, kwargs):
+    """Call ``fn`` on copies of the check's arrays and tensors, so that what the learner's code
+    does to its inputs never reaches the arrays the check computes its expected values from, and
+    raise :class:`LearnerChangedInput` when it changed one in place (the same rule as the
+    grader's runner, where every argument is a copy)."""
+    args = list(args)
+    kwargs = dict(kwargs)
+    given = [(i, v) for i, v in enumerate(args)] + list(kwargs.items())
+    copies = {}
+    for key, value in given:
+        snap = _snapshot(value)
+        if snap is not None:
+            passed = _snapshot(value)
+            copies[key] = (snap, passed)
+            if isinstance(key, int):
+                args[key] = passed
+            else:
+                kwargs[key] = passed
+    result = fn(*args, **kwargs)
+    for key, (before, passed) in copies.items():
+        if not _same(passed, before):
+            raise LearnerChangedInput(_parameter_name(fn, key))
+    return result
+
+
+def _parameter_name(fn, key):
+    """The name of positional argument ``key`` of ``fn`` where its signature says, else ``key``."""
+    if isinstance(key, str):
+        return key
+    try:
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        return params[key].name if key < len(params) else key
+    except (TypeError, ValueError):
+        return key
 
 
 def _is_module(obj) -> bool:
@@ -544,7 +634,7 @@ def _dependency_failure(needs, namespace, hidden) -> CheckFailure | None:
         objects = [namespace.get(n) for n in names]
         if any(o is None for o in objects):
             continue  # not loaded here: nothing to say about it
-        verdict = run_exercise(dep, objects, namespace, hidden=hidden, follow_needs=False)
+        verdict = run_exercise(dep, objects, namespace, hidden=None, follow_needs=False)
         if not verdict.passed:
             first = verdict.failure.feedback(1).splitlines()[0]
             return CheckFailure(
@@ -563,29 +653,42 @@ def _hidden_check(hidden: Path | None, module_stem: str, name: str):
     return getattr(_load_fresh(path, f"_txlearn_hidden_{module_stem}"), name, None)
 
 
+def _hidden_failure(err: CheckFailure) -> CheckFailure:
+    """What a learner may see of a failed hidden case: that it failed, its name and the hint;
+    never the learner's exception text nor the case's values (got, expected, shapes), which
+    would let a submission read the instructor's cases out of its own feedback."""
+    what = ("your code raised an exception" if err.kind == "raised" else
+            "your answer is wrong on this hidden case")
+    return CheckFailure(what, case=f"hidden: {err.case}" if err.case else "hidden",
+                        hint=err.hints, kind=err.kind)
+
+
 def run_exercise(name: str, objects: Sequence[Any], namespace: dict | None = None,
-                 hidden: Path | None = None, follow_needs: bool = True) -> Verdict:
+                 hidden: Path | None = None, follow_needs: bool = True,
+                 public: bool = True) -> Verdict:
     """Run the check of exercise `name` on the learner's `objects`; never raises CheckFailure.
 
     `namespace` maps the learner's names to their objects (for the checks of the exercises this
     one needs). `hidden`: a folder of instructor-only cases (:func:`hidden_dir`), run after the
-    public cases; on a hidden case the learner's exception text is not repeated. Returns a
-    :class:`Verdict`. Raises KeyError for an unknown exercise.
+    public cases; a failed hidden case says only that it failed, with its name and hint
+    (:func:`_hidden_failure`). ``public=False`` runs only the hidden cases (the grader runs every
+    exercise's public cases first, then the hidden ones, so that no public feedback can carry
+    what the learner's code saw of a hidden case). Returns a :class:`Verdict`. Raises KeyError
+    for an unknown exercise.
     """
     fn, module_stem = find(name)
     try:
-        fn(*objects)
+        if public:
+            fn(*objects)
         extra = _hidden_check(hidden, module_stem, name)
         if extra is not None:
             try:
                 extra(*objects)
             except CheckFailure as err:
-                what = "your code raised an exception" if err.kind == "raised" else err.what
-                raise CheckFailure(what, case=f"hidden: {err.case}" if err.case else "hidden",
-                                   hint=err.hints, kind=err.kind) from None
+                raise _hidden_failure(err) from None
     except CheckFailure as err:
         err.exercise = name
-        if follow_needs and err.kind not in ("stub", "missing"):
+        if public and follow_needs and err.kind not in ("stub", "missing"):
             dep = _dependency_failure(getattr(fn, "__txlearn_needs__", ()), namespace or {},
                                       hidden)
             if dep is not None:

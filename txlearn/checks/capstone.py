@@ -750,6 +750,10 @@ EVAL_WRONG = ("evaluate: every window, every prediction, one mean",
 TOO_LONG = ("how many positions does the model have?",
             "a window is block_size ids: the model has block_size rows of W_pos, and the loss "
             "shifts inside the window")
+NOT_CAUSAL = ("may a prediction depend on the tokens after it?",
+              "your model's logits at early positions changed when only later tokens changed: it "
+              "looks at the future, which a causal language model cannot do when generating "
+              "(check the causal mask and where the positions come from)")
 NOT_BEATEN = ("the loop is right on the small cases; is the model learning fast enough?",
               "check that the loop draws a new random batch every step from train_ids, and that "
               "your model passes char_model")
@@ -809,6 +813,32 @@ def _model_loss(model, ids, block_size, case, batch=256):
         x = windows[i:i + batch]
         logits = call(model, x.clone(), case=case)
         total += _loss_of_logits(logits, x) * len(x)
+    return total / len(windows)
+
+
+def _causal_model_loss(model, ids, block_size, case, batch=128, seed=11):
+    """The mean next-token loss over the non-overlapping windows of ids, as :func:`_model_loss`,
+    with every batch sent twice in one call: as it is, and with the second half of each window
+    replaced by other ids. The first half's logits must not change (a model that reads the
+    tokens it is asked to predict would otherwise score a loss near 0)."""
+    windows = _windows(ids, block_size)
+    half = block_size // 2
+    g = torch.Generator().manual_seed(seed)
+    n_vocab = int(ids.max()) + 1
+    total = 0.0
+    for i in range(0, len(windows), batch):
+        x = windows[i:i + batch]
+        other = x.clone()
+        other[:, half:] = torch.randint(0, n_vocab, (len(x), block_size - half), generator=g)
+        logits = as_array(call(model, torch.cat([x, other]), case=case), np.float64)
+        if logits is None or logits.shape[:2] != (2 * len(x), block_size):
+            expect_shape(logits, (2 * len(x), block_size, n_vocab), case=case,
+                         hint=("logits (B, T, n_vocab): one row of scores per position",))
+        early, changed = logits[:len(x), :half], logits[len(x):, :half]
+        expect_true(np.allclose(early, changed, rtol=1e-4, atol=1e-4), case=case,
+                    message="the logits of positions 0-15 changed when only positions 16-31 of "
+                            "the input changed", hint=NOT_CAUSAL)
+        total += _loss_of_logits(logits[:len(x)], x) * len(x)
     return total / len(windows)
 
 
@@ -889,19 +919,24 @@ def training_loop(train, evaluate, CharModel):
     case = (f"CharModel({n_vocab}, d_model=48, n_heads=4, d_ff=192, n_layers=2, block_size=32), "
             f"train(steps=300, batch_size=32, block_size=32, lr=5e-3, seed=0)")
     model = _build_char(CharModel, init_state, case, sizes=dict(sizes, n_vocab=n_vocab))
-    returned = call(train, model, train_ids, val_ids, steps=RUN["steps"],
+    # train sees a stand-in for the validation split (the end of the training text): the
+    # validation text itself reaches the learner's code only as inputs of the evaluation below,
+    # after training, never as something to return or train on
+    stand_in = train_ids[-len(val_ids):]
+    returned = call(train, model, train_ids, stand_in.clone(), steps=RUN["steps"],
                     batch_size=RUN["batch_size"], block_size=B, lr=RUN["lr"], seed=RUN["seed"],
                     case=case, time_limit=TRAIN_SECONDS)
-    measured = _model_loss(model, val_ids, B, case)
+    measured = _causal_model_loss(model, val_ids, B, case)
     expect_true(math.isfinite(measured) and measured <= bigram - MARGIN, case=case,
                 message=f"validation loss {measured:.3f} nats/char after {RUN['steps']} steps; "
                         f"the bigram's is {bigram:.3f}, so {bigram - MARGIN:.3f} or less is "
                         f"needed", hint=NOT_BEATEN)
+    on_stand_in = _causal_model_loss(model, stand_in, B, case)
     r = as_array(returned, np.float64)
-    expect_true(r is not None and r.size == 1 and math.isclose(float(r.reshape(())), measured,
+    expect_true(r is not None and r.size == 1 and math.isclose(float(r.reshape(())), on_stand_in,
                                                                rel_tol=1e-3), case=case,
-                message=f"train returned {returned!r:.40}; the validation loss is {measured:.4f}",
-                hint=RETURN_WRONG)
+                message=f"train returned {returned!r:.40}; evaluate on the val_ids it was given "
+                        f"gives {on_stand_in:.4f}", hint=RETURN_WRONG)
 
 
 def _course_init(n_vocab, sizes):

@@ -37,6 +37,7 @@ class BuildError(Exception):
 DEFAULT_LIMITS = {
     "cell_seconds": 20,      # wall time of one answer (or setup) cell in the grader's runner
     "call_seconds": 10,      # wall time of one call of the learner's code by a check
+    "notebook_seconds": 600, # wall time of a whole notebook in the grader (every cell and call)
     "cpu_seconds": 300,      # CPU time of the whole runner (all cells and calls)
     "memory_mb": 4096,       # address space of the runner (torch alone maps about 1.5 GB)
     "output_kb": 64,         # printed output kept per cell; the rest is dropped

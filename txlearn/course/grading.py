@@ -39,13 +39,15 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from txlearn.checks import LearnerError, LearnerObject, LearnerTimeout, run_exercise
+from txlearn.checks import (LearnerChangedInput, LearnerError, LearnerObject, LearnerTimeout,
+                            clean, run_exercise)
 from txlearn.course import build, protocol, sandbox
 
 __all__ = ["grade", "table", "write_csv", "write_json", "validate_hidden", "sandbox_modes",
@@ -154,6 +156,7 @@ class CourseSet:
     objects: dict[str, list[str]]         # exercise -> the names its check cell passes
     metadata: dict                        # metadata.txlearn of the student notebook
     allowed: list[str]                    # what answers may import (with the sets it uses)
+    course_cells: list = field(default_factory=list)  # (id, exercise or "", pristine source)
     view_modules: list[str] = field(default_factory=list)
     view_dir: str = ""
 
@@ -184,7 +187,10 @@ def _load_set(source: Path, stems: dict[str, str]) -> CourseSet:
         check_sources={c.metadata["exercise"]: c.source for c in checks},
         objects={c.metadata["exercise"]: _check_objects(c.source, c.metadata["exercise"])
                  for c in checks},
-        metadata=dict(student.metadata.get("txlearn", {})), allowed=sorted(allowed))
+        metadata=dict(student.metadata.get("txlearn", {})), allowed=sorted(allowed),
+        course_cells=[(c.id, c.metadata.get("exercise", "") if build.is_answer(c) else "",
+                       c.source) for c in student.cells
+                      if c.cell_type == "code" and not build.is_check(c)])
 
 
 def _module_file(name: str) -> Path | None:
@@ -377,33 +383,43 @@ class _Cell:
 
 
 def _plan(nb: dict, cs: CourseSet) -> tuple[list[_Cell], set[str], list[str], set[str]]:
-    """The cells the runner executes (the course's setup and answer cells, in order), the current
-    exercises the copy has, its integrity notes, and the retired exercises it still has."""
-    check_ids = set(cs.check_ids.values())
-    cells, present, retired, notes = [], set(), set(), []
-    setup = 0
+    """The cells the runner executes, the current exercises the copy has, its integrity notes,
+    and the retired exercises it still has.
+
+    The runner executes the course's code cells in the course's order: each setup cell as the
+    course wrote it (the copy's own version, edited or not, never runs; a setup cell is trusted
+    course code), and for each exercise the copy's answer cells. Cells the learner added, and
+    check cells, never run."""
+    answers: dict[str, list[tuple[int, str]]] = {}
+    retired, notes = set(), []
     for index, cell in enumerate(nb["cells"]):
         if cell.get("cell_type") != "code":
             continue
         meta = cell.get("metadata", {})
         tags = meta.get("tags", [])
-        cid = cell.get("id", "")
-        answer = "answer" in tags and meta.get("exercise")
-        if "check" in tags or cid in check_ids:
+        if "answer" not in tags or not meta.get("exercise") or "check" in tags:
             continue
-        if answer:
-            name = meta["exercise"]
-            if name in cs.info.retired:
-                retired.add(name)
-                continue
-            if name not in cs.names:
-                notes.append(f"an answer cell names an unknown exercise {name[:40]!r}")
-                continue
-            present.add(name)
-            cells.append(_Cell(index, _text(cell), name, f"answer cell of {name}"))
-        elif cid.startswith(f"{cs.name}-"):
+        name = meta["exercise"]
+        if name in cs.info.retired:
+            retired.add(name)
+        elif name not in cs.names:
+            notes.append(f"an answer cell names an unknown exercise {clean(name, 40)!r}")
+        else:
+            answers.setdefault(name, []).append((index, _text(cell)))
+    present = set(answers)
+    mine_by_id = {c.get("id"): c for c in nb["cells"] if c.get("cell_type") == "code"}
+    cells, setup, done = [], 0, set()
+    for cid, exercise, source in cs.course_cells:
+        if not exercise:
             setup += 1
-            cells.append(_Cell(index, _text(cell), "", f"setup cell {setup}"))
+            mine = mine_by_id.get(cid)
+            if mine is not None and _text(mine).strip() != source.strip():
+                notes.append(f"setup cell {setup} edited (the course's version ran)")
+            cells.append(_Cell(SETUP_INDEX + setup, source, "", f"setup cell {setup}"))
+        elif exercise in answers and exercise not in done:
+            done.add(exercise)
+            for index, text in answers[exercise]:
+                cells.append(_Cell(index, text, exercise, f"answer cell of {exercise}"))
     by_id = {c.get("id"): c for c in nb["cells"]}
     for name in cs.names:
         if name not in present:
@@ -496,14 +512,26 @@ class _Session:
         self.names: dict[str, dict] = {}
         self.output_dropped = 0
         self.banned: list[dict] = []
+        self.frozen = False      # set once hidden cases start: no more self-reports are read
+        self.seconds = float(limits.get("notebook_seconds", 600))
+        self.deadline = time.monotonic() + self.seconds     # the whole notebook, restarts included
 
     # -- the process --
     def _start(self):
         self.close()
         config = {"limits": self.limits, "imports": self.cs.allowed,
                   "view_modules": self.cs.view_modules, "txlearn_modules": _TXLEARN_MODULES}
+        packages = None
+        if self.mode == "bwrap":   # only numpy, torch and what the set declares are installed
+            tops = tuple(sorted({m.split(".")[0] for m in self.cs.allowed
+                                 if not m.startswith("txlearn")} - {"numpy", "torch"}))
+            try:
+                packages = sandbox.package_entries(tops)
+            except RuntimeError as err:
+                raise RunnerDied(str(err)) from None
         self.process = sandbox.start(mode=self.mode, view_dir=self.cs.view_dir, files=self.files,
-                                     limits=self.limits, config=config, uid=self.uid)
+                                     limits=self.limits, config=config, uid=self.uid,
+                                     packages=packages)
         self.generation += 1
         try:
             hello = sandbox.wait_hello(self.process, START_SECONDS)
@@ -518,9 +546,17 @@ class _Session:
             raise RunnerDied(f"the runner did not start ({why})"
                              + (f": {output.splitlines()[-1][:200]}" if output else "")) from None
 
+    def freeze(self) -> None:
+        """Stop reading what the runner reports about itself (called before any hidden case):
+        the output dropped so far is counted now, nothing after."""
+        if self.process is not None and not self.frozen:
+            self.output_dropped += self.process.sink.dropped
+        self.frozen = True
+
     def close(self):
         if self.process is not None:
-            self.output_dropped += self.process.sink.dropped
+            if not self.frozen:
+                self.output_dropped += self.process.sink.dropped
             self.process.kill()
             self.process = None
 
@@ -558,17 +594,25 @@ class _Session:
             self.cell_errors[cell.index] = _format_cell_error(cell, reply)
         return True
 
+    def _past_limit(self) -> RunnerDied:
+        self.close()
+        return RunnerDied(f"the notebook ran past its limit of {self.seconds:g} s in all")
+
     def _request(self, msg: dict, blobs=(), *, timeout: float):
+        if time.monotonic() >= self.deadline:
+            raise self._past_limit()
         if self.process is None:
             self.boot()
         self.seq += 1
         msg = dict(msg, id=self.seq)
-        deadline = time.monotonic() + timeout
+        deadline = min(time.monotonic() + timeout, self.deadline)
         channel = self.process.channel
         try:
             channel.send(msg, list(blobs), deadline)
             reply, reply_blobs = channel.recv(deadline)
         except TimeoutError:
+            if time.monotonic() >= self.deadline:
+                raise self._past_limit() from None
             self.close()
             raise _WallTimeout() from None
         except EOFError:
@@ -585,7 +629,7 @@ class _Session:
         return reply, reply_blobs
 
     def report(self) -> None:
-        if self.process is None:
+        if self.process is None or self.frozen:
             return
         try:
             reply, _ = self._request({"op": "report"}, timeout=30)
@@ -658,20 +702,6 @@ class _Stale(Exception):
     pass
 
 
-def _copy_into(original, new) -> None:
-    """Write what the learner's code left in an argument back into the check's own array."""
-    if isinstance(original, np.ndarray) and original.flags.writeable:
-        new = np.asarray(new.detach().cpu().numpy() if hasattr(new, "detach") else new)
-        if new.shape == original.shape:
-            np.copyto(original, new, casting="unsafe")
-    elif type(original).__module__.startswith("torch") and hasattr(original, "copy_"):
-        import torch
-        value = torch.as_tensor(np.asarray(new) if not hasattr(new, "detach") else new)
-        if tuple(value.shape) == tuple(original.shape):
-            with torch.no_grad():
-                original.copy_(value.to(original.dtype))
-
-
 class _Remote(LearnerObject):
     """A proxy for an object in a submission's runner (a name of its namespace, or a handle to
     something a reply could not send); the checks' call/construct/load_state/... use it."""
@@ -684,11 +714,13 @@ class _Remote(LearnerObject):
         value, mutated = self._session.act("call", self, {"args": list(args),
                                                           "kwargs": dict(kwargs)},
                                            time_limit, self.name)
-        for key, changed in mutated:   # arrays the learner's code changed in place
-            if isinstance(key, int) and not isinstance(key, bool) and 0 <= key < len(args):
-                _copy_into(args[key], changed)
-            elif isinstance(key, str) and key in kwargs:
-                _copy_into(kwargs[key], changed)
+        # arrays the learner's code changed in place: the check's own arrays stay as they were
+        # (its expected values are computed from them), and the change itself is the failure
+        keys = [k for k, _ in mutated
+                if (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < len(args))
+                or (isinstance(k, str) and k in kwargs)]
+        if keys:
+            raise LearnerChangedInput(keys[0] if isinstance(keys[0], str) else int(keys[0]))
         return value
 
     def remote_load_state(self, state, time_limit):
@@ -715,7 +747,10 @@ class _Remote(LearnerObject):
         return f"<{self.name} in the sandbox>"
 
 
+SETUP_INDEX = 1_000_000   # the runner's numbers for the course's setup cells (above any real index)
+
 _REMOTE_CLASSES: dict[str, type] = {}
+MAX_PROXY_CLASSES = 256
 
 
 def _remote_class(type_name: str) -> type:
@@ -724,6 +759,8 @@ def _remote_class(type_name: str) -> type:
     name = "".join(ch for ch in type_name if ch.isalnum() or ch == "_")[:40]
     if not name or not name[0].isalpha():
         name = "object"
+    if name not in _REMOTE_CLASSES and len(_REMOTE_CLASSES) >= MAX_PROXY_CLASSES - 1:
+        name = "object"  # a runner cannot make the grader keep classes without end
     if name not in _REMOTE_CLASSES:
         _REMOTE_CLASSES[name] = type(name, (_Remote,), {"__module__": __name__})
     return _REMOTE_CLASSES[name]
@@ -790,11 +827,11 @@ def _grade_one(job: _Job, sets: dict[str, CourseSet], hidden: Path | None,
                                                 len(changed) > 3 else "")
             sub.integrity.append(f"files changed outside its private folder while it ran: {shown}")
         where = {c.label: c.exercise for c in cells}
-        banned = sorted({b.get("module", "?") for b in session.banned})
+        banned = sorted({clean(b.get("module", "?"), 60) for b in session.banned})
         if banned:
             sub.integrity.append(f"banned import attempted: {', '.join(banned)[:200]}")
         for r in sub.results:
-            mine = sorted({str(b.get("module")) for b in session.banned
+            mine = sorted({clean(b.get("module"), 60) for b in session.banned
                            if where.get(b.get("where")) == r.exercise
                            or str(b.get("where", "")).removeprefix("call of ") in
                            cs.objects.get(r.exercise, [])})
@@ -823,11 +860,22 @@ def _grade_one(job: _Job, sets: dict[str, CourseSet], hidden: Path | None,
     return sub
 
 
+def _verdict(name, objects, namespace, hidden, public=True):
+    """run_exercise, with the warnings a learner's odd values may raise kept out of the
+    instructor's terminal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_exercise(name, objects, namespace, hidden=hidden, public=public)
+
+
 def _run_checks(sub: Submission, cs: CourseSet, session: _Session, present: set[str],
                 retired: set[str], hidden: Path | None) -> None:
+    """Every exercise's public cases first, then the hidden cases of those that passed: a
+    learner's code sees a hidden case's inputs only once no more public feedback is written."""
     setup_errors = [e for c in session.cells if not c.exercise
                     for e in [session.cell_errors.get(c.index)] if e]
     namespace = {n: session.proxy(n) for n in session.names}
+    graded = []
     for name in cs.names:
         result = Result(sub.student, sub.path.name, name)
         sub.results.append(result)
@@ -844,17 +892,36 @@ def _run_checks(sub: Submission, cs: CourseSet, session: _Session, present: set[
             continue
         objects = [namespace[o] for o in cs.objects[name]]
         try:
-            verdict = run_exercise(name, objects, namespace, hidden=hidden)
+            verdict = _verdict(name, objects, namespace, None)
         except (RunnerDied, _CannotCross):
             raise
         except Exception as err:  # noqa: BLE001 - a check that could not use the result
-            result.feedback = (f"the check could not use what your code returned "
-                               f"({type(err).__name__}: {err})")[:300]
+            result.feedback = clean(f"the check could not use what your code returned "
+                                    f"({type(err).__name__}: {err})", 300)
             continue
         if verdict.passed:
             result.status, result.points = "PASS", result.max_points
+            graded.append((result, objects))
         else:
             result.feedback = "\n".join(prefix + [verdict.failure.feedback(1)])
+    if hidden is not None:
+        # what the learner's code reports about itself (banned imports, dropped output) is read
+        # now, before it sees any hidden input, and frozen
+        session.report()
+        session.freeze()
+        for result, objects in graded:
+            try:
+                verdict = _verdict(result.exercise, objects, namespace, hidden, public=False)
+            except (RunnerDied, _CannotCross):
+                raise
+            except Exception as err:  # noqa: BLE001
+                verdict = None
+                result.feedback = f"a hidden case could not use what your code returned " \
+                                  f"({type(err).__name__})"
+            if verdict is None or not verdict.passed:
+                result.status, result.points = "FAIL", 0
+                if verdict is not None:
+                    result.feedback = verdict.failure.feedback(1)
     for name in sorted(retired):
         sub.results.append(Result(sub.student, sub.path.name, name, status="RETIRED",
                                   max_points=0, feedback=f"retired from the course: "
@@ -864,8 +931,10 @@ def _run_checks(sub: Submission, cs: CourseSet, session: _Session, present: set[
 # ---- the run -------------------------------------------------------------------------------------
 
 def _in_work(path: Path) -> bool:
+    """Whether ``path`` really lies in the repository's ``work/`` (links resolved: a symbolic
+    link inside work/ to a folder elsewhere does not count)."""
     try:
-        Path(os.path.abspath(path)).relative_to(build.ROOT / "work")
+        Path(os.path.realpath(path)).relative_to(Path(os.path.realpath(build.ROOT / "work")))
         return True
     except ValueError:
         return False
@@ -955,11 +1024,12 @@ def table(subs: list[Submission]) -> str:
     for s in subs:
         shown = s.results[:1] if s.error else s.results
         for r in shown:
-            lines = r.feedback.splitlines()
+            lines = [clean(line, 300) for line in r.feedback.splitlines()]
             first = lines[0] if lines else ""
             if r.flagged:
-                first = f"[{r.flagged}] {first}".strip()
-            rows.append((r.student, r.notebook, "-" if s.error else r.exercise, r.status, first))
+                first = f"[{clean(r.flagged, 200)}] {first}".strip()
+            rows.append((clean(r.student, 60), clean(r.notebook, 60),
+                         "-" if s.error else clean(r.exercise, 60), r.status, first))
             hint = next((line for line in lines[1:] if line.startswith("Hint")), "")
             if hint:
                 hints[len(rows) - 1] = hint
@@ -974,9 +1044,9 @@ def table(subs: list[Submission]) -> str:
     lines.append("")
     for s in subs:
         score = "not graded" if s.error else f"{s.points}/{s.max_points}"
-        lines.append(f"score {s.student}/{s.path.name}: {score}")
+        lines.append(f"score {clean(s.student, 60)}/{clean(s.path.name, 60)}: {score}")
         if s.integrity:
-            lines.append(f"  integrity: {'; '.join(s.integrity)}")
+            lines.append(f"  integrity: {clean('; '.join(s.integrity), 600)}")
     return "\n".join(lines)
 
 
@@ -989,8 +1059,11 @@ def write_csv(subs: list[Submission], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
-        for r in results(subs):
-            writer.writerow({k: v for k, v in asdict(r).items() if k in CSV_FIELDS})
+        for r in results(subs):   # learner-made text cleaned: one line each, printable UTF-8
+            writer.writerow({k: (clean(v, 2000) if isinstance(v, str) and k != "feedback" else
+                                 "\n".join(clean(x, 2000) for x in v.splitlines())
+                                 if isinstance(v, str) else v)
+                             for k, v in asdict(r).items() if k in CSV_FIELDS})
 
 
 def write_json(subs: list[Submission], path: Path) -> None:
@@ -1003,4 +1076,5 @@ def write_json(subs: list[Submission], path: Path) -> None:
                             if k not in ("student", "notebook", "integrity")}
                            for r in s.results]}
             for s in subs]
+    # ensure_ascii (the default) escapes every non-ASCII character, unpaired surrogates included
     Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

@@ -102,6 +102,76 @@ def python_layout() -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, .
     return exe, tuple(roots), path, tuple(masks)
 
 
+# ---- which installed packages the sandbox shows ----------------------------------------------------
+
+_PROBE = r"""
+import json, sys
+sys.path[:] = json.loads(sys.argv[1])
+import numpy
+import torch, torch.nn, torch.nn.functional
+torch.ones(2, requires_grad=True).sum().backward()
+for name in ["sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec"]:
+    try:            # torch's own dependencies, some imported only on first use (sympy by autograd)
+        __import__(name)
+    except ImportError:
+        pass
+for name in json.loads(sys.argv[2]):
+    __import__(name)
+files = set()
+for module in list(sys.modules.values()):
+    paths = [getattr(module, "__file__", None)]
+    try:
+        paths += list(getattr(module, "__path__", None) or [])
+    except TypeError:   # a namespace object that is not a list of folders
+        pass
+    files.update(p for p in paths if isinstance(p, str))
+print(json.dumps(sorted(files)))
+"""
+
+
+def _site_packages() -> list[str]:
+    """Every site-packages folder the sandbox binds (the venv's and the base interpreter's)."""
+    import sysconfig
+    out = {p for p in python_layout()[2] if os.path.basename(p) in ("site-packages",
+                                                                    "dist-packages")}
+    for prefix in (sys.base_prefix, sys.prefix):
+        purelib = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})["purelib"]
+        if os.path.isdir(purelib):
+            out.add(purelib)
+    return sorted(out)
+
+
+@lru_cache(maxsize=32)
+def package_entries(imports: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of the site-packages folders (package folders, module files, their
+    ``.libs`` and ``.dist-info``) that numpy, torch and the top-level modules ``imports`` load:
+    the sandbox shows these and nothing else installed, so an answer cannot reach another
+    package (scipy, transformers, ...) by any spelling of an import. Found by importing them in
+    a probe process of the same interpreter; raises RuntimeError when one cannot be imported."""
+    python, _, sys_path, _ = python_layout()
+    run = subprocess.run([python, "-I", "-S", "-B", "-c", _PROBE, json.dumps(list(sys_path)),
+                          json.dumps(list(imports))], capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        raise RuntimeError(f"the sandbox's packages could not be listed: "
+                           f"{(run.stderr.strip().splitlines() or ['?'])[-1][:200]}")
+    tops = set()
+    for site in _site_packages():
+        for path in json.loads(run.stdout):
+            if _under(path, site) and path != site:
+                tops.add(os.path.join(site, os.path.relpath(path, site).split(os.sep)[0]))
+    extra = set()
+    for top in tops:   # a package's compiled libraries and its metadata sit beside it
+        site, name = os.path.split(top)
+        stem = name.split(".")[0].lower().replace("-", "_")
+        for entry in os.listdir(site):
+            low = entry.lower().replace("-", "_")
+            if low.startswith(stem + ".libs") or (low.startswith(stem + "_") and
+                                                  low.endswith(".dist_info")) or \
+                    low.startswith(stem + ".dist_info") or low == stem + ".libs":
+                extra.add(os.path.join(site, entry))
+    return tuple(sorted(tops | extra))
+
+
 # ---- is there a sandbox? -----------------------------------------------------------------------
 
 @lru_cache(maxsize=1)
@@ -159,11 +229,13 @@ def _ancestors(path: str) -> list[str]:
 
 
 def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limits: dict,
-               tail: list[str]) -> list[str]:
+               tail: list[str], packages: tuple[str, ...] | None = None) -> list[str]:
     """The bubblewrap command line that runs ``tail`` (the runner's command) in the sandbox.
 
     ``files``: ``(name, fd)`` of files to copy into the private working folder (the sibling
-    notebooks); ``limits``: the set's sandbox limits (the tmpfs folders get 8 x ``file_mb``).
+    notebooks); ``limits``: the set's sandbox limits (the tmpfs folders get 8 x ``file_mb``);
+    ``packages``: the site-packages entries to show (:func:`package_entries`; every other
+    installed package is hidden under an empty folder); None shows them all.
     """
     python, roots, _, masks = python_layout()
     argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
@@ -186,6 +258,11 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
         argv += ["--ro-bind", root, root]
     for mask in masks:
         argv += ["--tmpfs", mask]
+    if packages is not None:
+        for site in _site_packages():
+            argv += ["--tmpfs", site]
+        for entry in packages:
+            argv += ["--ro-bind", entry, entry]
     argv += ["--ro-bind", view_dir, VIEW]
     made = sorted({a for r in list(roots) + [VIEW] for a in _ancestors(r)
                    if not any(_under(a, r2) for r2 in roots) and not _under(a, "/usr")},
@@ -288,7 +365,8 @@ class Process:
 
 
 def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dict,
-          config: dict, uid: int | None = None) -> Process:
+          config: dict, uid: int | None = None, packages: tuple[str, ...] | None = None
+          ) -> Process:
     """Start the runner with ``config`` (see :func:`txlearn.course.runner.main`).
 
     ``mode``: ``"bwrap"`` (the sandbox) or ``"plain"`` (a subprocess, for ``--no-sandbox`` and a
@@ -306,7 +384,8 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
         keep += [fd for _, fd in fds]
         config["sys_path"] = [VIEW] + list(sys_path)
         tail = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
-        argv = bwrap_argv(available()[1], view_dir=view_dir, files=fds, limits=limits, tail=tail)
+        argv = bwrap_argv(available()[1], view_dir=view_dir, files=fds, limits=limits, tail=tail,
+                          packages=packages)
         kwargs = dict(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd="/")
         cleanup = None
     else:
