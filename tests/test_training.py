@@ -16,7 +16,7 @@ from txlearn.capstone.train import ENV_SECONDS, evaluate, learning_rate, time_bu
 
 TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
                    max_steps=80, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
-                   eval_windows=8, max_seconds=600.0)
+                   eval_windows=8, max_seconds=600.0, precision="fp32")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,47 @@ def test_model_is_causal_and_tied():
     assert sum(p.shape == (11, 16) for p in model.parameters()) == 1 and "E" in names
     with pytest.raises(ValueError, match="13 positions exceed block_size 12"):
         model(torch.zeros(1, 13, dtype=torch.long))
+
+
+def test_fused_model_equals_teaching_model_with_gradients():
+    """The training path (fused kernels) against the course's own equations, float64."""
+    torch.manual_seed(0)
+    teach = CharTransformer(11, 16, 2, 2, 32, block_size=12, fused=False).double()
+    fast = CharTransformer(11, 16, 2, 2, 32, block_size=12).double()    # default: fused
+    assert fast.layers[0].fused and not teach.layers[0].fused
+    fast.load_state_dict(teach.state_dict())
+    ids = torch.randint(0, 11, (3, 12))
+    results = []
+    for model in (teach, fast):
+        logits = model(ids)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.roll(-1, 1).flatten()).backward()
+        results.append([logits.detach()] + [p.grad for p in model.parameters()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    # attention weights asked for: the teaching attention, on both
+    _, w_fast = fast(ids, return_weights=True)
+    _, w_teach = teach(ids, return_weights=True)
+    torch.testing.assert_close(w_fast[1], w_teach[1], rtol=1e-9, atol=1e-12)
+
+
+def test_bfloat16_autocast_step_is_close_to_float32():
+    """What precision="bf16" changes: the loss by < 0.01 nats, gradients' direction > 0.999."""
+    from txlearn.capstone.runtime import autocast
+    torch.manual_seed(0)
+    model = CharTransformer(11, 32, 2, 2, 64, block_size=16)
+    ids = torch.randint(0, 11, (4, 16))
+    out = {}
+    for precision in ("fp32", "bf16"):
+        model.zero_grad()
+        with autocast(precision, torch.device("cpu")):
+            logits = model(ids)
+        assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids.flatten())
+        loss.backward()
+        out[precision] = (loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert abs(out["bf16"][0] - out["fp32"][0]) < 0.01
+    cos = torch.nn.functional.cosine_similarity(out["bf16"][1], out["fp32"][1], dim=0)
+    assert cos > 0.999
 
 
 def test_cached_forward_equals_full_forward():
@@ -182,6 +223,56 @@ def test_time_budget(monkeypatch, text):
             time_budget(TINY)
 
 
+def test_schedule_is_planned_against_the_budget(monkeypatch, text, tmp_path):
+    """100,000 steps do not fit in 3 s: at the warm-up's end the cosine is laid over the steps
+    that fit, saved in the checkpoint, and a resumed run keeps that length."""
+    config = dataclasses.replace(TINY, max_steps=100_000, warmup_steps=16, eval_interval=8)
+    path = tmp_path / "plan.safetensors"
+    # the first AdamW of a process imports torch._dynamo (seconds on a busy machine): not here
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
+    monkeypatch.setenv(ENV_SECONDS, "3")
+    r = train(config, text, checkpoint=path, stop_after=17, progress=False, log=None, threads=1)
+    planned = r.planned_steps     # planned at step 16, the warm-up's end
+    assert 16 <= planned < 100_000 and r.step == min(17, planned)
+    assert any(note.startswith("schedule:") for note in r.notes)
+    assert learning_rate(planned, config, planned) == pytest.approx(config.min_lr, abs=1e-15)
+    assert load_checkpoint(path)["planned_steps"] == planned
+    monkeypatch.delenv(ENV_SECONDS)
+    resumed = train(config, text, checkpoint=path, resume=True, progress=False, log=None,
+                    threads=1)
+    assert resumed.planned_steps == planned and resumed.step == planned
+    assert resumed.stopped_by == "steps" and resumed.history[-1]["lr"] == pytest.approx(
+        learning_rate(planned - 1, config, planned))
+
+
+def test_thread_probe_keeps_the_faster_count():
+    from txlearn.capstone.runtime import ThreadProbe
+    for slow, want in ((2, 1), (1, 2)):
+        probe = ThreadProbe(rounds=2, n=2)
+        assert [probe.threads_for(i) for i in range(6)] == [2, 2, 1, 2, 1, 2]
+        for i in range(1, probe.last_step + 1):
+            k = probe.threads_for(i)
+            probe.record(i, k, 0.5 if k == slow else 0.1)
+        assert probe.decide() == want and probe.threads_for(3) == want
+        assert f"{want} (median step:" in probe.summary()
+
+
+def test_device_and_precision_choices():
+    from txlearn.capstone.runtime import native_bf16, resolve_device, resolve_precision
+    cpu = torch.device("cpu")
+    assert resolve_device("cpu") == cpu and resolve_device(" CPU ") == cpu
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="sees no CUDA GPU"):
+            resolve_device("cuda")
+    with pytest.raises(UserError, match="unknown device 'gpu0'"):
+        resolve_device("gpu0")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    assert resolve_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
+    with pytest.raises(UserError, match="precision must be one of auto, fp32, bf16"):
+        resolve_precision("fp16", cpu)
+
+
 def test_cached_greedy_sampling_equals_uncached(trained):
     prompt = trained.vocab.encode("def f(x):\n    return ")
     n_new = 2 * TINY.block_size + 5            # past two context restarts
@@ -247,6 +338,14 @@ def test_cli_train_bad_configuration(tmp_path, capsys):
     assert "d_model 30 is not divisible by n_heads 4" in capsys.readouterr().err
     assert main(["train", "--out", str(out), "--batch-size", "0", "--lr", "-1"]) == 2
     assert "invalid configuration: batch_size=0, lr=-1.0" in capsys.readouterr().err
+    assert main(["train", "--out", str(out), "--precision", "fp16"]) == 2
+    assert "precision 'fp16' must be auto, fp32 or bf16" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["train", "--out", str(out), "--device", "cuda"]) == 2
+        assert "PyTorch sees no CUDA GPU" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--out", str(out), "--threads", "0"])
+    assert "expected a positive integer or 'auto'" in capsys.readouterr().err
     assert not out.exists()
 
 

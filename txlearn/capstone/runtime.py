@@ -1,0 +1,214 @@
+"""Lesson 09: where a capstone run computes: device, precision, CPU threads, several processes.
+
+- **device**: ``"auto"`` is the first CUDA GPU when PyTorch sees one, else the CPU; ``"cpu"``,
+  ``"cuda"`` or ``"cuda:N"`` ask for one. Nothing needs a GPU.
+- **precision**: ``"auto"`` trains under bfloat16 autocast (``torch.autocast``: matrix products in
+  bfloat16, weights, optimizer state, softmax, LayerNorm and the loss in float32) where the
+  hardware computes bfloat16 natively (a CUDA GPU with bfloat16, a CPU with AVX512-BF16 or AMX),
+  and in float32 elsewhere; ``"fp32"`` and ``"bf16"`` force one. Evaluation is always float32.
+- **threads** (CPU): ``"auto"`` keeps ``OMP_NUM_THREADS`` when it is set; otherwise the training
+  loop times its first steps with all cores and with one (:class:`ThreadProbe`) and keeps the
+  faster, because on a busy machine several threads can run slower than one (each waits for
+  the slowest at every operation). An integer fixes the count.
+- **data parallelism**: launched by ``torchrun --nproc_per_node=N -m txlearn train ...``
+  (which sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``),
+  :class:`Distributed` joins the process group: gloo on the CPU, NCCL on GPUs, one GPU per
+  process. Every rank draws the same global batch and keeps its own contiguous slice of it
+  (:meth:`Distributed.shard`); ``DistributedDataParallel`` averages the gradients, so the
+  ranks take the step one process takes on the whole batch.
+
+Source: lesson 09; PyTorch's ``torch.distributed`` and ``torch.autocast`` documentation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+
+import torch
+
+from txlearn.capstone.data import UserError
+
+__all__ = ["PRECISIONS", "resolve_device", "native_bf16", "resolve_precision", "autocast",
+           "available_cores", "ThreadProbe", "Distributed"]
+
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"`` -> ``cuda`` when available, else ``cpu``; other names are checked.
+
+    Raises ``UserError`` for an unknown name or a CUDA device PyTorch cannot see.
+    """
+    if isinstance(device, torch.device):
+        name = str(device)
+    else:
+        name = str(device).strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device {device!r}: use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} asked for, but PyTorch sees no CUDA GPU "
+                        "(use --device cpu or auto)")
+    if dev.type not in ("cpu", "cuda"):
+        raise UserError(f"device {name!r} is not supported: use auto, cpu, cuda or cuda:N")
+    return dev
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether ``device`` computes bfloat16 matrix products in hardware.
+
+    CUDA: ``torch.cuda.is_bf16_supported()``. CPU: AVX512-BF16 or AMX, as PyTorch reports them
+    (``torch.cpu._is_avx512_bf16_supported``, ``_is_amx_tile_supported``; False when this
+    PyTorch lacks the query).
+    """
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in checks)
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """``"auto"`` -> ``"bf16"`` where :func:`native_bf16`, else ``"fp32"``; raises ``UserError``
+    for a name outside :data:`PRECISIONS`."""
+    if precision not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
+
+
+def autocast(precision: str, device: torch.device):
+    """The context a training forward runs in: bfloat16 autocast for ``"bf16"``, else nothing."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask where the OS reports one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+class ThreadProbe:
+    """Choose 1 or ``n`` CPU threads by timing real training steps with each.
+
+    Steps ``1 .. 2 * rounds`` alternate ``n`` threads (odd steps) and 1 thread (even steps);
+    step 0 is not timed (it pays one-time costs). :meth:`decide` keeps the count with the lower
+    median step time. ``n`` defaults to ``torch.get_num_threads()`` at construction.
+    """
+
+    def __init__(self, rounds: int = 4, n: int | None = None):
+        self.n, self.rounds = (torch.get_num_threads() if n is None else n), rounds
+        self.times: dict[int, list[float]] = {self.n: [], 1: []}
+        self.choice: int | None = None
+
+    @property
+    def last_step(self) -> int:
+        """The last step that is part of the probe."""
+        return 2 * self.rounds
+
+    def threads_for(self, step: int) -> int:
+        if self.choice is not None:
+            return self.choice
+        if 1 <= step <= self.last_step:
+            return self.n if step % 2 else 1
+        return self.n
+
+    def record(self, step: int, threads: int, seconds: float) -> None:
+        if self.choice is None and 1 <= step <= self.last_step:
+            self.times[threads].append(seconds)
+
+    def decide(self) -> int:
+        """The faster count (ties go to ``n``); afterwards :meth:`threads_for` returns it."""
+        medians = {k: statistics.median(v) for k, v in self.times.items() if v}
+        self.choice = min(medians, key=lambda k: (medians[k], -k)) if medians else self.n
+        return self.choice
+
+    def summary(self) -> str:
+        parts = [f"{k} thread{'s' if k > 1 else ''} {1e3 * statistics.median(v):.0f} ms"
+                 for k, v in sorted(self.times.items(), reverse=True) if v]
+        return f"{self.choice} (median step: {', '.join(parts)})"
+
+
+class Distributed:
+    """This process's place in a data-parallel run (one process: rank 0 of 1, no group).
+
+    :meth:`start` joins the process group when ``torchrun`` launched the process (``WORLD_SIZE``
+    > 1 in the environment) or uses the group already initialised by the caller. Collectives
+    run on :attr:`device` tensors (gloo: CPU, NCCL: the process's GPU).
+    """
+
+    def __init__(self, rank: int = 0, world: int = 1, local_rank: int = 0,
+                 device: torch.device = torch.device("cpu"), owns_group: bool = False):
+        self.rank, self.world, self.local_rank = rank, world, local_rank
+        self.device, self.owns_group = device, owns_group
+
+    @classmethod
+    def start(cls, device: torch.device) -> "Distributed":
+        """Join (or reuse) the process group; on CUDA pick the GPU ``LOCAL_RANK``.
+
+        Returns a one-process :class:`Distributed` when no group is wanted. Raises
+        ``UserError`` when several processes share fewer GPUs than they need.
+        """
+        import torch.distributed as dist
+
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        initialised = dist.is_available() and dist.is_initialized()
+        if world <= 1 and not initialised:
+            return cls(device=device)
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if device.type == "cuda":
+            if local_rank >= torch.cuda.device_count():
+                raise UserError(f"process {local_rank} needs GPU {local_rank}, but PyTorch sees "
+                                f"{torch.cuda.device_count()}: start at most that many processes "
+                                "per node")
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+        owns = False
+        if not initialised:
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            owns = True
+        return cls(dist.get_rank(), dist.get_world_size(), local_rank, device, owns)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the one process that prints and writes checkpoints."""
+        return self.rank == 0
+
+    def shard(self, batch: torch.Tensor) -> torch.Tensor:
+        """Rows ``[rank * B / world, (rank + 1) * B / world)`` of a global batch ``(B, ...)``."""
+        if self.world == 1:
+            return batch
+        per = batch.shape[0] // self.world
+        return batch[self.rank * per:(self.rank + 1) * per]
+
+    def all_reduce(self, values: list[float], op: str = "sum") -> list[float]:
+        """Sum (``op="sum"``), minimum or maximum of ``values`` over the ranks, float64."""
+        if self.world == 1:
+            return list(values)
+        import torch.distributed as dist
+
+        ops = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=ops[op])
+        return t.tolist()
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+            dist.barrier()
+
+    def close(self) -> None:
+        """Leave the process group if :meth:`start` created it."""
+        if self.owns_group:
+            import torch.distributed as dist
+            dist.destroy_process_group()
+            self.owns_group = False
