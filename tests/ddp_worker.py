@@ -5,10 +5,12 @@ The environment holds what ``torchrun`` would set (RANK, WORLD_SIZE, LOCAL_RANK,
 
 1. ``txlearn train`` itself (``txlearn.cli.main``, what ``python -m txlearn`` runs), joining
    the process group on the first port as under ``torchrun``: a whole run, checkpoint ``a``.
-2. On the second port, a group made here and reused by ``train``: the same run stopped half-way
-   (checkpoint ``b``, copied to ``b_half``) and resumed by every rank from the file.
+2. On the second port, a group made here and reused by ``train``, with dropout (each rank draws
+   its own masks): a whole run (checkpoint ``c``), and the same run stopped half-way (checkpoint
+   ``b``, copied to ``b_half``) and resumed by every rank from the file.
 """
 
+import dataclasses
 import os
 import shutil
 import sys
@@ -32,8 +34,9 @@ assert code == 0 and not dist.is_initialized()
 
 os.environ["MASTER_PORT"] = port_b
 dist.init_process_group("gloo")
-config = load_checkpoint(out / "a.safetensors")["config"]
+config = dataclasses.replace(load_checkpoint(out / "a.safetensors")["config"], dropout=0.1)
 text = load_corpus(text_file)
+straight = train(config, text, checkpoint=out / "c.safetensors", progress=False, log=None)
 half = train(config, text, checkpoint=out / "b.safetensors", stop_after=config.max_steps // 2,
              progress=False, log=None)
 if rank == 0:

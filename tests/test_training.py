@@ -16,7 +16,7 @@ from txlearn.capstone.train import ENV_SECONDS, evaluate, learning_rate, time_bu
 
 TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
                    max_steps=80, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
-                   eval_windows=8, max_seconds=600.0, precision="fp32")
+                   eval_windows=8, max_seconds=600.0, precision="fp32", dropout=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +144,9 @@ def test_checkpoint_round_trip_is_exact(trained, tmp_path):
         assert torch.equal(trained.model(x), ckpt["model"](x))
 
 
-def test_resume_continues_the_same_trajectory(text, tmp_path):
-    config = dataclasses.replace(TINY, max_steps=12, eval_interval=4)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])   # dropout: the saved RNG state matters
+def test_resume_continues_the_same_trajectory(text, tmp_path, dropout):
+    config = dataclasses.replace(TINY, max_steps=12, eval_interval=4, dropout=dropout)
     straight = train(config, text, checkpoint=tmp_path / "a.safetensors", progress=False, log=None)
     path = tmp_path / "b.safetensors"
     first = train(config, text, checkpoint=path, stop_after=5, progress=False, log=None)

@@ -32,7 +32,8 @@ def fingerprint(text: str) -> str:
 
 def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVocab, step: int,
                     data_generator: torch.Generator, history: list, text_fingerprint: str,
-                    baseline_nats: dict, planned_steps: int | None = None) -> Path:
+                    baseline_nats: dict, planned_steps: int | None = None,
+                    rank_rng: list[dict] | None = None) -> Path:
     """Write everything a run needs to continue into one safetensors file, atomically.
 
     Tensors: ``model.<name>`` (weights), ``optimizer.<i>.<key>`` (AdamW state of parameter i),
@@ -40,6 +41,11 @@ def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVoca
     strings): config, vocab, step, param_groups, history, text fingerprint, baselines, and the
     schedule's planned length (``planned_steps``; None until the run has planned it). Tensors
     are stored from the CPU. Written to ``<path>.tmp-<pid>`` then renamed.
+
+    ``rank_rng``: in a run of several processes, every rank's generator states
+    (``[{"torch": ..., "cuda": ...}, ...]``, rank 0 first; each rank draws its own dropout
+    masks), stored as ``rng.torch`` / ``rng.cuda`` for rank 0 and ``rng.torch.rank<r>`` /
+    ``rng.cuda.rank<r>`` for the others.
     """
     from safetensors.torch import save_file
 
@@ -50,11 +56,15 @@ def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVoca
     for i, s in state["state"].items():
         for k, v in s.items():
             tensors[f"optimizer.{i}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
-    tensors["rng.torch"] = torch.get_rng_state()
     tensors["rng.data"] = data_generator.get_state()
     device = next(model.parameters()).device
-    if device.type == "cuda":
-        tensors["rng.cuda"] = torch.cuda.get_rng_state(device)
+    if rank_rng is None:
+        rank_rng = [{"torch": torch.get_rng_state()}]
+        if device.type == "cuda":
+            rank_rng[0]["cuda"] = torch.cuda.get_rng_state(device)
+    for rank, generators in enumerate(rank_rng):
+        for kind, rng_state in generators.items():
+            tensors[f"rng.{kind}" + (f".rank{rank}" if rank else "")] = rng_state.cpu()
     meta = {"format": "txlearn-capstone-1", "config": json.dumps(dataclasses.asdict(config)),
             "vocab": json.dumps(vocab.chars), "step": str(step),
             "param_groups": json.dumps(state["param_groups"]), "history": json.dumps(history),

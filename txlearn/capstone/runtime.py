@@ -15,7 +15,11 @@
   :class:`Distributed` joins the process group: gloo on the CPU, NCCL on GPUs, one GPU per
   process. Every rank draws the same global batch and keeps its own contiguous slice of it
   (:meth:`Distributed.shard`); ``DistributedDataParallel`` averages the gradients, so the
-  ranks take the step one process takes on the whole batch.
+  ranks take the step one process takes on the whole batch. Each rank draws its own dropout
+  masks (global generator seeded ``seed + rank`` after the identical initialisation), and a
+  checkpoint holds every rank's generator state (:meth:`Distributed.rng_states`), so a resumed
+  run continues each rank exactly. With dropout the ranks cannot draw the masks one process
+  would draw, so only a run without dropout follows the one-process trajectory.
 
 Source: lesson 09; PyTorch's ``torch.distributed`` and ``torch.autocast`` documentation.
 """
@@ -200,6 +204,32 @@ class Distributed:
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(t, op=ops[op])
         return t.tolist()
+
+    def rng_states(self) -> list[dict]:
+        """Every rank's generator states, rank 0 first: ``[{"torch": ByteTensor, "cuda": ...}]``
+        (``"cuda"`` on a GPU). A collective: every rank must call it."""
+        mine = {"torch": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            mine["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.world == 1:
+            return [mine]
+        import torch.distributed as dist
+
+        states: list = [None] * self.world
+        dist.all_gather_object(states, mine)
+        return states
+
+    def restore_rng(self, tensors: dict, seed: int) -> None:
+        """Set this rank's generators from a checkpoint's ``rng.*`` tensors; a rank the
+        checkpoint has no state for (it was written by fewer processes) is seeded afresh with
+        ``seed + rank``."""
+        suffix = f".rank{self.rank}" if self.rank else ""
+        if f"rng.torch{suffix}" in tensors:
+            torch.set_rng_state(tensors[f"rng.torch{suffix}"])
+        else:
+            torch.manual_seed(seed + self.rank)
+        if self.device.type == "cuda" and f"rng.cuda{suffix}" in tensors:
+            torch.cuda.set_rng_state(tensors[f"rng.cuda{suffix}"], self.device)
 
     def barrier(self) -> None:
         if self.world > 1:

@@ -127,7 +127,8 @@ class TrainResult:
     """What :func:`train` returns; losses are mean cross-entropy in nats per character.
 
     ``config`` holds the precision the run used (``"auto"`` resolved); ``planned_steps`` is the
-    length of the learning-rate schedule (``config.max_steps`` unless the budget shortened it);
+    length of the learning-rate schedule (``config.max_steps`` unless the budget shortened it;
+    None when the run stopped before the end of the warm-up, where it is planned);
     ``threads`` the CPU threads of the training steps, ``device`` and ``world_size`` where they
     ran. ``history`` rows: step, train loss (of that step's global batch), validation estimate,
     learning rate, seconds since the call started.
@@ -204,7 +205,9 @@ def _train(config, text, checkpoint, resume, stop_after, progress, log, threads,
     text_sha, budget = fingerprint(text), time_budget(config)
     base = baselines(train_ids, val_ids, len(vocab))
     torch.manual_seed(config.seed)
-    model = CharTransformer.from_config(config, len(vocab)).to(dev)
+    model = CharTransformer.from_config(config, len(vocab)).to(dev)   # the same on every rank
+    if dist.rank:
+        torch.manual_seed(config.seed + dist.rank)    # each rank its own dropout masks
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
                                   betas=(0.9, 0.99))
     data_generator = torch.Generator().manual_seed(config.seed)
@@ -216,19 +219,22 @@ def _train(config, text, checkpoint, resume, stop_after, progress, log, threads,
         check_resumable(ckpt, config, vocab, text_sha, checkpoint)
         model.load_state_dict(ckpt["model"].state_dict())
         restore_optimizer(optimizer, ckpt)
-        torch.set_rng_state(ckpt["tensors"]["rng.torch"])
-        if dev.type == "cuda" and "rng.cuda" in ckpt["tensors"]:
-            torch.cuda.set_rng_state(ckpt["tensors"]["rng.cuda"], dev)
+        dist.restore_rng(ckpt["tensors"], config.seed)
         data_generator.set_state(ckpt["tensors"]["rng.data"])
         step, history, planned = ckpt["step"], ckpt["history"], ckpt["planned_steps"]
 
+    def run_planned():   # the schedule's length as planned so far (``run`` is made below)
+        return run.planned
+
     def save(at_step: int):
-        path = None
-        if checkpoint is not None and dist.is_main:
-            path = save_checkpoint(checkpoint, model, optimizer, config, vocab, at_step,
-                                   data_generator, history, text_sha, base, planned)
+        if checkpoint is None:
+            return None
+        rank_rng = dist.rng_states()     # a collective: every rank takes part
+        if dist.is_main:
+            save_checkpoint(checkpoint, model, optimizer, config, vocab, at_step,
+                            data_generator, history, text_sha, base, run_planned(), rank_rng)
         dist.barrier()   # every rank may read the file once this returns
-        return None if checkpoint is None else Path(checkpoint)
+        return Path(checkpoint)
 
     _log_start(log, text, vocab, train_ids, val_ids, base, config, budget, step, dev, dist)
     net = model
@@ -243,7 +249,6 @@ def _train(config, text, checkpoint, resume, stop_after, progress, log, threads,
     history.append({"step": step, "train": losses[-1] if losses else None, "val": final,
                     "lr": learning_rate(max(step - 1, 0), config, run.planned),
                     "seconds": round(time.perf_counter() - started, 2)})
-    planned = run.planned
     path = save(step)
     result = TrainResult(model.eval(), vocab, config, base, final, step, run.seconds, stopped_by,
                          history, losses, path, run.planned, run.threads, str(dev), dist.world,
@@ -358,7 +363,7 @@ class _Run:
                 bar.total = last()
                 bar.refresh()
             nearly = False
-            if step % c.eval_interval == 0 and step < last():
+            if step % c.eval_interval == 0 and step < last() and step != end:  # else: final
                 t_eval = time.perf_counter()
                 val = evaluate(self.model, self.val_ids, c.block_size, c.eval_windows, dist=dist)
                 self.eval_seconds = time.perf_counter() - t_eval
@@ -385,8 +390,6 @@ class _Run:
                 break
         bar.close()
         self.seconds = time.perf_counter() - start
-        if self.planned is None:     # stopped before the warm-up ended
-            self.planned = c.max_steps
         return losses, stopped_by
 
     def _step(self, x, y, lr) -> float:
