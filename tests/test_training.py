@@ -226,7 +226,7 @@ def test_time_budget(monkeypatch, text):
 
 def test_schedule_is_planned_against_the_budget(monkeypatch, text, tmp_path):
     """100,000 steps do not fit in 3 s: at the warm-up's end the cosine is laid over the steps
-    that fit, saved in the checkpoint, and a resumed run keeps that length."""
+    that fit; the plan and the decay's progress are saved, and a resumed run starts there."""
     config = dataclasses.replace(TINY, max_steps=100_000, warmup_steps=16, eval_interval=8)
     path = tmp_path / "plan.safetensors"
     # the first AdamW of a process imports torch._dynamo (seconds on a busy machine): not here
@@ -234,16 +234,35 @@ def test_schedule_is_planned_against_the_budget(monkeypatch, text, tmp_path):
     monkeypatch.setenv(ENV_SECONDS, "3")
     r = train(config, text, checkpoint=path, stop_after=17, progress=False, log=None, threads=1)
     planned = r.planned_steps     # planned at step 16, the warm-up's end
-    assert 16 <= planned < 100_000 and r.step == min(17, planned)
-    assert any(note.startswith("schedule:") for note in r.notes)
-    assert learning_rate(planned, config, planned) == pytest.approx(config.min_lr, abs=1e-15)
-    assert load_checkpoint(path)["planned_steps"] == planned
-    monkeypatch.delenv(ENV_SECONDS)
-    resumed = train(config, text, checkpoint=path, resume=True, progress=False, log=None,
-                    threads=1)
-    assert resumed.planned_steps == planned and resumed.step == planned
-    assert resumed.stopped_by == "steps" and resumed.history[-1]["lr"] == pytest.approx(
-        learning_rate(planned - 1, config, planned))
+    assert 16 < planned < 100_000 and r.step == 17
+    assert any(note.startswith("schedule: 100000 steps would not fit") for note in r.notes)
+    ckpt = load_checkpoint(path)
+    assert ckpt["planned_steps"] == planned
+    assert ckpt["progress"] == pytest.approx(1 / (planned - 16), rel=1e-12)   # one decay step
+    resumed = train(config, text, checkpoint=path, resume=True, stop_after=1, progress=False,
+                    log=None, threads=1)
+    assert resumed.history[-1]["lr"] == pytest.approx(learning_rate(17, config, planned))
+
+
+def test_schedule_replanned_keeps_the_learning_rate_continuous():
+    from txlearn.capstone.train import Schedule
+    c = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110)
+    fixed, lrs = Schedule(c, 110), []
+    for t in range(110):
+        lrs.append(fixed.lr(t))
+        fixed.advance(t)
+    assert lrs == pytest.approx([learning_rate(t, c) for t in range(110)], abs=1e-12)
+    assert fixed.progress == pytest.approx(1.0)
+    replanned, lrs = Schedule(c, 110), []
+    for t in range(80):
+        if t == 40:
+            replanned.total = 80        # the machine slowed down: 30 steps fewer fit
+        lrs.append(replanned.lr(t))
+        replanned.advance(t)
+    assert replanned.progress == pytest.approx(1.0)   # min_lr is reached at the new end
+    after = lrs[10:]
+    assert all(a >= b for a, b in zip(after, after[1:]))   # still decreasing
+    assert max(a - b for a, b in zip(after, after[1:])) < 0.04   # no jump where it re-planned
 
 
 def test_thread_probe_keeps_the_faster_count():
@@ -254,8 +273,18 @@ def test_thread_probe_keeps_the_faster_count():
         for i in range(1, probe.last_step + 1):
             k = probe.threads_for(i)
             probe.record(i, k, 0.5 if k == slow else 0.1)
-        assert probe.decide() == want and probe.threads_for(3) == want
-        assert f"{want} (median step:" in probe.summary()
+        assert probe.final and probe.decide() == want and probe.threads_for(9) == want
+        assert f"{want} (fastest of 4 alternating steps:" in probe.summary()
+    # a second window before the plan: a burst that slowed 2 threads in the first is outvoted
+    probe = ThreadProbe(rounds=2, n=2, second_at=20)
+    assert [w for w in probe.windows] == [range(1, 5), range(16, 20)]
+    for i in range(1, 20):
+        k = probe.threads_for(i)
+        probe.record(i, k, {1: 0.15, 2: 0.9 if i < 5 else 0.1}[k])
+        if i == 4:
+            assert probe.choice == 1 and not probe.final and probe.threads_for(10) == 1
+    assert probe.final and probe.choice == 2
+    assert [probe.threads_for(i) for i in (16, 17, 25)] == [2, 1, 2]
 
 
 def test_device_and_precision_choices():

@@ -33,13 +33,14 @@ def fingerprint(text: str) -> str:
 def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVocab, step: int,
                     data_generator: torch.Generator, history: list, text_fingerprint: str,
                     baseline_nats: dict, planned_steps: int | None = None,
-                    rank_rng: list[dict] | None = None) -> Path:
+                    rank_rng: list[dict] | None = None, progress: float | None = None) -> Path:
     """Write everything a run needs to continue into one safetensors file, atomically.
 
     Tensors: ``model.<name>`` (weights), ``optimizer.<i>.<key>`` (AdamW state of parameter i),
     ``rng.torch``, ``rng.data`` (and ``rng.cuda`` when the model is on a GPU). Metadata (JSON
     strings): config, vocab, step, param_groups, history, text fingerprint, baselines, and the
-    schedule's planned length (``planned_steps``; None until the run has planned it). Tensors
+    schedule's planned length (``planned_steps``; None until the run has planned it) and the
+    decay's ``progress`` at this step (:class:`txlearn.capstone.train.Schedule`). Tensors
     are stored from the CPU. Written to ``<path>.tmp-<pid>`` then renamed.
 
     ``rank_rng``: in a run of several processes, every rank's generator states
@@ -69,7 +70,7 @@ def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVoca
             "vocab": json.dumps(vocab.chars), "step": str(step),
             "param_groups": json.dumps(state["param_groups"]), "history": json.dumps(history),
             "text_sha256": text_fingerprint, "baselines": json.dumps(baseline_nats),
-            "planned_steps": json.dumps(planned_steps)}
+            "planned_steps": json.dumps(planned_steps), "progress": json.dumps(progress)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
@@ -83,7 +84,7 @@ def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVoca
 
 def load_checkpoint(path) -> dict:
     """Read a checkpoint: ``{"model", "vocab", "config", "step", "history", "planned_steps",
-    "tensors", "meta"}``.
+    "progress", "tensors", "meta"}``.
 
     ``model`` is a :class:`CharTransformer` with the saved weights (eval mode, on the CPU; a
     checkpoint written on a GPU or by several processes loads the same way). Raises
@@ -115,6 +116,7 @@ def load_checkpoint(path) -> dict:
     return {"model": model.eval(), "vocab": vocab, "config": config, "step": int(meta["step"]),
             "history": json.loads(meta["history"]),
             "planned_steps": json.loads(meta.get("planned_steps", "null")),
+            "progress": json.loads(meta.get("progress", "null")),
             "tensors": tensors, "meta": meta}
 
 

@@ -7,9 +7,10 @@
   hardware computes bfloat16 natively (a CUDA GPU with bfloat16, a CPU with AVX512-BF16 or AMX),
   and in float32 elsewhere; ``"fp32"`` and ``"bf16"`` force one. Evaluation is always float32.
 - **threads** (CPU): ``"auto"`` keeps ``OMP_NUM_THREADS`` when it is set; otherwise the training
-  loop times its first steps with all cores and with one (:class:`ThreadProbe`) and keeps the
-  faster, because on a busy machine several threads can run slower than one (each waits for
-  the slowest at every operation). An integer fixes the count.
+  loop times steps with all cores and with one, at its start and again before it plans its
+  schedule (:class:`ThreadProbe`), and keeps the faster, because on a busy machine several
+  threads can run slower than one (each waits for the slowest at every operation). An integer
+  fixes the count.
 - **data parallelism**: launched by ``torchrun --nproc_per_node=N -m txlearn train ...``
   (which sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``),
   :class:`Distributed` joins the process group: gloo on the CPU, NCCL on GPUs, one GPU per
@@ -104,42 +105,58 @@ def available_cores() -> int:
 class ThreadProbe:
     """Choose 1 or ``n`` CPU threads by timing real training steps with each.
 
-    Steps ``1 .. 2 * rounds`` alternate ``n`` threads (odd steps) and 1 thread (even steps);
-    step 0 is not timed (it pays one-time costs). :meth:`decide` keeps the count with the lower
-    median step time. ``n`` defaults to ``torch.get_num_threads()`` at construction.
+    In each probe window the steps alternate ``n`` threads and 1 thread: the first window is
+    steps ``1 .. 2 * rounds`` of the call (step 0 pays one-time costs and is not timed); a second
+    window, the ``2 * rounds`` steps before step ``second_at`` (where the run plans its
+    schedule), times them again a few seconds later, so that another program's burst during one
+    window cannot decide alone. After each window :meth:`decide` keeps the count whose fastest
+    step was faster (the fastest, because other programs only ever slow a step down; a machine
+    busy throughout slows every step with ``n`` threads, and one thread wins). Between and after
+    the windows :meth:`threads_for` returns the choice. ``n`` defaults to
+    ``torch.get_num_threads()`` at construction.
     """
 
-    def __init__(self, rounds: int = 4, n: int | None = None):
+    def __init__(self, rounds: int = 4, n: int | None = None, second_at: int | None = None):
         self.n, self.rounds = (torch.get_num_threads() if n is None else n), rounds
+        width = 2 * rounds
+        self.windows = [range(1, width + 1)]
+        if second_at is not None and second_at - width > width + 4:
+            self.windows.append(range(second_at - width, second_at))
         self.times: dict[int, list[float]] = {self.n: [], 1: []}
         self.choice: int | None = None
+        self.final = False
 
     @property
     def last_step(self) -> int:
-        """The last step that is part of the probe."""
-        return 2 * self.rounds
+        """The last step that is part of a probe window."""
+        return self.windows[-1][-1]
 
     def threads_for(self, step: int) -> int:
-        if self.choice is not None:
-            return self.choice
-        if 1 <= step <= self.last_step:
-            return self.n if step % 2 else 1
-        return self.n
+        for window in self.windows:
+            if step in window:
+                return self.n if (step - window.start) % 2 == 0 else 1
+        return self.n if self.choice is None else self.choice
 
     def record(self, step: int, threads: int, seconds: float) -> None:
-        if self.choice is None and 1 <= step <= self.last_step:
-            self.times[threads].append(seconds)
+        """Note a timed step; at the end of a window, decide (final after the last one)."""
+        if not any(step in window for window in self.windows):
+            return
+        self.times.setdefault(threads, []).append(seconds)
+        if any(step == window[-1] for window in self.windows):
+            self.decide()
+            self.final = step == self.last_step
 
     def decide(self) -> int:
-        """The faster count (ties go to ``n``); afterwards :meth:`threads_for` returns it."""
-        medians = {k: statistics.median(v) for k, v in self.times.items() if v}
-        self.choice = min(medians, key=lambda k: (medians[k], -k)) if medians else self.n
+        """The count with the faster fastest step (ties go to ``n``)."""
+        fastest = {k: min(v) for k, v in self.times.items() if v}
+        self.choice = min(fastest, key=lambda k: (fastest[k], -k)) if fastest else self.n
         return self.choice
 
     def summary(self) -> str:
-        parts = [f"{k} thread{'s' if k > 1 else ''} {1e3 * statistics.median(v):.0f} ms"
+        parts = [f"{k} thread{'s' if k > 1 else ''} {1e3 * min(v):.0f} ms"
                  for k, v in sorted(self.times.items(), reverse=True) if v]
-        return f"{self.choice} (median step: {', '.join(parts)})"
+        steps = sum(len(v) for v in self.times.values())
+        return f"{self.choice} (fastest of {steps} alternating steps: {', '.join(parts)})"
 
 
 class Distributed:

@@ -14,9 +14,11 @@ call, from reading the text to the final evaluation and checkpoint; Python's sta
 1. **The schedule is planned against the budget.** At the end of the warm-up (whose learning
    rates do not depend on the run's length), the run has measured its step time; if
    ``max_steps`` would not fit in what is left of the budget, the cosine decay is laid over the
-   steps that do fit. A slower machine then makes fewer steps but still decays the learning
-   rate to ``min_lr``, instead of being cut off at a high learning rate. The planned length is
-   saved in the checkpoint, so a resumed run follows the same schedule.
+   steps that do fit (:class:`Schedule`). It checks again every ``eval_interval / 4`` steps and
+   re-plans when the steps that fit differ by more than 5% (another program took or freed the
+   cores), up to ``max_steps``, keeping the learning rate continuous. A slower machine then
+   makes fewer steps but still decays the learning rate to ``min_lr``, instead of being cut off
+   at a high learning rate. The plan is saved in the checkpoint, so a resumed run continues it.
 2. **No step starts that would end past the budget**, judging by the recent step time and the
    time the final evaluation will take (for a machine that slows down after the plan).
 
@@ -46,7 +48,8 @@ from txlearn.capstone.model import CharTransformer
 from txlearn.capstone.runtime import (Distributed, ThreadProbe, autocast, resolve_device,
                                       resolve_precision)
 
-__all__ = ["ENV_SECONDS", "learning_rate", "time_budget", "evaluate", "TrainResult", "train"]
+__all__ = ["ENV_SECONDS", "learning_rate", "Schedule", "time_budget", "evaluate", "TrainResult",
+           "train"]
 
 ENV_SECONDS = "TXLEARN_TRAIN_SECONDS"
 PLAN_MIN_WARMUP = 16   # the warm-up must be this long for the run to plan its schedule
@@ -62,9 +65,41 @@ def learning_rate(step: int, config: TrainConfig, total_steps: int | None = None
     total = config.max_steps if total_steps is None else total_steps
     if step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
-    p = (step - config.warmup_steps) / max(1, total - config.warmup_steps)
-    p = min(max(p, 0.0), 1.0)
+    return _cosine(config, (step - config.warmup_steps) / max(1, total - config.warmup_steps))
+
+
+def _cosine(config: TrainConfig, progress: float) -> float:
+    p = min(max(progress, 0.0), 1.0)
     return config.min_lr + (config.lr - config.min_lr) * 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+class Schedule:
+    """The learning rate of a run whose length is planned, and re-planned, against its budget.
+
+    The decay follows its *progress* ``p`` in [0, 1]: ``lr = min_lr + (lr - min_lr)(1 + cos(pi
+    p)) / 2`` after the warm-up. Each step after the warm-up advances ``p`` by ``(1 - p) / (N -
+    t)``, the share that brings it to 1 at the planned last step ``N``. For a fixed ``N`` this is
+    :func:`learning_rate` exactly; when the run re-plans ``N`` (the machine got slower or
+    faster), the learning rate stays continuous and still reaches ``min_lr`` at the new end.
+    ``total`` is None until the first plan (then ``config.max_steps`` applies).
+    """
+
+    def __init__(self, config: TrainConfig, total: int | None = None, progress: float = 0.0):
+        self.config, self.total, self.progress = config, total, progress
+
+    @property
+    def length(self) -> int:
+        return self.config.max_steps if self.total is None else self.total
+
+    def lr(self, step: int) -> float:
+        if step < self.config.warmup_steps:
+            return self.config.lr * (step + 1) / self.config.warmup_steps
+        return _cosine(self.config, self.progress)
+
+    def advance(self, step: int) -> None:
+        """After step ``step`` (counted from 0) was taken."""
+        if step >= self.config.warmup_steps:
+            self.progress += (1.0 - self.progress) / max(1, self.length - step)
 
 
 def time_budget(config: TrainConfig) -> float:
@@ -222,9 +257,11 @@ def _train(config, text, checkpoint, resume, stop_after, progress, log, threads,
         dist.restore_rng(ckpt["tensors"], config.seed)
         data_generator.set_state(ckpt["tensors"]["rng.data"])
         step, history, planned = ckpt["step"], ckpt["history"], ckpt["planned_steps"]
-
-    def run_planned():   # the schedule's length as planned so far (``run`` is made below)
-        return run.planned
+    schedule = Schedule(config, planned)
+    if resume:   # the decay's progress at the saved step (older checkpoints: the fixed plan)
+        w, n = config.warmup_steps, schedule.length
+        schedule.progress = ckpt["progress"] if ckpt["progress"] is not None else \
+            min(max((step - w) / max(1, n - w), 0.0), 1.0)
 
     def save(at_step: int):
         if checkpoint is None:
@@ -232,7 +269,8 @@ def _train(config, text, checkpoint, resume, stop_after, progress, log, threads,
         rank_rng = dist.rng_states()     # a collective: every rank takes part
         if dist.is_main:
             save_checkpoint(checkpoint, model, optimizer, config, vocab, at_step,
-                            data_generator, history, text_sha, base, run_planned(), rank_rng)
+                            data_generator, history, text_sha, base, schedule.total, rank_rng,
+                            schedule.progress)
         dist.barrier()   # every rank may read the file once this returns
         return Path(checkpoint)
 
@@ -242,17 +280,16 @@ def _train(config, text, checkpoint, resume, stop_after, progress, log, threads,
         from torch.nn.parallel import DistributedDataParallel
         net = DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     run = _Run(model, net, optimizer, config, train_ids, val_ids, data_generator, dist, dev,
-               started, budget, save, history, planned, threads)
+               started, budget, save, history, schedule, threads, step)
     losses, stopped_by = run.loop(step, stop_after, progress)
     step += len(losses)
     final = evaluate(model, val_ids, config.block_size, dist=dist)
     history.append({"step": step, "train": losses[-1] if losses else None, "val": final,
-                    "lr": learning_rate(max(step - 1, 0), config, run.planned),
-                    "seconds": round(time.perf_counter() - started, 2)})
+                    "lr": run.last_lr, "seconds": round(time.perf_counter() - started, 2)})
     path = save(step)
     result = TrainResult(model.eval(), vocab, config, base, final, step, run.seconds, stopped_by,
-                         history, losses, path, run.planned, run.threads, str(dev), dist.world,
-                         run.notes)
+                         history, losses, path, schedule.total, run.threads, str(dev),
+                         dist.world, run.notes)
     _log_end(log, result)
     return result
 
@@ -261,12 +298,16 @@ class _Run:
     """The training loop of one :func:`train` call, with its clock, plan and thread choice."""
 
     def __init__(self, model, net, optimizer, config, train_ids, val_ids, data_generator, dist,
-                 dev, started, budget, save, history, planned, threads):
+                 dev, started, budget, save, history, schedule, threads, start_step):
         self.model, self.net, self.optimizer, self.config = model, net, optimizer, config
         self.train_ids, self.val_ids, self.data_generator = train_ids, val_ids, data_generator
         self.dist, self.dev, self.save = dist, dev, save
         self.started, self.deadline = started, started + budget
-        self.history, self.planned, self.notes = history, planned, []
+        self.history, self.schedule, self.notes = history, schedule, []
+        self.plans: list[tuple[int, int]] = []   # (at step, planned length) of this call
+        self.per_step = None
+        self.last_lr = schedule.lr(max(start_step - 1, 0))
+        planned = schedule.total
         self.seconds = 0.0
         self.probe = None
         cpu = dev.type == "cpu"
@@ -276,10 +317,11 @@ class _Run:
             if cpu:
                 torch.set_num_threads(threads)
         elif cpu and dist.world == 1 and not os.environ.get("OMP_NUM_THREADS") \
-                and torch.get_num_threads() > 1 and config.warmup_steps >= PLAN_MIN_WARMUP:
-            self.probe = ThreadProbe()
+                and torch.get_num_threads() > 1:
+            plan_at = None if planned is not None else config.warmup_steps - start_step
+            self.probe = ThreadProbe(second_at=plan_at)
         self.threads = torch.get_num_threads() if cpu else None
-        self.step_times: list[float] = []
+        self.step_log: list[tuple[int, float]] = []   # (threads, seconds) of steps 1, 2, ...
         self.eval_seconds = None      # one periodic evaluation of eval_windows windows
         self.save_seconds = 0.5       # until a save has been timed
 
@@ -294,28 +336,45 @@ class _Run:
         return 1.2 * per_window * n_windows + self.save_seconds
 
     def recent_step(self) -> float:
-        recent = self.step_times[-10:]
+        recent = [dt for _, dt in self.step_log[-10:]]
         return max(statistics.median(recent), recent[-1]) if recent else 0.0
 
     def plan(self, step: int) -> None:
-        """Lay the cosine decay over the steps that fit in the budget (at the warm-up's end)."""
-        c = self.config
-        t = time.perf_counter()
-        evaluate(self.model, self.val_ids, c.block_size, c.eval_windows, dist=self.dist)
-        self.eval_seconds = time.perf_counter() - t
-        # step_times[k] is step k + 1 of this call; the probe's steps ran at both thread counts
-        measured = self.step_times[self.probe.last_step:] if self.probe else self.step_times
-        measured = measured or self.step_times
+        """Lay the cosine decay over the steps that fit in the budget (:class:`Schedule`): at the
+        warm-up's end, then again whenever that number moves by more than 5%."""
+        c, schedule = self.config, self.schedule
+        first = schedule.total is None
+        if self.eval_seconds is None:
+            t = time.perf_counter()
+            evaluate(self.model, self.val_ids, c.block_size, c.eval_windows, dist=self.dist)
+            self.eval_seconds = time.perf_counter() - t
+        # the speed at the thread count the run keeps (the probe's steps ran at both)
+        measured = [dt for k, dt in self.step_log if k == self.threads] or \
+            [dt for _, dt in self.step_log]
         per_step = 1.03 * statistics.median(measured[-20:])
         per_step += (self.eval_seconds + self.save_seconds) / c.eval_interval
         left = self.deadline - time.perf_counter() - self.final_reserve()
-        fit = step + max(0, int(left / per_step))
+        fit = step + max(1, int(left / per_step))
         (fit,) = self.dist.all_reduce([float(fit)], "min")   # every rank plans the same length
-        self.planned = min(c.max_steps, int(fit))
-        if self.planned < c.max_steps:
-            self.notes.append(f"schedule: {c.max_steps} steps would not fit in the budget at "
-                              f"{1e3 * per_step:.0f} ms per step; the learning rate decays over "
-                              f"{self.planned} steps instead (planned at step {step})")
+        fit = min(c.max_steps, int(fit))
+        if first or abs(fit - schedule.total) > 0.05 * schedule.total:
+            schedule.total = fit
+            self.plans.append((step, fit))
+            self.per_step = per_step
+
+    def plan_note(self) -> str | None:
+        c = self.config
+        if not self.plans or (len(self.plans) == 1 and self.plans[0][1] == c.max_steps):
+            return None
+        (step0, n0), n = self.plans[0], self.schedule.total
+        note = (f"schedule: {c.max_steps} steps would not fit in the budget at "
+                f"{1e3 * self.per_step:.0f} ms per step" if n0 < c.max_steps else
+                "schedule: the speed changed")
+        note += f"; planned at step {step0} over {n0} steps"
+        if len(self.plans) > 1:
+            note += (f", re-planned {len(self.plans) - 1} times as the speed changed "
+                     f"({', '.join(f'{n} at step {t}' for t, n in self.plans[1:])})")
+        return note
 
     def loop(self, step: int, stop_after: int | None, progress: bool):
         """Train until the planned last step, ``stop_after`` steps, or the budget.
@@ -328,10 +387,12 @@ class _Run:
         c, dist = self.config, self.dist
         self.model.train()
         losses, start = [], time.perf_counter()
-        can_plan = c.warmup_steps >= PLAN_MIN_WARMUP and self.planned is None
-        if not can_plan and self.planned is None:
-            self.planned = c.max_steps
-        last = lambda: self.planned if self.planned is not None else c.max_steps  # noqa: E731
+        schedule = self.schedule
+        can_plan = c.warmup_steps >= PLAN_MIN_WARMUP
+        if not can_plan and schedule.total is None:
+            schedule.total = c.max_steps
+        replan_every = max(10, c.eval_interval // 4)
+        last = lambda: schedule.length  # noqa: E731
         end = None if stop_after is None else step + stop_after
         tokens = c.batch_size * c.block_size
         bar = tqdm(total=last(), initial=step, disable=not (progress and dist.is_main),
@@ -347,18 +408,21 @@ class _Run:
             t = time.perf_counter()
             x, y = random_windows(self.train_ids, c.batch_size, c.block_size, self.data_generator)
             x, y = dist.shard(x).to(self.dev), dist.shard(y).to(self.dev)   # (B / world, T)
-            loss = self._step(x, y, learning_rate(step, c, last()))
+            self.last_lr = schedule.lr(step)
+            loss = self._step(x, y, self.last_lr)
+            schedule.advance(step)
             step += 1
             dt = time.perf_counter() - t
-            if self.probe is not None and self.probe.choice is None:
-                self.probe.record(i, torch.get_num_threads(), dt)
-                if i == self.probe.last_step:
-                    self.threads = self.probe.decide()
-                    torch.set_num_threads(self.threads)
-                    self.notes.append(f"threads: {self.probe.summary()}")
             if i > 0:                        # the first step of a call pays one-time costs
-                self.step_times.append(dt)
-            if self.planned is None and step == c.warmup_steps:
+                self.step_log.append((torch.get_num_threads() if self.threads else 0, dt))
+            if self.probe is not None and not self.probe.final:
+                self.probe.record(i, torch.get_num_threads(), dt)
+                if self.probe.choice is not None:
+                    self.threads = self.probe.choice
+                if self.probe.final:
+                    self.notes.append(f"threads: {self.probe.summary()}")
+            if can_plan and step >= c.warmup_steps and step < last() and (
+                    schedule.total is None or (step - c.warmup_steps) % replan_every == 0):
                 self.plan(step)
                 bar.total = last()
                 bar.refresh()
@@ -368,7 +432,7 @@ class _Run:
                 val = evaluate(self.model, self.val_ids, c.block_size, c.eval_windows, dist=dist)
                 self.eval_seconds = time.perf_counter() - t_eval
                 self.history.append({"step": step, "train": None, "val": val,
-                                     "lr": learning_rate(step - 1, c, last()),
+                                     "lr": self.last_lr,
                                      "seconds": round(time.perf_counter() - self.started, 2)})
                 t_save = time.perf_counter()
                 self.save(step)
@@ -390,6 +454,9 @@ class _Run:
                 break
         bar.close()
         self.seconds = time.perf_counter() - start
+        note = self.plan_note()
+        if note:
+            self.notes.append(note)
         return losses, stopped_by
 
     def _step(self, x, y, lr) -> float:
