@@ -39,20 +39,20 @@ class TrainConfig:
     n_layers: int = 4
     d_ff: int = 512
     block_size: int = 128
-    batch_size: int = 24
-    max_steps: int = 500
-    lr: float = 3e-3
-    min_lr: float = 3e-4
-    warmup_steps: int = 30
+    batch_size: int = 12
+    max_steps: int = 2700
+    lr: float = 2e-3
+    min_lr: float = 2e-4
+    warmup_steps: int = 50
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     seed: int = 0
-    dropout: float = 0.0
+    dropout: float = 0.1
     precision: str = "auto"
     val_fraction: float = 0.1
-    eval_interval: int = 50
+    eval_interval: int = 200
     eval_windows: int = 32
-    max_seconds: float = 140.0
+    max_seconds: float = 170.0
 
     def trajectory(self) -> dict:
         """The fields a resumed run must share with its checkpoint (all but ``max_seconds``)."""

@@ -14,9 +14,10 @@ call, from reading the text to the final evaluation and checkpoint; Python's sta
 1. **The schedule is planned against the budget.** At the end of the warm-up (whose learning
    rates do not depend on the run's length), the run has measured its step time; if
    ``max_steps`` would not fit in what is left of the budget, the cosine decay is laid over the
-   steps that do fit (:class:`Schedule`). It checks again every ``eval_interval / 4`` steps and
-   re-plans when the steps that fit differ by more than 5% (another program took or freed the
-   cores), up to ``max_steps``, keeping the learning rate continuous. A slower machine then
+   steps that do fit (:class:`Schedule`). It checks again every ``eval_interval / 4`` steps,
+   timing the last 200 steps with their evaluations and checkpoints, and re-plans when the steps
+   that fit differ by more than 10% (another program took or freed the cores), up to
+   ``max_steps``, keeping the learning rate continuous. A slower machine then
    makes fewer steps but still decays the learning rate to ``min_lr``, instead of being cut off
    at a high learning rate. The plan is saved in the checkpoint, so a resumed run continues it.
 2. **No step starts that would end past the budget**, judging by the recent step time and the
@@ -53,6 +54,8 @@ __all__ = ["ENV_SECONDS", "learning_rate", "Schedule", "time_budget", "evaluate"
 
 ENV_SECONDS = "TXLEARN_TRAIN_SECONDS"
 PLAN_MIN_WARMUP = 16   # the warm-up must be this long for the run to plan its schedule
+REPLAN_WINDOW = 200    # steps whose wall time predicts the next ones when re-planning
+REPLAN_CHANGE = 0.1    # re-plan when the steps that fit differ from the plan by more than this
 
 
 def learning_rate(step: int, config: TrainConfig, total_steps: int | None = None) -> float:
@@ -322,6 +325,7 @@ class _Run:
             self.probe = ThreadProbe(second_at=plan_at)
         self.threads = torch.get_num_threads() if cpu else None
         self.step_log: list[tuple[int, float]] = []   # (threads, seconds) of steps 1, 2, ...
+        self.marks: list[tuple[int, float]] = []      # (step, clock) after each step's chores
         self.eval_seconds = None      # one periodic evaluation of eval_windows windows
         self.save_seconds = 0.5       # until a save has been timed
 
@@ -341,23 +345,29 @@ class _Run:
 
     def plan(self, step: int) -> None:
         """Lay the cosine decay over the steps that fit in the budget (:class:`Schedule`): at the
-        warm-up's end, then again whenever that number moves by more than 5%."""
+        warm-up's end, then again whenever that number moves by more than 10%."""
         c, schedule = self.config, self.schedule
         first = schedule.total is None
+        if not first and len(self.marks) <= 20:   # too few steps of this call timed yet
+            return
         if self.eval_seconds is None:
             t = time.perf_counter()
             evaluate(self.model, self.val_ids, c.block_size, c.eval_windows, dist=self.dist)
             self.eval_seconds = time.perf_counter() - t
-        # the speed at the thread count the run keeps (the probe's steps ran at both)
-        measured = [dt for k, dt in self.step_log if k == self.threads] or \
-            [dt for _, dt in self.step_log]
-        per_step = 1.03 * statistics.median(measured[-20:])
-        per_step += (self.eval_seconds + self.save_seconds) / c.eval_interval
+        if first:   # the steps at the thread count the run keeps (the probe ran both)
+            measured = [dt for k, dt in self.step_log if k == self.threads] or \
+                [dt for _, dt in self.step_log]
+            per_step = 1.03 * statistics.median(measured[-20:])
+            per_step += (self.eval_seconds + self.save_seconds) / c.eval_interval
+        else:       # the clock over the last 200 steps, evaluations and checkpoints included
+            k = min(REPLAN_WINDOW, len(self.marks) - 1)
+            (s0, t0), (s1, t1) = self.marks[-1 - k], self.marks[-1]
+            per_step = 1.03 * (t1 - t0) / max(1, s1 - s0)
         left = self.deadline - time.perf_counter() - self.final_reserve()
         fit = step + max(1, int(left / per_step))
         (fit,) = self.dist.all_reduce([float(fit)], "min")   # every rank plans the same length
         fit = min(c.max_steps, int(fit))
-        if first or abs(fit - schedule.total) > 0.05 * schedule.total:
+        if first or abs(fit - schedule.total) > REPLAN_CHANGE * schedule.total:
             schedule.total = fit
             self.plans.append((step, fit))
             self.per_step = per_step
@@ -446,6 +456,7 @@ class _Run:
             losses.append(loss)
             if nearly:
                 self.history[-1]["train"] = loss
+            self.marks.append((step, time.perf_counter()))
             bar.update(1)
             rate = tokens * len(losses) / (time.perf_counter() - start)
             bar.set_postfix(loss=f"{loss:.3f}", chars_s=f"{rate:,.0f}")
