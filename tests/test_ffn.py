@@ -205,3 +205,24 @@ def test_flop_count_matches_a_counted_forward():
         ffn(x)
     assert counter.get_total_flops() == ffn_flops(T=10, d_model=32, n_heads=1, d_ff=96,
                                                   activation="swiglu")
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_fused_feed_forward_equals_teaching_path_with_gradients(activation):
+    """FeedForward(fused=True) (F.linear, F.gelu...: the training path) = the equations, float64."""
+    torch.manual_seed(0)
+    teach = FeedForward(6, 10, activation).double()
+    fast = FeedForward(6, 10, activation, fused=True).double()
+    with torch.no_grad():
+        for p in teach.parameters():
+            p.uniform_(-1, 1)   # non-zero biases, so a dropped bias would show
+    fast.load_state_dict(teach.state_dict())
+    x = torch.randn(2, 5, 6, dtype=torch.float64) * 2
+    results = []
+    for ffn in (teach, fast):
+        xi = x.clone().requires_grad_(True)
+        out = ffn(xi)
+        out.square().sum().backward()
+        results.append([out.detach(), xi.grad] + [p.grad for p in ffn.parameters()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)

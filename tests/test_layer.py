@@ -268,3 +268,48 @@ def test_decoder_cross_attention_reads_the_memory():
         layer(torch.randn(2, 3, 8, dtype=torch.float64), memory)
     with pytest.raises(ValueError, match=r"x_kv must be \(B=2, S, d_model=16\)"):
         layer(x, torch.randn(2, 5, 8, dtype=torch.float64))
+
+
+# --- the fast path (fused=True) equals the teaching path -----------------------------------------
+
+def _fused_pair(norm_first, activation, n_kv_heads=None):
+    torch.manual_seed(0)
+    teach = TransformerLayer(D, H, F_, n_kv_heads=n_kv_heads, activation=activation,
+                             norm_first=norm_first).double()
+    with torch.no_grad():
+        for p in teach.parameters():
+            p.add_(0.1 * torch.randn_like(p))   # non-trivial norms and biases
+    fast = TransformerLayer(D, H, F_, n_kv_heads=n_kv_heads, activation=activation,
+                            norm_first=norm_first, fused=True).double()
+    fast.load_state_dict(teach.state_dict())
+    return teach, fast
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("activation", ["relu", "gelu", "gelu_tanh", "swiglu"])
+def test_fused_layer_equals_teaching_layer_with_gradients(norm_first, activation):
+    teach, fast = _fused_pair(norm_first, activation, n_kv_heads=2)
+    x, real = inputs()
+    mask = causal_mask(6)
+    results = []
+    for layer in (teach, fast):
+        xi = x.clone().requires_grad_(True)
+        out = layer(xi, mask=mask, key_padding_mask=real)
+        out.square().sum().backward()
+        results.append([out.detach(), xi.grad] + [p.grad for p in layer.parameters()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_fused_layer_with_weights_or_cache_equals_teaching_layer():
+    teach, fast = _fused_pair(True, "gelu")
+    x, _ = inputs()
+    out_t, w_t = teach(x, mask=causal_mask(6), return_weights=True)
+    out_f, w_f = fast(x, mask=causal_mask(6), return_weights=True)   # weights: teaching attention
+    torch.testing.assert_close(out_f, out_t, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(w_f, w_t, rtol=1e-10, atol=1e-14)
+    from txlearn.heads import KVCache
+    cache, steps = KVCache(), []
+    for t in range(6):   # one position at a time through the fused path's cache
+        steps.append(fast(x[:, t:t + 1], mask=causal_mask(1, t + 1), cache=cache))
+    torch.testing.assert_close(torch.cat(steps, dim=1), out_t, rtol=1e-10, atol=1e-12)

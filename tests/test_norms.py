@@ -134,3 +134,26 @@ def test_residual_errors():
         residual(x, lambda h: h, lambda h: h, order="middle")
     with pytest.raises(ValueError, match=r"\(2, 4\).*\(2, 3\)"):
         residual(x, lambda h: h[:, :3], lambda h: h)
+
+
+def test_fused_layer_norm_equals_teaching_path_with_gradients():
+    """LayerNorm(fused=True) (F.layer_norm, the training path) = the equation, float64."""
+    torch.manual_seed(0)
+    teach, fast = LayerNorm(8).double(), LayerNorm(8, fused=True).double()
+    with torch.no_grad():
+        teach.gamma.uniform_(0.5, 1.5)
+        teach.beta.uniform_(-0.5, 0.5)
+    fast.load_state_dict(teach.state_dict())
+    x = torch.randn(3, 5, 8, dtype=torch.float64) * 3 + 1
+    outs, grads = [], []
+    for norm in (teach, fast):
+        xi = x.clone().requires_grad_(True)
+        out = norm(xi)
+        (out ** 3).sum().backward()
+        outs.append(out.detach())
+        grads.append([xi.grad, norm.gamma.grad, norm.beta.grad])
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-12, atol=1e-12)
+    for g_fast, g_teach in zip(grads[1], grads[0]):
+        torch.testing.assert_close(g_fast, g_teach, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="d_model"):
+        fast(torch.randn(2, 7))

@@ -16,7 +16,7 @@ from txlearn.capstone.train import ENV_SECONDS, evaluate, learning_rate, time_bu
 
 TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
                    max_steps=80, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
-                   eval_windows=8, max_seconds=600.0)
+                   eval_windows=8, max_seconds=600.0, precision="fp32", dropout=0.0)
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +69,47 @@ def test_model_is_causal_and_tied():
         model(torch.zeros(1, 13, dtype=torch.long))
 
 
+def test_fused_model_equals_teaching_model_with_gradients():
+    """The training path (fused kernels) against the course's own equations, float64."""
+    torch.manual_seed(0)
+    teach = CharTransformer(11, 16, 2, 2, 32, block_size=12, fused=False).double()
+    fast = CharTransformer(11, 16, 2, 2, 32, block_size=12).double()    # default: fused
+    assert fast.layers[0].fused and not teach.layers[0].fused
+    fast.load_state_dict(teach.state_dict())
+    ids = torch.randint(0, 11, (3, 12))
+    results = []
+    for model in (teach, fast):
+        logits = model(ids)
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.roll(-1, 1).flatten()).backward()
+        results.append([logits.detach()] + [p.grad for p in model.parameters()])
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    # attention weights asked for: the teaching attention, on both
+    _, w_fast = fast(ids, return_weights=True)
+    _, w_teach = teach(ids, return_weights=True)
+    torch.testing.assert_close(w_fast[1], w_teach[1], rtol=1e-9, atol=1e-12)
+
+
+def test_bfloat16_autocast_step_is_close_to_float32():
+    """What precision="bf16" changes: the loss by < 0.01 nats, gradients' direction > 0.999."""
+    from txlearn.capstone.runtime import autocast
+    torch.manual_seed(0)
+    model = CharTransformer(11, 32, 2, 2, 64, block_size=16)
+    ids = torch.randint(0, 11, (4, 16))
+    out = {}
+    for precision in ("fp32", "bf16"):
+        model.zero_grad()
+        with autocast(precision, torch.device("cpu")):
+            logits = model(ids)
+        assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), ids.flatten())
+        loss.backward()
+        out[precision] = (loss.item(), torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert abs(out["bf16"][0] - out["fp32"][0]) < 0.01
+    cos = torch.nn.functional.cosine_similarity(out["bf16"][1], out["fp32"][1], dim=0)
+    assert cos > 0.999
+
+
 def test_cached_forward_equals_full_forward():
     torch.manual_seed(1)
     model = CharTransformer(9, 16, 4, 3, 32, block_size=10).eval()
@@ -103,8 +144,9 @@ def test_checkpoint_round_trip_is_exact(trained, tmp_path):
         assert torch.equal(trained.model(x), ckpt["model"](x))
 
 
-def test_resume_continues_the_same_trajectory(text, tmp_path):
-    config = dataclasses.replace(TINY, max_steps=12, eval_interval=4)
+@pytest.mark.parametrize("dropout", [0.0, 0.1])   # dropout: the saved RNG state matters
+def test_resume_continues_the_same_trajectory(text, tmp_path, dropout):
+    config = dataclasses.replace(TINY, max_steps=12, eval_interval=4, dropout=dropout)
     straight = train(config, text, checkpoint=tmp_path / "a.safetensors", progress=False, log=None)
     path = tmp_path / "b.safetensors"
     first = train(config, text, checkpoint=path, stop_after=5, progress=False, log=None)
@@ -182,6 +224,85 @@ def test_time_budget(monkeypatch, text):
             time_budget(TINY)
 
 
+def test_schedule_is_planned_against_the_budget(monkeypatch, text, tmp_path):
+    """100,000 steps do not fit in 3 s: at the warm-up's end the cosine is laid over the steps
+    that fit; the plan and the decay's progress are saved, and a resumed run starts there."""
+    config = dataclasses.replace(TINY, max_steps=100_000, warmup_steps=16, eval_interval=8)
+    path = tmp_path / "plan.safetensors"
+    # the first AdamW of a process imports torch._dynamo (seconds on a busy machine): not here
+    torch.optim.AdamW([torch.zeros(1, requires_grad=True)])
+    monkeypatch.setenv(ENV_SECONDS, "3")
+    r = train(config, text, checkpoint=path, stop_after=17, progress=False, log=None, threads=1)
+    planned = r.planned_steps     # planned at step 16, the warm-up's end
+    assert 16 < planned < 100_000 and r.step == 17
+    assert any(note.startswith("schedule: 100000 steps would not fit") for note in r.notes)
+    ckpt = load_checkpoint(path)
+    assert ckpt["planned_steps"] == planned
+    assert ckpt["progress"] == pytest.approx(1 / (planned - 16), rel=1e-12)   # one decay step
+    resumed = train(config, text, checkpoint=path, resume=True, stop_after=1, progress=False,
+                    log=None, threads=1)
+    assert resumed.history[-1]["lr"] == pytest.approx(learning_rate(17, config, planned))
+
+
+def test_schedule_replanned_keeps_the_learning_rate_continuous():
+    from txlearn.capstone.train import Schedule
+    c = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110)
+    fixed, lrs = Schedule(c, 110), []
+    for t in range(110):
+        lrs.append(fixed.lr(t))
+        fixed.advance(t)
+    assert lrs == pytest.approx([learning_rate(t, c) for t in range(110)], abs=1e-12)
+    assert fixed.progress == pytest.approx(1.0)
+    replanned, lrs = Schedule(c, 110), []
+    for t in range(80):
+        if t == 40:
+            replanned.total = 80        # the machine slowed down: 30 steps fewer fit
+        lrs.append(replanned.lr(t))
+        replanned.advance(t)
+    assert replanned.progress == pytest.approx(1.0)   # min_lr is reached at the new end
+    after = lrs[10:]
+    assert all(a >= b for a, b in zip(after, after[1:]))   # still decreasing
+    assert max(a - b for a, b in zip(after, after[1:])) < 0.04   # no jump where it re-planned
+
+
+def test_thread_probe_keeps_the_faster_count():
+    from txlearn.capstone.runtime import ThreadProbe
+    for slow, want in ((2, 1), (1, 2)):
+        probe = ThreadProbe(rounds=2, n=2)
+        assert [probe.threads_for(i) for i in range(6)] == [2, 2, 1, 2, 1, 2]
+        for i in range(1, probe.last_step + 1):
+            k = probe.threads_for(i)
+            probe.record(i, k, 0.5 if k == slow else 0.1)
+        assert probe.final and probe.decide() == want and probe.threads_for(9) == want
+        assert f"{want} (fastest of 4 alternating steps:" in probe.summary()
+    # a second window before the plan: a burst that slowed 2 threads in the first is outvoted
+    probe = ThreadProbe(rounds=2, n=2, second_at=20)
+    assert [w for w in probe.windows] == [range(1, 5), range(16, 20)]
+    for i in range(1, 20):
+        k = probe.threads_for(i)
+        probe.record(i, k, {1: 0.15, 2: 0.9 if i < 5 else 0.1}[k])
+        if i == 4:
+            assert probe.choice == 1 and not probe.final and probe.threads_for(10) == 1
+    assert probe.final and probe.choice == 2
+    assert [probe.threads_for(i) for i in (16, 17, 25)] == [2, 1, 2]
+
+
+def test_device_and_precision_choices():
+    from txlearn.capstone.runtime import native_bf16, resolve_device, resolve_precision
+    cpu = torch.device("cpu")
+    assert resolve_device("cpu") == cpu and resolve_device(" CPU ") == cpu
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="sees no CUDA GPU"):
+            resolve_device("cuda")
+    with pytest.raises(UserError, match="unknown device 'gpu0'"):
+        resolve_device("gpu0")
+    assert resolve_precision("fp32", cpu) == "fp32" and resolve_precision("bf16", cpu) == "bf16"
+    assert resolve_precision("auto", cpu) == ("bf16" if native_bf16(cpu) else "fp32")
+    with pytest.raises(UserError, match="precision must be one of auto, fp32, bf16"):
+        resolve_precision("fp16", cpu)
+
+
 def test_cached_greedy_sampling_equals_uncached(trained):
     prompt = trained.vocab.encode("def f(x):\n    return ")
     n_new = 2 * TINY.block_size + 5            # past two context restarts
@@ -247,6 +368,14 @@ def test_cli_train_bad_configuration(tmp_path, capsys):
     assert "d_model 30 is not divisible by n_heads 4" in capsys.readouterr().err
     assert main(["train", "--out", str(out), "--batch-size", "0", "--lr", "-1"]) == 2
     assert "invalid configuration: batch_size=0, lr=-1.0" in capsys.readouterr().err
+    assert main(["train", "--out", str(out), "--precision", "fp16"]) == 2
+    assert "precision 'fp16' must be auto, fp32 or bf16" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["train", "--out", str(out), "--device", "cuda"]) == 2
+        assert "PyTorch sees no CUDA GPU" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--out", str(out), "--threads", "0"])
+    assert "expected a positive integer or 'auto'" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -38,6 +38,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from txlearn.precision import upcast
@@ -121,6 +122,12 @@ def _act(activation: str):
     return {"relu": relu, "gelu": gelu, "gelu_tanh": lambda x: gelu(x, "tanh")}[activation]
 
 
+def _fused_act(activation: str):
+    """PyTorch's one-kernel versions of the activations above (the fast path)."""
+    return {"relu": F.relu, "gelu": F.gelu,
+            "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}[activation]
+
+
 def _act_np(activation: str):
     return {"relu": relu_np, "gelu": gelu_np, "gelu_tanh": lambda x: gelu_np(x, "tanh")}[activation]
 
@@ -156,6 +163,10 @@ class FeedForward(nn.Module):
         d_ff: inner width; None means 4 * d_model (use :func:`swiglu_d_ff` for the 2/3 rule).
         activation: "relu" (the paper), "gelu" (exact erf), "gelu_tanh", or "swiglu".
         bias: whether b_1, b_2 (and b_3) exist.
+        fused: False (default) computes the activation from its equation (:func:`gelu` etc.,
+            the teaching path); True calls PyTorch's one-kernel ``F.relu``/``F.gelu``/``F.silu``
+            and computes each ``x W + b`` in one ``F.linear`` call (the fast path for training,
+            tested equal, gradients included).
     Parameters: ``W_1 (d_model, d_ff)``, ``b_1 (d_ff,)``, ``W_2 (d_ff, d_model)``, ``b_2 (d_model,)``;
         SwiGLU adds the gate ``W_3 (d_model, d_ff)``, ``b_3 (d_ff,)``.
     forward(x): x (..., d_model) float -> (..., d_model), same dtype; every position alone.
@@ -168,13 +179,14 @@ class FeedForward(nn.Module):
     """
 
     def __init__(self, d_model: int, d_ff: int | None = None, activation: str = "relu",
-                 bias: bool = True):
+                 bias: bool = True, fused: bool = False):
         super().__init__()
         _check_activation(activation)
         d_ff = 4 * d_model if d_ff is None else d_ff
         if d_model < 1 or d_ff < 1:
             raise ValueError(f"FeedForward: d_model={d_model} and d_ff={d_ff} must be positive")
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
+        self.fused = fused
         self.W_1 = nn.Parameter(torch.empty(d_model, d_ff))
         self.W_2 = nn.Parameter(torch.empty(d_ff, d_model))
         self.b_1 = nn.Parameter(torch.zeros(d_ff)) if bias else None
@@ -192,8 +204,9 @@ class FeedForward(nn.Module):
                 bound = 1.0 / math.sqrt(W.shape[0])
                 nn.init.uniform_(W, -bound, bound)
 
-    @staticmethod
-    def _affine(x, W, b):
+    def _affine(self, x, W, b):
+        if self.fused:  # x W + b in one kernel (addmm); under autocast all of it in bfloat16
+            return F.linear(x, W.t(), b)
         return x @ W + b if b is not None else x @ W
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -205,10 +218,11 @@ class FeedForward(nn.Module):
                              f"{self.W_1.dtype}: cast one to the other (module.to(dtype))")
         h = self._affine(x, self.W_1, self.b_1)                       # (..., d_ff)
         if self.activation == "swiglu":
-            gate = silu(upcast(self._affine(x, self.W_3, self.b_3)))  # (..., d_ff) float32+
+            act = F.silu if self.fused else silu                      # float32+ inside
+            gate = act(upcast(self._affine(x, self.W_3, self.b_3)))   # (..., d_ff)
             h = (gate * upcast(h)).to(x.dtype)                        # (..., d_ff)
         else:
-            h = _act(self.activation)(h)                              # (..., d_ff)
+            h = (_fused_act if self.fused else _act)(self.activation)(h)  # (..., d_ff)
         return self._affine(h, self.W_2, self.b_2)                    # (..., d_model)
 
     def extra_repr(self) -> str:

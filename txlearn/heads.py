@@ -130,6 +130,24 @@ class KVCache:
         return self.K.numel() * self.K.element_size() + self.V.numel() * self.V.element_size()
 
 
+def _fused_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+                     mask: torch.Tensor | None) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` for the fast path, in at least float32 on the CPU.
+
+    On the CPU, PyTorch 2.13's fused kernel takes twice as long (forward and backward) in
+    bfloat16 as in float32 at the capstone's sizes (``benchmarks/README.md``), so under bfloat16
+    autocast the CPU computes attention in float32 and returns the input dtype. GPUs keep
+    bfloat16.
+    """
+    if Q.device.type != "cpu":
+        return F.scaled_dot_product_attention(Q, K, V, attn_mask=mask)
+    dtype = torch.promote_types(Q.dtype, torch.float32)   # bfloat16 -> float32; float64 stays
+    with torch.autocast("cpu", enabled=False):
+        out = F.scaled_dot_product_attention(Q.to(dtype), K.to(dtype), V.to(dtype),
+                                             attn_mask=mask)
+    return out.to(Q.dtype)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head (and grouped-query) attention with weights ``W_Q, W_K, W_V, W_O``.
 
@@ -144,8 +162,9 @@ class MultiHeadAttention(nn.Module):
     Two paths, tested equal (masks, GQA, fully masked rows, gradients): by default the heads run
     the course's own :func:`txlearn.attention.scaled_dot_product_attention` (the teaching path);
     with ``use_sdpa=True`` a call that does not ask for the weights runs PyTorch's fused
-    ``F.scaled_dot_product_attention`` instead (the fast path, for training; see
-    ``benchmarks/``). Asking for the weights always takes the teaching path.
+    ``F.scaled_dot_product_attention`` instead, and every projection ``x W + b`` is one
+    ``F.linear`` call (the fast path, for training; see ``benchmarks/``). Asking for the weights
+    always takes the teaching attention.
 
     Rotary positions (``rope="interleaved"`` or ``"half"``, the pairing of
     :func:`txlearn.positional.apply_rope`, with ``theta_k = rope_base^(-2k/d_k)``): every query
@@ -201,8 +220,9 @@ class MultiHeadAttention(nn.Module):
             if b is not None:
                 nn.init.zeros_(b)
 
-    @staticmethod
-    def _project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    def _project(self, x: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        if self.use_sdpa:  # the fast path: x W + b in one kernel (addmm)
+            return F.linear(x, W.t(), b)  # (B, T, d_out)
         return x @ W if b is None else x @ W + b  # (B, T, d_in) @ (d_in, d_out) -> (B, T, d_out)
 
     def _check_inputs(self, x: torch.Tensor, x_kv: torch.Tensor) -> None:
@@ -252,7 +272,7 @@ class MultiHeadAttention(nn.Module):
         V = split_heads(self._project(x_kv, self.W_V, self.b_V), self.n_kv_heads)  # (B, n_kv, S, d_k)
         if self.rope is not None:  # positions continue after the cached ones
             start = 0 if cache is None else len(cache)
-            positions = torch.arange(start, start + x.shape[1])               # (L,)
+            positions = torch.arange(start, start + x.shape[1], device=x.device)  # (L,)
             Q = apply_rope(Q, positions, self.rope, self.rope_base)           # (B, n_heads, L, d_k)
             K = apply_rope(K, positions, self.rope, self.rope_base)           # (B, n_kv, L, d_k)
         if cache is not None:
@@ -265,7 +285,7 @@ class MultiHeadAttention(nn.Module):
         if self.use_sdpa and not return_weights:
             if full_mask is not None:  # the same errors as the teaching path
                 _check_mask(full_mask, (*Q.shape[:-1], K.shape[-2]), full_mask.dtype == torch.bool)
-            heads = F.scaled_dot_product_attention(Q, K, V, attn_mask=full_mask)  # (B, n_heads, L, d_k)
+            heads = _fused_attention(Q, K, V, full_mask)  # (B, n_heads, L, d_k)
             return self._project(merge_heads(heads), self.W_O, self.b_O)  # (B, L, d_model)
         heads, weights = scaled_dot_product_attention(Q, K, V, full_mask, return_weights=True)
         out = self._project(merge_heads(heads), self.W_O, self.b_O)  # (B, L, d_model)

@@ -62,12 +62,12 @@ def _torch_activation_name(act) -> str:
     return name
 
 
-def _make_norm(norm: str, d_model: int, eps: float) -> nn.Module:
-    """``LayerNorm(d_model, eps)`` for ``norm="layer"``, ``RMSNorm(d_model, eps)`` for ``"rms"``;
-    raises ValueError for another name."""
+def _make_norm(norm: str, d_model: int, eps: float, fused: bool = False) -> nn.Module:
+    """``LayerNorm(d_model, eps, fused=fused)`` for ``norm="layer"``, ``RMSNorm(d_model, eps)``
+    for ``"rms"`` (one path: its equation); raises ValueError for another name."""
     if norm not in ("layer", "rms"):
         raise ValueError(f"norm must be 'layer' or 'rms', got {norm!r}")
-    return LayerNorm(d_model, eps) if norm == "layer" else RMSNorm(d_model, eps)
+    return LayerNorm(d_model, eps, fused=fused) if norm == "layer" else RMSNorm(d_model, eps)
 
 
 class TransformerLayer(nn.Module):
@@ -85,6 +85,12 @@ class TransformerLayer(nn.Module):
         norm: ``"layer"`` (LayerNorm, the paper) or ``"rms"`` (RMSNorm, lesson 06).
         rope, rope_base: rotary positions inside the attention (see
             :class:`txlearn.heads.MultiHeadAttention`); None = none.
+        fused: False (default): every sub-layer computes its equations with the course's own
+            code (the teaching path). True: the fast path for training, tested equal to the
+            teaching path: attention through ``F.scaled_dot_product_attention`` whenever the
+            weights are not requested (``MultiHeadAttention(use_sdpa=True)``; asking for them
+            still takes the teaching path), LayerNorm and the activation through PyTorch's
+            one-kernel ``F.layer_norm`` and ``F.gelu``/``F.relu``/``F.silu``.
 
     Submodules: ``attn`` (MultiHeadAttention), ``norm1``, ``ffn`` (FeedForward), ``norm2``.
 
@@ -101,16 +107,17 @@ class TransformerLayer(nn.Module):
     def __init__(self, d_model: int, n_heads: int, d_ff: int, n_kv_heads: int | None = None,
                  activation: str = "relu", norm_first: bool = False, dropout: float = 0.0,
                  eps: float = 1e-5, bias: bool = True, norm: str = "layer",
-                 rope: str | None = None, rope_base: float = 10000.0) -> None:
+                 rope: str | None = None, rope_base: float = 10000.0,
+                 fused: bool = False) -> None:
         super().__init__()
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
-        self.d_model, self.norm_first = d_model, norm_first
+        self.d_model, self.norm_first, self.fused = d_model, norm_first, fused
         self.attn = MultiHeadAttention(d_model, n_heads, n_kv_heads, bias=bias, rope=rope,
-                                       rope_base=rope_base)
-        self.norm1 = _make_norm(norm, d_model, eps)
-        self.ffn = FeedForward(d_model, d_ff, activation, bias=bias)
-        self.norm2 = _make_norm(norm, d_model, eps)
+                                       rope_base=rope_base, use_sdpa=fused)
+        self.norm1 = _make_norm(norm, d_model, eps, fused)
+        self.ffn = FeedForward(d_model, d_ff, activation, bias=bias, fused=fused)
+        self.norm2 = _make_norm(norm, d_model, eps, fused)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
@@ -137,16 +144,20 @@ class TransformerLayer(nn.Module):
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(f"x must be (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
         if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
-            a, weights = self._attention(self.norm1(x), mask, key_padding_mask, cache)
+            a, weights = self._attention(self.norm1(x), mask, key_padding_mask, cache,
+                                         return_weights)
             x = x + a
             x = x + self.dropout2(self.ffn(self.norm2(x)))
         else:  # post-LN: LayerNorm(x + Sublayer(x))
-            a, weights = self._attention(x, mask, key_padding_mask, cache)
+            a, weights = self._attention(x, mask, key_padding_mask, cache, return_weights)
             x = self.norm1(x + a)
             x = self.norm2(x + self.dropout2(self.ffn(x)))
         return (x, weights) if return_weights else x
 
-    def _attention(self, h, mask, key_padding_mask, cache):
+    def _attention(self, h, mask, key_padding_mask, cache, return_weights):
+        if not return_weights:  # lets the fast path (fused=True) skip the weights
+            out = self.attn(h, mask=mask, key_padding_mask=key_padding_mask, cache=cache)
+            return self.dropout1(out), None  # (B, T, d_model)
         out, weights = self.attn(h, mask=mask, key_padding_mask=key_padding_mask, cache=cache,
                                  return_weights=True)  # (B, T, d_model), (B, n_heads, T, S)
         return self.dropout1(out), weights
@@ -224,8 +235,11 @@ class TransformerStack(nn.Module):
             raise ValueError(f"cache has {len(cache)} entries for {len(self.layers)} layers")
         all_weights = []
         for i, layer in enumerate(self.layers):
-            x, weights = layer(x, mask, key_padding_mask, None if cache is None else cache[i],
-                               return_weights=True)
+            layer_cache = None if cache is None else cache[i]
+            if not return_weights:
+                x = layer(x, mask, key_padding_mask, layer_cache)
+                continue
+            x, weights = layer(x, mask, key_padding_mask, layer_cache, return_weights=True)
             all_weights.append(weights)
         if self.final_norm is not None:
             x = self.final_norm(x)

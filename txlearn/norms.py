@@ -25,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from txlearn.precision import upcast
@@ -143,6 +144,9 @@ class LayerNorm(nn.Module):
 
     Biased variance, eps inside the square root: equal to ``torch.nn.LayerNorm(d_model, eps)``
     (tested). Parameters ``gamma`` (d_model,) initialised to 1 and ``beta`` (d_model,) to 0.
+    ``fused=False`` (default) computes the equation above with :func:`layer_norm` (the teaching
+    path); ``fused=True`` calls PyTorch's one-kernel ``F.layer_norm`` (the fast path for training,
+    tested equal, gradients included).
 
     forward(x): x (..., d_model) -> (..., d_model), same dtype; statistics in float32 for
     float16 and bfloat16 (:func:`layer_norm`).
@@ -150,16 +154,18 @@ class LayerNorm(nn.Module):
     Source: Ba et al. 2016, eq. 4; lesson 06.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5):
+    def __init__(self, d_model: int, eps: float = 1e-5, fused: bool = False):
         super().__init__()
         if d_model < 1:
             raise ValueError(f"LayerNorm: d_model must be positive, got {d_model}")
-        self.d_model, self.eps = d_model, eps
+        self.d_model, self.eps, self.fused = d_model, eps, fused
         self.gamma = nn.Parameter(torch.ones(d_model))
         self.beta = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_feature_dim(tuple(x.shape), self.d_model, "LayerNorm")
+        if self.fused:
+            return F.layer_norm(x, (self.d_model,), self.gamma, self.beta, self.eps)
         return layer_norm(x, self.gamma, self.beta, self.eps)
 
     def extra_repr(self) -> str:

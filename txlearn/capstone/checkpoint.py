@@ -32,27 +32,45 @@ def fingerprint(text: str) -> str:
 
 def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVocab, step: int,
                     data_generator: torch.Generator, history: list, text_fingerprint: str,
-                    baseline_nats: dict) -> Path:
+                    baseline_nats: dict, planned_steps: int | None = None,
+                    rank_rng: list[dict] | None = None, progress: float | None = None) -> Path:
     """Write everything a run needs to continue into one safetensors file, atomically.
 
     Tensors: ``model.<name>`` (weights), ``optimizer.<i>.<key>`` (AdamW state of parameter i),
-    ``rng.torch``, ``rng.data``. Metadata (JSON strings): config, vocab, step, param_groups,
-    history, text fingerprint, baselines. Written to ``<path>.tmp-<pid>`` then renamed.
+    ``rng.torch``, ``rng.data`` (and ``rng.cuda`` when the model is on a GPU). Metadata (JSON
+    strings): config, vocab, step, param_groups, history, text fingerprint, baselines, and the
+    schedule's planned length (``planned_steps``; None until the run has planned it) and the
+    decay's ``progress`` at this step (:class:`txlearn.capstone.train.Schedule`). Tensors
+    are stored from the CPU. Written to ``<path>.tmp-<pid>`` then renamed.
+
+    ``rank_rng``: in a run of several processes, every rank's generator states
+    (``[{"torch": ..., "cuda": ...}, ...]``, rank 0 first; each rank draws its own dropout
+    masks), stored as ``rng.torch`` / ``rng.cuda`` for rank 0 and ``rng.torch.rank<r>`` /
+    ``rng.cuda.rank<r>`` for the others.
     """
     from safetensors.torch import save_file
 
     path = Path(path)
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
+    tensors = {f"model.{k}": v.detach().cpu().contiguous()
+               for k, v in model.state_dict().items()}
     state = optimizer.state_dict()
     for i, s in state["state"].items():
         for k, v in s.items():
-            tensors[f"optimizer.{i}.{k}"] = torch.as_tensor(v).contiguous()
-    tensors["rng.torch"] = torch.get_rng_state()
+            tensors[f"optimizer.{i}.{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
     tensors["rng.data"] = data_generator.get_state()
+    device = next(model.parameters()).device
+    if rank_rng is None:
+        rank_rng = [{"torch": torch.get_rng_state()}]
+        if device.type == "cuda":
+            rank_rng[0]["cuda"] = torch.cuda.get_rng_state(device)
+    for rank, generators in enumerate(rank_rng):
+        for kind, rng_state in generators.items():
+            tensors[f"rng.{kind}" + (f".rank{rank}" if rank else "")] = rng_state.cpu()
     meta = {"format": "txlearn-capstone-1", "config": json.dumps(dataclasses.asdict(config)),
             "vocab": json.dumps(vocab.chars), "step": str(step),
             "param_groups": json.dumps(state["param_groups"]), "history": json.dumps(history),
-            "text_sha256": text_fingerprint, "baselines": json.dumps(baseline_nats)}
+            "text_sha256": text_fingerprint, "baselines": json.dumps(baseline_nats),
+            "planned_steps": json.dumps(planned_steps), "progress": json.dumps(progress)}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
@@ -65,9 +83,11 @@ def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVoca
 
 
 def load_checkpoint(path) -> dict:
-    """Read a checkpoint: ``{"model", "vocab", "config", "step", "history", "tensors", "meta"}``.
+    """Read a checkpoint: ``{"model", "vocab", "config", "step", "history", "planned_steps",
+    "progress", "tensors", "meta"}``.
 
-    ``model`` is a :class:`CharTransformer` with the saved weights (eval mode). Raises
+    ``model`` is a :class:`CharTransformer` with the saved weights (eval mode, on the CPU; a
+    checkpoint written on a GPU or by several processes loads the same way). Raises
     ``UserError`` when the file is missing, is not a txlearn capstone checkpoint, or its weights
     do not fit its own configuration.
     """
@@ -94,7 +114,10 @@ def load_checkpoint(path) -> dict:
         first = str(err).strip().splitlines()[-1].strip()
         raise UserError(f"{path}: weights do not match its configuration: {first}") from None
     return {"model": model.eval(), "vocab": vocab, "config": config, "step": int(meta["step"]),
-            "history": json.loads(meta["history"]), "tensors": tensors, "meta": meta}
+            "history": json.loads(meta["history"]),
+            "planned_steps": json.loads(meta.get("planned_steps", "null")),
+            "progress": json.loads(meta.get("progress", "null")),
+            "tensors": tensors, "meta": meta}
 
 
 def restore_optimizer(optimizer, ckpt: dict) -> None:

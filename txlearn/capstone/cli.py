@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
@@ -22,7 +23,26 @@ DEFAULT_CHECKPOINT = "checkpoints/capstone.safetensors"
 
 
 _CLI_FIELDS = ("d_model", "n_heads", "n_layers", "d_ff", "block_size", "batch_size", "max_steps",
-               "lr", "seed", "max_seconds")
+               "lr", "min_lr", "warmup_steps", "dropout", "precision", "eval_interval", "seed",
+               "max_seconds")
+
+
+def _threads(value: str):
+    if value == "auto":
+        return value
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'auto', got {value!r}")
+    return n
+
+
+def _add_device(p) -> None:
+    p.add_argument("--device", default="auto",
+                   help="auto (default: the GPU when PyTorch sees one, else the CPU), cpu, "
+                        "cuda or cuda:N")
 
 
 def add_train_parser(subparsers) -> None:
@@ -32,13 +52,18 @@ def add_train_parser(subparsers) -> None:
         description="Train a small causal transformer on the Python language reference "
                     "(pydoc_data) or on --text FILE, print its validation loss beside the "
                     f"uniform/unigram/bigram baselines, save a checkpoint. {ENV_SECONDS} caps "
-                    "the wall time.")
+                    "the wall time. Data-parallel on several processes: "
+                    "torchrun --nproc_per_node=N -m txlearn train ...")
     p.add_argument("--text", metavar="FILE", help="a UTF-8 text file (default: pydoc_data topics)")
     p.add_argument("--out", metavar="CKPT", default=DEFAULT_CHECKPOINT,
                    help=f"checkpoint path (default: {DEFAULT_CHECKPOINT})")
     p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
     p.add_argument("--force", action="store_true", help="overwrite an existing --out")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_device(p)
+    p.add_argument("--threads", type=_threads, default="auto",
+                   help="CPU threads: auto (default: OMP_NUM_THREADS when set, else the faster "
+                        "of all cores and one, timed on the first steps) or a number")
     defaults = TrainConfig()
     for name in _CLI_FIELDS:
         kind = type(getattr(defaults, name))
@@ -55,7 +80,8 @@ def _run_train(args) -> int:
     overrides = {k: getattr(args, k) for k in _CLI_FIELDS if getattr(args, k) is not None}
     config = dataclasses.replace(config, **overrides)
     text = load_corpus(args.text)
-    train(config, text, checkpoint=out, resume=args.resume, progress=not args.no_progress)
+    train(config, text, checkpoint=out, resume=args.resume, progress=not args.no_progress,
+          device=args.device, threads=args.threads)
     return 0
 
 
@@ -76,6 +102,7 @@ def add_sample_parser(subparsers) -> None:
                         "reaches P (nucleus sampling, 0 < P <= 1; applied after --top-k)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="recompute the context every step")
+    _add_device(p)
     p.set_defaults(func=_run_sample)
 
 
@@ -90,5 +117,5 @@ def _run_sample(args) -> int:
     except ValueError as err:
         raise UserError(f"sampling settings: {err}") from None
     print(sample_text(args.checkpoint, args.prompt, args.length, args.temperature, top_k,
-                      args.seed, not args.no_cache, args.top_p))
+                      args.seed, not args.no_cache, args.top_p, device=args.device))
     return 0

@@ -37,15 +37,17 @@ def generate(model: CharTransformer, prompt_ids, n_new: int, temperature: float 
         raise ValueError("the prompt must hold at least one character")
     check_settings(temperature, top_k, top_p)
     model.eval()
+    device = next(model.parameters()).device
     T = model.block_size
     generator = None if seed is None else torch.Generator().manual_seed(seed)
     start, caches = max(0, len(ids) - T), None
     for _ in range(n_new):
         if use_cache and caches is not None:
-            logits = model(torch.tensor([ids[-1:]]), caches)[0, -1]        # (n_vocab,)
+            logits = model(torch.tensor([ids[-1:]], device=device), caches)[0, -1]  # (n_vocab,)
         else:
             caches = model.new_caches() if use_cache else None
-            logits = model(torch.tensor([ids[start:]]), caches)[0, -1]     # (n_vocab,)
+            logits = model(torch.tensor([ids[start:]], device=device), caches)[0, -1]
+        logits = logits.float().cpu()     # the sampler draws on the CPU: the same ids anywhere
         ids.append(int(sample_next(logits, temperature, top_k, top_p, generator)))
         if ids[-1] in stop_ids:
             break
@@ -56,15 +58,20 @@ def generate(model: CharTransformer, prompt_ids, n_new: int, temperature: float 
 
 def sample_text(checkpoint, prompt: str, n_new: int = 300, temperature: float = 0.8,
                 top_k: int | None = 10, seed: int = 0, use_cache: bool = True,
-                top_p: float | None = None) -> str:
+                top_p: float | None = None, device: str = "auto") -> str:
     """Load ``checkpoint`` and return ``prompt`` followed by ``n_new`` generated characters.
 
-    Raises ``UserError`` for a bad checkpoint, an empty prompt, or prompt characters outside the
-    checkpoint's vocabulary (naming them).
+    ``device``: where the model runs (``"auto"``: the GPU when PyTorch sees one, else the CPU;
+    :func:`txlearn.capstone.runtime.resolve_device`). Raises ``UserError`` for a bad
+    checkpoint, an empty prompt, prompt characters outside the checkpoint's vocabulary (naming
+    them), or an unknown device.
     """
+    from txlearn.capstone.runtime import resolve_device
+
     ckpt = load_checkpoint(checkpoint)
     if not prompt:
         raise UserError("the prompt is empty; give at least one character")
     ids = ckpt["vocab"].encode(prompt)
-    out = generate(ckpt["model"], ids, n_new, temperature, top_k, seed, use_cache, top_p)
+    model = ckpt["model"].to(resolve_device(device))
+    out = generate(model, ids, n_new, temperature, top_k, seed, use_cache, top_p)
     return ckpt["vocab"].decode(out)

@@ -27,24 +27,32 @@ class CharTransformer(nn.Module):
     ``logits = LayerNorm(layers(E[ids] + P[t])) @ E^T``: ids ``(B, T)`` int64 -> logits
     ``(B, T, n_vocab)`` float32. ``E (n_vocab, d_model)`` is the token table, shared with the output head.
     Each layer is pre-LN with exact GELU; the causal mask is bottom-right aligned, so the same
-    code runs a whole window (no cache) or a few new positions after cached ones.
+    code runs a whole window (no cache) or a few new positions after cached ones. ``dropout``:
+    probability on each sub-layer's output while training (0 = none).
+
+    ``fused=True`` (default) runs every layer on its fast path (``TransformerLayer(fused=True)``:
+    PyTorch's fused attention, LayerNorm and GELU kernels), which training uses; asking for the
+    attention weights (``return_weights=True``) takes the teaching attention automatically.
+    ``fused=False`` is the teaching path throughout; the two are tested equal
+    (``tests/test_training.py``). The positions and the mask are built on the device of ``ids``.
     """
 
     def __init__(self, n_vocab: int, d_model: int, n_heads: int, n_layers: int, d_ff: int,
-                 block_size: int):
+                 block_size: int, dropout: float = 0.0, fused: bool = True):
         super().__init__()
         self.E = nn.Parameter(torch.randn(n_vocab, d_model) * 0.02)
         self.position = LearnedPositionalEmbedding(block_size, d_model)
         self.layers = nn.ModuleList(
-            TransformerLayer(d_model, n_heads, d_ff, activation="gelu", norm_first=True)
+            TransformerLayer(d_model, n_heads, d_ff, activation="gelu", norm_first=True,
+                             dropout=dropout, fused=fused)
             for _ in range(n_layers))
-        self.norm = LayerNorm(d_model)
+        self.norm = LayerNorm(d_model, fused=fused)
         self.block_size = block_size
 
     @classmethod
-    def from_config(cls, config: TrainConfig, n_vocab: int) -> "CharTransformer":
+    def from_config(cls, config: TrainConfig, n_vocab: int, fused: bool = True) -> "CharTransformer":
         return cls(n_vocab, config.d_model, config.n_heads, config.n_layers, config.d_ff,
-                   config.block_size)
+                   config.block_size, config.dropout, fused)
 
     def new_caches(self) -> list[KVCache]:
         """One empty :class:`txlearn.heads.KVCache` per layer."""
@@ -63,8 +71,9 @@ class CharTransformer(nn.Module):
         S = past + T
         if S > self.block_size:
             raise ValueError(f"{S} positions exceed block_size {self.block_size}")
-        x = self.E[ids] + self.position(torch.arange(past, S))   # (B, T, d_model)
-        mask = causal_mask(T, S)                                  # (T, S) bottom-right
+        positions = torch.arange(past, S, device=ids.device)     # (T,)
+        x = self.E[ids] + self.position(positions)                # (B, T, d_model)
+        mask = causal_mask(T, S, device=ids.device)               # (T, S) bottom-right
         weights = []
         for l, layer in enumerate(self.layers):
             cache = caches[l] if caches else None
