@@ -167,9 +167,10 @@ print(f"{result.step} steps in {result.seconds:.0f} s of training: "
 
 # %% [markdown]
 # The verdict above says how this run did. With the full default budget on a quiet 2-core CPU
-# (all 2,700 steps) the model goes far below the bigram (1.19 to 1.20 nats/char in our runs,
-# 1.12 below it): it uses more than one character of context. It gets there from little data: the number of
-# characters it saw, and the passes over the training split that makes, are printed above.
+# (all 2,700 steps) the model goes far below the bigram (1.21 nats/char in three runs of the
+# command, 1.10 below it): it uses more than one character of context. It gets there from little
+# data: the number of characters it saw, and the passes over the training split that makes, are
+# printed above.
 #
 # ## 4. Samples, before and after
 #

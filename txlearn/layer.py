@@ -70,6 +70,22 @@ def _make_norm(norm: str, d_model: int, eps: float, fused: bool = False) -> nn.M
     return LayerNorm(d_model, eps, fused=fused) if norm == "layer" else RMSNorm(d_model, eps)
 
 
+@torch.no_grad()
+def _copy_ffn_and_norms(new: nn.Module, layer: nn.Module, norms: tuple[str, ...]) -> None:
+    """Copy a PyTorch layer's ``linear1``/``linear2`` (``nn.Linear``'s ``(d_out, d_in)``) into
+    ``new.ffn``'s ``W_1 (d_model, d_ff)``/``W_2 (d_ff, d_model)`` and its named LayerNorms'
+    ``weight``/``bias`` into ``gamma``/``beta``."""
+    new.ffn.W_1.copy_(layer.linear1.weight.T)  # (d_ff, d_model) -> (d_model, d_ff)
+    new.ffn.W_2.copy_(layer.linear2.weight.T)  # (d_model, d_ff) -> (d_ff, d_model)
+    if new.ffn.b_1 is not None:
+        new.ffn.b_1.copy_(layer.linear1.bias)
+        new.ffn.b_2.copy_(layer.linear2.bias)
+    for name in norms:
+        ours, theirs = getattr(new, name), getattr(layer, name)
+        ours.gamma.copy_(theirs.weight)
+        ours.beta.copy_(theirs.bias)
+
+
 class TransformerLayer(nn.Module):
     """One transformer (encoder) layer: attention and FFN, each with a residual and a LayerNorm.
 
@@ -180,15 +196,7 @@ class TransformerLayer(nn.Module):
         b = mha.in_proj_bias.detach().chunk(3) if mha.in_proj_bias is not None else (None,) * 3
         o_bias = None if mha.out_proj.bias is None else mha.out_proj.bias.detach()
         new.attn.load_torch_weights(W_q, W_k, W_v, mha.out_proj.weight.detach(), *b, o_bias)
-        with torch.no_grad():
-            new.ffn.W_1.copy_(layer.linear1.weight.T)  # (d_ff, d_model) -> (d_model, d_ff)
-            new.ffn.W_2.copy_(layer.linear2.weight.T)  # (d_model, d_ff) -> (d_ff, d_model)
-            if new.ffn.b_1 is not None:
-                new.ffn.b_1.copy_(layer.linear1.bias)
-                new.ffn.b_2.copy_(layer.linear2.bias)
-            for ours, theirs in ((new.norm1, layer.norm1), (new.norm2, layer.norm2)):
-                ours.gamma.copy_(theirs.weight)
-                ours.beta.copy_(theirs.bias)
+        _copy_ffn_and_norms(new, layer, ("norm1", "norm2"))
         return new
 
 
@@ -338,16 +346,7 @@ class DecoderLayer(nn.Module):
                   bias=layer.self_attn.in_proj_bias is not None).to(layer.linear1.weight.dtype)
         new.self_attn = MultiHeadAttention.from_torch(layer.self_attn)
         new.cross_attn = MultiHeadAttention.from_torch(layer.multihead_attn)
-        with torch.no_grad():
-            new.ffn.W_1.copy_(layer.linear1.weight.T)  # (d_ff, d_model) -> (d_model, d_ff)
-            new.ffn.W_2.copy_(layer.linear2.weight.T)  # (d_model, d_ff) -> (d_ff, d_model)
-            if new.ffn.b_1 is not None:
-                new.ffn.b_1.copy_(layer.linear1.bias)
-                new.ffn.b_2.copy_(layer.linear2.bias)
-            for ours, theirs in ((new.norm1, layer.norm1), (new.norm2, layer.norm2),
-                                 (new.norm3, layer.norm3)):
-                ours.gamma.copy_(theirs.weight)
-                ours.beta.copy_(theirs.bias)
+        _copy_ffn_and_norms(new, layer, ("norm1", "norm2", "norm3"))
         return new
 
 
