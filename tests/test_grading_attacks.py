@@ -783,3 +783,25 @@ def test_rebinding_the_runners_gradient_function(tmp_path):
     sub, = grading.grade([path], jobs=1, limits=dict(LIMITS, memory_mb=4096))
     result = {r.exercise: r for r in sub.results}["multi_head_attention"]
     assert result.status == "FAIL" and "rebound" not in result.feedback, result.feedback
+
+
+def test_a_python_installed_under_tmp_stays_visible(tmp_path, monkeypatch):
+    # the sandbox's private /tmp is mounted before the interpreter's folders are bound, so a
+    # course cloned under /tmp (a venv in /tmp/<clone>/.venv) still finds its packages
+    fake_root = Path(tempfile.mkdtemp(prefix="venv-", dir="/tmp"))
+    try:
+        (fake_root / "marker.txt").write_text("seen")
+        exe, roots, path, masks = sandbox.python_layout()
+        monkeypatch.setattr(sandbox, "python_layout",
+                            lambda: (exe, roots + (str(fake_root),), path, masks))
+        ok, bwrap = sandbox.available()
+        assert ok, bwrap
+        argv = sandbox.bwrap_argv(bwrap, view_dir=str(tmp_path), files=[], limits=LIMITS,
+                                  tail=["/bin/cat", str(fake_root / "marker.txt")])
+        argv = [a for a in argv if not a.startswith("CAP_") and a != "--cap-add"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout == "seen", done.stderr
+    finally:
+        for p in fake_root.iterdir():
+            p.unlink()
+        fake_root.rmdir()

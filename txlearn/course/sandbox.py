@@ -254,6 +254,9 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
     for extra in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime"):
         argv += ["--ro-bind-try", extra, extra]
     argv += ["--proc", "/proc", "--dev", "/dev"]
+    size = str(int(limits["file_mb"]) * 8 << 20)
+    for folder in (HOME, "/tmp"):   # before the binds: a venv under /tmp stays visible
+        argv += ["--size", size, "--tmpfs", folder, "--chmod", "1777", folder]
     for root in roots:
         argv += ["--ro-bind", root, root]
     for mask in masks:
@@ -269,9 +272,6 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
                   key=lambda p: p.count("/"))
     for folder in made:   # bwrap creates them 0700: the job's uid must pass through them
         argv += ["--chmod", "0755", folder]
-    size = str(int(limits["file_mb"]) * 8 << 20)
-    for folder in (HOME, "/tmp"):
-        argv += ["--size", size, "--tmpfs", folder, "--chmod", "1777", folder]
     for name, fd in files:
         argv += ["--perms", "0644", "--file", str(fd), f"{HOME}/{name}"]
     argv += ["--chdir", HOME, "--clearenv"]
