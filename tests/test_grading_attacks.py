@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from txlearn.course import build, grading, sandbox
@@ -783,3 +784,47 @@ def test_rebinding_the_runners_gradient_function(tmp_path):
     sub, = grading.grade([path], jobs=1, limits=dict(LIMITS, memory_mb=4096))
     result = {r.exercise: r for r in sub.results}["multi_head_attention"]
     assert result.status == "FAIL" and "rebound" not in result.feedback, result.feedback
+
+
+# ---- the attacks of a second hostile-student trial ------------------------------------------------
+
+def _classmates(tmp_path):
+    return [_notebook(SOLUTION, tmp_path / "correct" / "01_softmax.ipynb"),
+            _notebook(SOLUTION, tmp_path / "wrong" / "01_softmax.ipynb",
+                      answers={"stable_softmax": NO_SHIFT})]
+
+
+def _classmates_unchanged(subs):
+    assert [(s.student, s.points, s.error) for s in subs if s.student in ("correct", "wrong")] \
+        == [("correct", 4, ""), ("wrong", 3, "")]
+
+
+def test_one_array_named_many_times_in_a_reply(tmp_path):
+    # a runner whose encoder names its first array again for every later one: 40 KiB sent would
+    # be decoded into 400 arrays (a million names fit in one message: the grader ran out of memory)
+    reuse = ("import sys, numpy as np\n_P = sys.modules['txlearn.course.protocol']\n"
+             "_orig = _P.Encoder._blob\n"
+             "def _blob(self, arr):\n    return 0 if self.blobs else _orig(self, arr)\n"
+             "_P.Encoder._blob = _blob\n_big = np.zeros(5000)\n"
+             "def softmax(x, axis=-1):\n    return [_big] * 400\n")
+    attacker = _notebook(STUDENT, tmp_path / "reuse" / "01_softmax.ipynb",
+                         answers={"stable_softmax": reuse})
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, attacker, wrong], jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    assert subs[1].error.startswith("not graded: the runner's reply broke the protocol (array 0 "
+                                    "used twice"), subs[1].error
+
+
+def test_a_tensor_widened_on_arrival(tmp_path):
+    from txlearn.course import protocol
+    encoder = protocol.Encoder()
+    value = encoder.encode(np.zeros(4, np.int8))
+    forged = {"tensor": value["ndarray"], "dtype": "complex128"}   # 16 times the bytes sent
+    with pytest.raises(protocol.ProtocolError, match="complex128 tensor sent as int8"):
+        protocol.Decoder(encoder.blobs).decode(forged)
+    twice = protocol.Encoder()
+    blob = twice.encode(np.zeros(3))["ndarray"]
+    with pytest.raises(protocol.ProtocolError, match="used twice"):
+        protocol.Decoder(twice.blobs).decode([{"ndarray": blob}, {"npscalar": blob}])
+
