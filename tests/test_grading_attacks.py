@@ -828,3 +828,39 @@ def test_a_tensor_widened_on_arrival(tmp_path):
     with pytest.raises(protocol.ProtocolError, match="used twice"):
         protocol.Decoder(twice.blobs).decode([{"ndarray": blob}, {"npscalar": blob}])
 
+
+def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "softmax.py").write_text(
+        "import numpy as np\nfrom txlearn.checks import call, expect_close\n"
+        "def stable_softmax(softmax):\n"
+        "    x = np.array([[7.25, -3.5, 11.0]])\n"
+        "    got = call(softmax, x, case='secret')\n"
+        "    expect_close(got, np.exp(x) / np.exp(x).sum(), case='secret')\n")
+    # the grader asks for the runner's report just before the hidden cases: from then on every
+    # input is a hidden one, spelled out in the exit status, the last line of output, a reply
+    spy = (RIGHT + "import os, sys\n_right = softmax\n_R = sys.modules['txlearn.course.runner']"
+           ".Runner\n_P = sys.modules['txlearn.course.protocol']\n_rep = _R.op_report\n"
+           "_hidden = []\n"
+           "def _op_report(self, msg, blobs):\n    _hidden.append(1)\n"
+           "    return _rep(self, msg, blobs)\n_R.op_report = _op_report\n")
+    by_exit = spy + ("def softmax(x, axis=-1):\n    if _hidden:\n"
+                     "        os.write(2, ('LEAK ' + repr(x.tolist())).encode() + b'\\n')\n"
+                     "        os._exit(int(abs(x.ravel()[0]) * 10) % 256)\n"
+                     "    return _right(x, axis)\n")
+    by_reply = spy + ("def softmax(x, axis=-1):\n    if _hidden:\n"
+                      "        _P.Encoder.encode = lambda self, v, depth=0: "
+                      "{('LEAK' + repr(x.tolist()))[:40]: 1}\n"
+                      "    return _right(x, axis)\n")
+    correct, wrong = _classmates(tmp_path)
+    attackers = [_notebook(SOLUTION, tmp_path / label / "01_softmax.ipynb",
+                           answers={"stable_softmax": code})
+                 for label, code in (("by_exit", by_exit), ("by_reply", by_reply))]
+    subs = grading.grade([correct, *attackers, wrong], hidden=hidden, jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    for sub in subs[1:3]:
+        assert sub.error == grading.DIED_IN_HIDDEN, sub.error
+    text = grading.table(subs)
+    assert "LEAK" not in text and "7.25" not in text and "status 72" not in text
+

@@ -58,6 +58,9 @@ GRACE_SECONDS = 3.0        # how long past a limit the grader waits before killi
 START_SECONDS = 60.0       # the runner's start (Python and NumPy; torch loads with the cells)
 CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+DIED_IN_HIDDEN = ("not graded: the runner died or broke the protocol during the hidden cases (its "
+                  "exit status, output and reply are not shown: they could carry a hidden case's "
+                  "inputs)")
 NOT_IN_COPY = ("not in your copy: run make lab (it adds the course's new exercises to your copy "
                "and keeps your answers)")
 
@@ -841,12 +844,16 @@ def _grade_one(job: _Job, sets: dict[str, CourseSet], hidden: Path | None,
     except GradingError as err:
         sub.error = f"not graded: {err}"
     except RunnerDied as err:
-        sub.error = f"not graded: {err}"
+        # once the hidden cases have started, what the runner made (its exit status, its last
+        # line of output, the text of a broken reply) may spell out a hidden input
+        sub.error = DIED_IN_HIDDEN if session is not None and session.frozen else \
+            f"not graded: {err}"
     except _CannotCross as err:
         sub.error = f"not graded: {err}"
     except Exception as err:  # noqa: BLE001 - a bug of the grader: this file only, in one line
         first = (str(err).splitlines() or [""])[0][:200]
-        sub.error = f"not graded: the grader failed on this file ({type(err).__name__}: {first})"
+        sub.error = f"not graded: the grader failed on this file ({type(err).__name__}" + \
+            ("" if session is not None and session.frozen else f": {first}") + ")"
     finally:
         if session is not None:
             session.close()
