@@ -864,3 +864,16 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
     text = grading.table(subs)
     assert "LEAK" not in text and "7.25" not in text and "status 72" not in text
 
+
+def test_a_student_folder_that_links_to_the_solutions(tmp_path):
+    # an extracted archive holding `mallory -> <course>/exercises/solutions`: the file-level
+    # link check passed, and mallory scored the course's solutions (or a classmate's folder)
+    link = tmp_path / "submissions" / "mallory"
+    link.parent.mkdir()
+    link.symlink_to(SOLUTION.parent)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, link / "01_softmax.ipynb", wrong], jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    assert subs[1].error == ("not graded: its folder is a symbolic link (submit the notebook in a "
+                             "folder of its own)")
+    assert subs[1].points == 0

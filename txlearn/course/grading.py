@@ -330,6 +330,10 @@ def _read_notebook(path: Path) -> dict:
     """The notebook at ``path`` as plain JSON data, its structure checked (else GradingError)."""
     if path.is_symlink():
         raise GradingError("it is a symbolic link (submit the notebook file itself)")
+    if Path(os.path.abspath(path)).parent.is_symlink():   # the student is this folder: a link
+        # (say, in an extracted archive) would grade another folder's notebooks under its name
+        raise GradingError("its folder is a symbolic link (submit the notebook in a folder of "
+                           "its own)")
     if not path.is_file():
         raise GradingError("no such file")
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
