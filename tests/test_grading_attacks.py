@@ -877,3 +877,14 @@ def test_a_student_folder_that_links_to_the_solutions(tmp_path):
     assert subs[1].error == ("not graded: its folder is a symbolic link (submit the notebook in a "
                              "folder of its own)")
     assert subs[1].points == 0
+
+
+def test_a_model_that_reads_ahead_except_where_the_causality_probe_looks():
+    # set 09's training_loop: `train` skips training and switches the model to reading each
+    # position's next id from its input, except at the one position the probe compared whose
+    # next id the probe changed. The loss is now scored on prefixes that end before each target.
+    from tests.catalogue.capstone import CharModelSlyPeek, evaluate_ref, train_then_peek
+    from txlearn.checks import run_exercise
+    verdict = run_exercise("training_loop", [train_then_peek, evaluate_ref, CharModelSlyPeek])
+    assert not verdict.passed
+    assert "validation loss" in verdict.failure.what and "bigram" in verdict.failure.what

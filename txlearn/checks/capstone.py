@@ -816,30 +816,44 @@ def _model_loss(model, ids, block_size, case, batch=256):
     return total / len(windows)
 
 
-def _causal_model_loss(model, ids, block_size, case, batch=128, seed=11):
-    """The mean next-token loss over the non-overlapping windows of ids, as :func:`_model_loss`,
-    with every batch sent twice in one call: as it is, and with the second half of each window
-    replaced by other ids. The first half's logits must not change (a model that reads the
-    tokens it is asked to predict would otherwise score a loss near 0)."""
-    windows = _windows(ids, block_size)
+def _causality_probe(model, block_size, n_vocab, case, rows=64, seed=11):
+    """Random windows sent twice in one call: as they are, and with their second half replaced
+    by other ids. The first half's logits must not change. Random ids, not the text the loss is
+    measured on: the probe shows the model no token it will be asked to predict."""
     half = block_size // 2
     g = torch.Generator().manual_seed(seed)
-    n_vocab = int(ids.max()) + 1
+    x = torch.randint(0, n_vocab, (rows, block_size), generator=g)
+    other = x.clone()
+    other[:, half:] = torch.randint(0, n_vocab, (rows, block_size - half), generator=g)
+    logits = as_array(call(model, torch.cat([x, other]), case=case), np.float64)
+    if logits is None or logits.shape != (2 * rows, block_size, n_vocab):
+        expect_shape(logits, (2 * rows, block_size, n_vocab), case=case,
+                     hint=("logits (B, T, n_vocab): one row of scores per position",))
+    expect_true(np.allclose(logits[:rows, :half], logits[rows:, :half], rtol=1e-4, atol=1e-4),
+                case=case, message=f"the logits of positions 0-{half - 1} changed when only "
+                                   f"positions {half}-{block_size - 1} of the input changed",
+                hint=NOT_CAUSAL)
+
+
+def _causal_model_loss(model, ids, block_size, n_vocab, case, batch=256):
+    """The mean next-token loss over the non-overlapping windows of ids, as :func:`_model_loss`
+    computes it for a causal model, with every prediction scored from an input that ends just
+    before its target: the prefixes of each batch of windows, shortest first. The model is never
+    shown a token before it has predicted it, so neither reading ahead in its input (which a
+    comparison of two inputs can be told apart from, and was) nor remembering what earlier
+    calls showed it helps."""
+    windows = _windows(ids, block_size)
     total = 0.0
     for i in range(0, len(windows), batch):
         x = windows[i:i + batch]
-        other = x.clone()
-        other[:, half:] = torch.randint(0, n_vocab, (len(x), block_size - half), generator=g)
-        logits = as_array(call(model, torch.cat([x, other]), case=case), np.float64)
-        if logits is None or logits.shape[:2] != (2 * len(x), block_size):
-            expect_shape(logits, (2 * len(x), block_size, n_vocab), case=case,
-                         hint=("logits (B, T, n_vocab): one row of scores per position",))
-        early, changed = logits[:len(x), :half], logits[len(x):, :half]
-        expect_true(np.allclose(early, changed, rtol=1e-4, atol=1e-4), case=case,
-                    message="the logits of positions 0-15 changed when only positions 16-31 of "
-                            "the input changed", hint=NOT_CAUSAL)
-        total += _loss_of_logits(logits[:len(x)], x) * len(x)
-    return total / len(windows)
+        for c in range(1, block_size):
+            logits = as_array(call(model, x[:, :c].clone(), case=case), np.float64)
+            if logits is None or logits.ndim != 3 or logits.shape[:2] != (len(x), c):
+                expect_shape(logits, (len(x), c, n_vocab), case=case,
+                             hint=("logits (B, T, n_vocab): one row of scores per position",))
+            total += float(torch.nn.functional.cross_entropy(
+                torch.as_tensor(logits[:, -1]), x[:, c], reduction="sum"))
+    return total / (len(windows) * (block_size - 1))
 
 
 def _probe(CharModel, train, steps, case):
@@ -926,12 +940,13 @@ def training_loop(train, evaluate, CharModel):
     returned = call(train, model, train_ids, stand_in.clone(), steps=RUN["steps"],
                     batch_size=RUN["batch_size"], block_size=B, lr=RUN["lr"], seed=RUN["seed"],
                     case=case, time_limit=TRAIN_SECONDS)
-    measured = _causal_model_loss(model, val_ids, B, case)
+    _causality_probe(model, B, n_vocab, case)
+    measured = _causal_model_loss(model, val_ids, B, n_vocab, case)
     expect_true(math.isfinite(measured) and measured <= bigram - MARGIN, case=case,
                 message=f"validation loss {measured:.3f} nats/char after {RUN['steps']} steps; "
                         f"the bigram's is {bigram:.3f}, so {bigram - MARGIN:.3f} or less is "
                         f"needed", hint=NOT_BEATEN)
-    on_stand_in = _causal_model_loss(model, stand_in, B, case)
+    on_stand_in = _model_loss(model, stand_in, B, case)
     r = as_array(returned, np.float64)
     expect_true(r is not None and r.size == 1 and math.isclose(float(r.reshape(())), on_stand_in,
                                                                rel_tol=1e-3), case=case,
