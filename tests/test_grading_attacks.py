@@ -888,3 +888,28 @@ def test_a_model_that_reads_ahead_except_where_the_causality_probe_looks():
     verdict = run_exercise("training_loop", [train_then_peek, evaluate_ref, CharModelSlyPeek])
     assert not verdict.passed
     assert "validation loss" in verdict.failure.what and "bigram" in verdict.failure.what
+
+
+def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
+    # the grader checks several submissions at once, one thread each, and torch's global
+    # generator is one for all of them: set 09's seeded reference models took draws that another
+    # student's check made in between (a right training_loop failed 1 time in 2 in a trial).
+    # Here the other thread's draws are made deterministic: inside the constructors.
+    import torch
+    from txlearn.capstone import model
+    from txlearn.checks import capstone as checks
+    sizes = {k: checks.RUN[k] for k in ("d_model", "n_heads", "d_ff", "n_layers", "block_size")}
+    quiet = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
+             checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    real = model.LearnedPositionalEmbedding
+
+    class Interrupted(real):
+        def __init__(self, *args, **kwargs):
+            torch.manual_seed(1234)   # another thread's check, between two draws of this one
+            torch.randn(99)
+            super().__init__(*args, **kwargs)
+    monkeypatch.setattr(model, "LearnedPositionalEmbedding", Interrupted)
+    loud = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
+            checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    for a, b in zip(quiet, loud):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

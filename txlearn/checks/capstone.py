@@ -453,22 +453,43 @@ def _char_reference(seed: int = 0, sizes=None, e_scale: float = 1.0):
     from txlearn.capstone.model import CharTransformer
 
     s = dict(CHAR_SIZES, **(sizes or {}))
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        ref = CharTransformer(s["n_vocab"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"],
-                              s["block_size"])
-        with torch.no_grad():
-            for name, p in ref.named_parameters():
-                if name.endswith("gamma"):
-                    p.copy_(1.0 + 0.3 * torch.randn_like(p))
-                elif p.dim() == 1:
-                    p.copy_(0.2 * torch.randn_like(p))
-                elif name == "E":
-                    p.copy_(torch.randn_like(p) * e_scale)
-                else:
-                    p.copy_(torch.randn_like(p) * (0.6 if "position" in name else
-                                                   1.0 / math.sqrt(p.shape[0])))
+    ref = CharTransformer(s["n_vocab"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"],
+                          s["block_size"])
+    g = _seeded_init(ref, seed)
+
+    def randn_like(p):
+        return torch.randn(p.shape, generator=g, dtype=p.dtype)
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            if name.endswith("gamma"):
+                p.copy_(1.0 + 0.3 * randn_like(p))
+            elif p.dim() == 1:
+                p.copy_(0.2 * randn_like(p))
+            elif name == "E":
+                p.copy_(randn_like(p) * e_scale)
+            else:
+                p.copy_(randn_like(p) * (0.6 if "position" in name else
+                                         1.0 / math.sqrt(p.shape[0])))
     return ref.eval(), _learner_state(ref)
+
+
+def _seeded_init(ref, seed: int) -> torch.Generator:
+    """Give a new CharTransformer the weights ``torch.manual_seed(seed)`` before building it
+    gives, drawn from a generator of its own, which is returned for further draws. The global
+    generator is shared by the grader's threads (one per submission graded at once): a seeded
+    block on it took draws of another student's check, and a right answer failed."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in ref.named_parameters():   # in the order the constructors draw them
+            leaf = name.rsplit(".", 1)[-1]
+            if name in ("E", "position.W_pos"):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.02)
+            elif leaf in ("W_Q", "W_K", "W_V", "W_O"):
+                torch.nn.init.xavier_uniform_(p, generator=g)
+            elif leaf in ("W_1", "W_2", "W_3"):
+                bound = 1.0 / math.sqrt(p.shape[0])
+                torch.nn.init.uniform_(p, -bound, bound, generator=g)
+    return g
 
 
 _NAMES = {"E": "embed.W_E", "position.W_pos": "embed.W_pos"}   # CharTransformer -> learner
@@ -958,10 +979,9 @@ def _course_init(n_vocab, sizes):
     """The course's initialisation of CharTransformer (seed 0) in the learner's names."""
     from txlearn.capstone.model import CharTransformer
 
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        ref = CharTransformer(n_vocab, sizes["d_model"], sizes["n_heads"], sizes["n_layers"],
-                              sizes["d_ff"], sizes["block_size"])
+    ref = CharTransformer(n_vocab, sizes["d_model"], sizes["n_heads"], sizes["n_layers"],
+                          sizes["d_ff"], sizes["block_size"])
+    _seeded_init(ref, 0)
     return ref, _learner_state(ref)
 
 
