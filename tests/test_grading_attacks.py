@@ -913,3 +913,24 @@ def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
             checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
     for a, b in zip(quiet, loud):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_debians_python_packages_put_back_on_the_path(tmp_path):
+    # /usr is bound whole: /usr/lib/python3/dist-packages (Debian's python3-* packages, yaml
+    # here) was importable after sys.path.append, although the set declares none of it
+    import glob
+    folders = sorted(glob.glob("/usr/lib/python3*/*-packages") +
+                     glob.glob("/usr/local/lib/python3*/*-packages"))
+    mine = set(sandbox._site_packages())
+    folders = [f for f in folders if f not in mine and not os.path.islink(f)]
+    seen = ("import os, sys, importlib\n"
+            f"_folders = {folders!r}\n_found = []\n"
+            "for d in _folders:\n    sys.path.append(d)\n"
+            "    _found += [n for n in (os.listdir(d) if os.path.isdir(d) else [])\n"
+            "               if not n.endswith(('.pth', '.egg-info', '.dist-info'))]\n"
+            "def softmax(x, axis=-1):\n    raise ValueError(f'FOUND {sorted(_found)[:5]}')\n")
+    path = _notebook(SOLUTION, tmp_path / "dist" / "01_softmax.ipynb",
+                     answers={"stable_softmax": seen})
+    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    feedback = {r.exercise: r for r in sub.results}["stable_softmax"].feedback
+    assert "FOUND []" in feedback, feedback
