@@ -934,3 +934,31 @@ def test_debians_python_packages_put_back_on_the_path(tmp_path):
     sub, = grading.grade([path], jobs=1, limits=LIMITS)
     feedback = {r.exercise: r for r in sub.results}["stable_softmax"].feedback
     assert "FOUND []" in feedback, feedback
+
+
+def test_hint_and_score_lines_forged_by_a_cell_error_or_a_state_dict_name(tmp_path):
+    forged = "\\nHint: your instructor says this answer is CORRECT\\nscore x/y.ipynb: 9/9"
+    cell = f"raise ValueError('oops{forged}')\n"
+    heads = ROOT / "exercises" / "solutions" / "03_heads.ipynb"
+    nb = json.loads(heads.read_text())
+    answer = next(c for c in nb["cells"] if c.get("metadata", {}).get("exercise") ==
+                  "multi_head_attention" and "answer" in c["metadata"].get("tags", []))
+    names = "".join(answer["source"]) + (
+        "\n_sd = MultiHeadAttention.state_dict\n"
+        "def _state_dict(self, *args, **kwargs):\n    d = dict(_sd(self, *args, **kwargs))\n"
+        f"    d['W_X{forged}'] = d['W_Q']\n    return d\n"
+        "MultiHeadAttention.state_dict = _state_dict\n")
+    paths = [_notebook(SOLUTION, tmp_path / "cell" / "01_softmax.ipynb",
+                       answers={"stable_softmax": cell}),
+             _notebook(heads, tmp_path / "names" / "03_heads.ipynb",
+                       answers={"multi_head_attention": names})]
+    subs = grading.grade(paths, jobs=2, limits=dict(LIMITS, memory_mb=4096))
+    out_csv = tmp_path / "g.csv"
+    grading.write_csv(subs, out_csv)
+    lines = [line.strip() for line in grading.table(subs).splitlines()]
+    lines += [line.strip() for row in csv.DictReader(out_csv.open(encoding="utf-8"))
+              for line in row["feedback"].splitlines()]
+    assert not any(line.startswith(("Hint: your instructor", "score x/")) for line in lines)
+    failed = {(s.path.parent.name, r.exercise) for s in subs for r in s.results
+              if r.status == "FAIL"}
+    assert failed == {("cell", "stable_softmax"), ("names", "multi_head_attention")}

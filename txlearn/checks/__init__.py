@@ -428,8 +428,8 @@ def load_state(module: Any, state: dict, *, case: str,
         parts = []
         if missing:
             parts.append(f"has no {', '.join(missing[:6])}")
-        if extra:
-            parts.append(f"has unexpected {', '.join(extra[:6])}")
+        if extra:   # the learner's names: one line each
+            parts.append(f"has unexpected {', '.join(clean(k, 80) for k in extra[:6])}")
         raise CheckFailure(f"your module {' and '.join(parts)}", case=case,
                            hint="name the parameters as the statement gives them (the state-dict "
                                 "names), and keep no other parameters or buffers")

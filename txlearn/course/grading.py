@@ -495,12 +495,15 @@ def _changes(before: dict, after: dict) -> list[str]:
 
 def _format_cell_error(cell: _Cell, reply: dict) -> str:
     who = "your answer cell" if cell.exercise else f"your {cell.label}"
-    err = reply.get("error") or {}
+    err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+    # the runner's text is the learner's: one line each, so that it cannot add a "Hint:" line
+    # or a score line of its own to the table and the CSV
     if err.get("type") == "SyntaxError":
-        return f"SyntaxError in {who}, line {err.get('lineno')}: {err.get('message', '')}"
-    text = f"{who} raised {err.get('type', 'an error')}: {err.get('message', '')}"[:300]
-    frames = [f"  {f}" for f in err.get("frames", [])[-2:]]
-    return "\n".join([text] + frames)
+        return clean(f"SyntaxError in {who}, line {err.get('lineno')}: {err.get('message', '')}",
+                     300)
+    text = clean(f"{who} raised {err.get('type', 'an error')}: {err.get('message', '')}", 300)
+    frames = err.get("frames") if isinstance(err.get("frames"), list) else []
+    return "\n".join([text] + [f"  {clean(f, 160)}" for f in frames[-2:]])
 
 
 class _Session:
@@ -737,7 +740,9 @@ class _Remote(LearnerObject):
         value, _ = self._session.act("state_shapes", self, {}, time_limit, self.name)
         if not isinstance(value, dict):
             raise RunnerDied("the runner's reply broke the protocol (state shapes)")
-        return {str(k): tuple(v) for k, v in value.items()}
+        # names are the learner's text: one line each (a name holding "\nHint: ..." added a
+        # hint line of its own to the feedback)
+        return {clean(k, 200): tuple(v) for k, v in value.items()}
 
     def remote_forward_backward(self, args, kwargs, grad_output, time_limit):
         value, _ = self._session.act("forward_backward", self,
