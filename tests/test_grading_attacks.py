@@ -962,3 +962,14 @@ def test_hint_and_score_lines_forged_by_a_cell_error_or_a_state_dict_name(tmp_pa
     failed = {(s.path.parent.name, r.exercise) for s in subs for r in s.results
               if r.status == "FAIL"}
     assert failed == {("cell", "stable_softmax"), ("names", "multi_head_attention")}
+
+
+def test_right_real_parts_with_an_imaginary_part_added(tmp_path):
+    plus = RIGHT + "_right = softmax\ndef softmax(x, axis=-1):\n    return _right(x, axis) + 5j\n"
+    path = _notebook(SOLUTION, tmp_path / "complex" / "01_softmax.ipynb",
+                     answers={"stable_softmax": plus})
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, path, wrong], jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    result = {r.exercise: r for r in subs[1].results}["stable_softmax"]
+    assert result.status == "FAIL" and "expected an array of numbers" in result.feedback

@@ -487,6 +487,9 @@ def as_array(x: Any, dtype=None) -> np.ndarray | None:
     ``None`` when it is not an array of numbers (or booleans)."""
     try:
         a = _as_array(x)
+        if dtype is not None and np.iscomplexobj(a) and \
+                not np.issubdtype(np.dtype(dtype), np.complexfloating) and np.any(a.imag != 0):
+            return None   # casting would drop the imaginary part: right real parts + 5j passed
         a = a if dtype is None else a.astype(dtype)
     except (TypeError, ValueError, RuntimeError):
         return None
