@@ -973,3 +973,16 @@ def test_right_real_parts_with_an_imaginary_part_added(tmp_path):
     _classmates_unchanged(subs)
     result = {r.exercise: r for r in subs[1].results}["stable_softmax"]
     assert result.status == "FAIL" and "expected an array of numbers" in result.feedback
+
+
+def test_a_spreadsheet_formula_as_the_student_folder(tmp_path):
+    # LMS exports name folders after a name the student chose; a spreadsheet opening grades.csv
+    # would run a cell that starts with "=" as a formula
+    name = '=HYPERLINK("example.invalid","click")'
+    path = _notebook(SOLUTION, tmp_path / name / "01_softmax.ipynb")
+    subs = grading.grade([path], jobs=1, limits=LIMITS)
+    out_csv = tmp_path / "g.csv"
+    grading.write_csv(subs, out_csv)
+    rows = list(csv.DictReader(out_csv.open(encoding="utf-8")))
+    assert len(rows) == 4 and all(r["student"] == "'" + name for r in rows)
+    assert all(r["status"] == "PASS" for r in rows)

@@ -1076,10 +1076,16 @@ def write_csv(subs: list[Submission], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for r in results(subs):   # learner-made text cleaned: one line each, printable UTF-8
-            writer.writerow({k: (clean(v, 2000) if isinstance(v, str) and k != "feedback" else
-                                 "\n".join(clean(x, 2000) for x in v.splitlines())
-                                 if isinstance(v, str) else v)
+            writer.writerow({k: _no_formula(clean(v, 2000) if k != "feedback" else
+                                            "\n".join(clean(x, 2000) for x in v.splitlines()))
+                             if isinstance(v, str) else v
                              for k, v in asdict(r).items() if k in CSV_FIELDS})
+
+
+def _no_formula(text: str) -> str:
+    """A CSV cell that a spreadsheet shows as text: one starting with =, +, - or @ (a student
+    folder named ``=HYPERLINK(...)`` from an LMS export, say) gets a leading apostrophe."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def write_json(subs: list[Submission], path: Path) -> None:
