@@ -58,9 +58,9 @@ GRACE_SECONDS = 3.0        # how long past a limit the grader waits before killi
 START_SECONDS = 60.0       # the runner's start (Python and NumPy; torch loads with the cells)
 CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
-DIED_IN_HIDDEN = ("not graded: the runner died or broke the protocol during the hidden cases (its "
-                  "exit status, output and reply are not shown: they could carry a hidden case's "
-                  "inputs)")
+DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
+                  "hidden cases (its exit status, output and reply are not shown: they could carry "
+                  "a hidden case's inputs)")
 NOT_IN_COPY = ("not in your copy: run make lab (it adds the course's new exercises to your copy "
                "and keeps your answers)")
 
