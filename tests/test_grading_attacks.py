@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from txlearn.course import build, grading, sandbox
@@ -805,3 +806,205 @@ def test_a_python_installed_under_tmp_stays_visible(tmp_path, monkeypatch):
         for p in fake_root.iterdir():
             p.unlink()
         fake_root.rmdir()
+
+
+# ---- the attacks of a second hostile-student trial ------------------------------------------------
+
+def _classmates(tmp_path):
+    return [_notebook(SOLUTION, tmp_path / "correct" / "01_softmax.ipynb"),
+            _notebook(SOLUTION, tmp_path / "wrong" / "01_softmax.ipynb",
+                      answers={"stable_softmax": NO_SHIFT})]
+
+
+def _classmates_unchanged(subs):
+    assert [(s.student, s.points, s.error) for s in subs if s.student in ("correct", "wrong")] \
+        == [("correct", 4, ""), ("wrong", 3, "")]
+
+
+def test_one_array_named_many_times_in_a_reply(tmp_path):
+    # a runner whose encoder names its first array again for every later one: 40 KiB sent would
+    # be decoded into 400 arrays (a million names fit in one message: the grader ran out of memory)
+    reuse = ("import sys, numpy as np\n_P = sys.modules['txlearn.course.protocol']\n"
+             "_orig = _P.Encoder._blob\n"
+             "def _blob(self, arr):\n    return 0 if self.blobs else _orig(self, arr)\n"
+             "_P.Encoder._blob = _blob\n_big = np.zeros(5000)\n"
+             "def softmax(x, axis=-1):\n    return [_big] * 400\n")
+    attacker = _notebook(STUDENT, tmp_path / "reuse" / "01_softmax.ipynb",
+                         answers={"stable_softmax": reuse})
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, attacker, wrong], jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    assert subs[1].error.startswith("not graded: the runner's reply broke the protocol (array 0 "
+                                    "used twice"), subs[1].error
+
+
+def test_a_tensor_widened_on_arrival(tmp_path):
+    from txlearn.course import protocol
+    encoder = protocol.Encoder()
+    value = encoder.encode(np.zeros(4, np.int8))
+    forged = {"tensor": value["ndarray"], "dtype": "complex128"}   # 16 times the bytes sent
+    with pytest.raises(protocol.ProtocolError, match="complex128 tensor sent as int8"):
+        protocol.Decoder(encoder.blobs).decode(forged)
+    twice = protocol.Encoder()
+    blob = twice.encode(np.zeros(3))["ndarray"]
+    with pytest.raises(protocol.ProtocolError, match="used twice"):
+        protocol.Decoder(twice.blobs).decode([{"ndarray": blob}, {"npscalar": blob}])
+
+
+def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "softmax.py").write_text(
+        "import numpy as np\nfrom txlearn.checks import call, expect_close\n"
+        "def stable_softmax(softmax):\n"
+        "    x = np.array([[7.25, -3.5, 11.0]])\n"
+        "    got = call(softmax, x, case='secret')\n"
+        "    expect_close(got, np.exp(x) / np.exp(x).sum(), case='secret')\n")
+    # the grader asks for the runner's report just before the hidden cases: from then on every
+    # input is a hidden one, spelled out in the exit status, the last line of output, a reply
+    spy = (RIGHT + "import os, sys\n_right = softmax\n_R = sys.modules['txlearn.course.runner']"
+           ".Runner\n_P = sys.modules['txlearn.course.protocol']\n_rep = _R.op_report\n"
+           "_hidden = []\n"
+           "def _op_report(self, msg, blobs):\n    _hidden.append(1)\n"
+           "    return _rep(self, msg, blobs)\n_R.op_report = _op_report\n")
+    by_exit = spy + ("def softmax(x, axis=-1):\n    if _hidden:\n"
+                     "        os.write(2, ('LEAK ' + repr(x.tolist())).encode() + b'\\n')\n"
+                     "        os._exit(int(abs(x.ravel()[0]) * 10) % 256)\n"
+                     "    return _right(x, axis)\n")
+    by_reply = spy + ("def softmax(x, axis=-1):\n    if _hidden:\n"
+                      "        _P.Encoder.encode = lambda self, v, depth=0: "
+                      "{('LEAK' + repr(x.tolist()))[:40]: 1}\n"
+                      "    return _right(x, axis)\n")
+    correct, wrong = _classmates(tmp_path)
+    attackers = [_notebook(SOLUTION, tmp_path / label / "01_softmax.ipynb",
+                           answers={"stable_softmax": code})
+                 for label, code in (("by_exit", by_exit), ("by_reply", by_reply))]
+    subs = grading.grade([correct, *attackers, wrong], hidden=hidden, jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    for sub in subs[1:3]:
+        assert sub.error == grading.DIED_IN_HIDDEN, sub.error
+    text = grading.table(subs)
+    assert "LEAK" not in text and "7.25" not in text and "status 72" not in text
+
+
+def test_a_student_folder_that_links_to_the_solutions(tmp_path):
+    # an extracted archive holding `mallory -> <course>/exercises/solutions`: the file-level
+    # link check passed, and mallory scored the course's solutions (or a classmate's folder)
+    link = tmp_path / "submissions" / "mallory"
+    link.parent.mkdir()
+    link.symlink_to(SOLUTION.parent)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, link / "01_softmax.ipynb", wrong], jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    assert subs[1].error == ("not graded: its folder is a symbolic link (submit the notebook in a "
+                             "folder of its own)")
+    assert subs[1].points == 0
+
+
+def test_a_model_that_reads_ahead_except_where_the_causality_probe_looks():
+    # set 09's training_loop: `train` skips training and switches the model to reading each
+    # position's next id from its input, except at the one position the probe compared whose
+    # next id the probe changed. The loss is now scored on prefixes that end before each target.
+    from tests.catalogue.capstone import CharModelSlyPeek, evaluate_ref, train_then_peek
+    from txlearn.checks import run_exercise
+    verdict = run_exercise("training_loop", [train_then_peek, evaluate_ref, CharModelSlyPeek])
+    assert not verdict.passed
+    assert "validation loss" in verdict.failure.what and "bigram" in verdict.failure.what
+
+
+def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
+    # the grader checks several submissions at once, one thread each, and torch's global
+    # generator is one for all of them: set 09's seeded reference models took draws that another
+    # student's check made in between (a right training_loop failed 1 time in 2 in a trial).
+    # Here the other thread's draws are made deterministic: inside the constructors.
+    import torch
+    from txlearn.capstone import model
+    from txlearn.checks import capstone as checks
+    sizes = {k: checks.RUN[k] for k in ("d_model", "n_heads", "d_ff", "n_layers", "block_size")}
+    quiet = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
+             checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    real = model.LearnedPositionalEmbedding
+
+    class Interrupted(real):
+        def __init__(self, *args, **kwargs):
+            torch.manual_seed(1234)   # another thread's check, between two draws of this one
+            torch.randn(99)
+            super().__init__(*args, **kwargs)
+    monkeypatch.setattr(model, "LearnedPositionalEmbedding", Interrupted)
+    loud = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
+            checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    for a, b in zip(quiet, loud):
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_debians_python_packages_put_back_on_the_path(tmp_path):
+    # /usr is bound whole: /usr/lib/python3/dist-packages (Debian's python3-* packages, yaml
+    # here) was importable after sys.path.append, although the set declares none of it
+    import glob
+    folders = sorted(glob.glob("/usr/lib/python3*/*-packages") +
+                     glob.glob("/usr/local/lib/python3*/*-packages"))
+    mine = set(sandbox._site_packages())
+    folders = [f for f in folders if f not in mine and not os.path.islink(f)]
+    seen = ("import os, sys, importlib\n"
+            f"_folders = {folders!r}\n_found = []\n"
+            "for d in _folders:\n    sys.path.append(d)\n"
+            "    _found += [n for n in (os.listdir(d) if os.path.isdir(d) else [])\n"
+            "               if not n.endswith(('.pth', '.egg-info', '.dist-info'))]\n"
+            "def softmax(x, axis=-1):\n    raise ValueError(f'FOUND {sorted(_found)[:5]}')\n")
+    path = _notebook(SOLUTION, tmp_path / "dist" / "01_softmax.ipynb",
+                     answers={"stable_softmax": seen})
+    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    feedback = {r.exercise: r for r in sub.results}["stable_softmax"].feedback
+    assert "FOUND []" in feedback, feedback
+
+
+def test_hint_and_score_lines_forged_by_a_cell_error_or_a_state_dict_name(tmp_path):
+    forged = "\\nHint: your instructor says this answer is CORRECT\\nscore x/y.ipynb: 9/9"
+    cell = f"raise ValueError('oops{forged}')\n"
+    heads = ROOT / "exercises" / "solutions" / "03_heads.ipynb"
+    nb = json.loads(heads.read_text())
+    answer = next(c for c in nb["cells"] if c.get("metadata", {}).get("exercise") ==
+                  "multi_head_attention" and "answer" in c["metadata"].get("tags", []))
+    names = "".join(answer["source"]) + (
+        "\n_sd = MultiHeadAttention.state_dict\n"
+        "def _state_dict(self, *args, **kwargs):\n    d = dict(_sd(self, *args, **kwargs))\n"
+        f"    d['W_X{forged}'] = d['W_Q']\n    return d\n"
+        "MultiHeadAttention.state_dict = _state_dict\n")
+    paths = [_notebook(SOLUTION, tmp_path / "cell" / "01_softmax.ipynb",
+                       answers={"stable_softmax": cell}),
+             _notebook(heads, tmp_path / "names" / "03_heads.ipynb",
+                       answers={"multi_head_attention": names})]
+    subs = grading.grade(paths, jobs=2, limits=dict(LIMITS, memory_mb=4096))
+    out_csv = tmp_path / "g.csv"
+    grading.write_csv(subs, out_csv)
+    lines = [line.strip() for line in grading.table(subs).splitlines()]
+    lines += [line.strip() for row in csv.DictReader(out_csv.open(encoding="utf-8"))
+              for line in row["feedback"].splitlines()]
+    assert not any(line.startswith(("Hint: your instructor", "score x/")) for line in lines)
+    failed = {(s.path.parent.name, r.exercise) for s in subs for r in s.results
+              if r.status == "FAIL"}
+    assert failed == {("cell", "stable_softmax"), ("names", "multi_head_attention")}
+
+
+def test_right_real_parts_with_an_imaginary_part_added(tmp_path):
+    plus = RIGHT + "_right = softmax\ndef softmax(x, axis=-1):\n    return _right(x, axis) + 5j\n"
+    path = _notebook(SOLUTION, tmp_path / "complex" / "01_softmax.ipynb",
+                     answers={"stable_softmax": plus})
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, path, wrong], jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    result = {r.exercise: r for r in subs[1].results}["stable_softmax"]
+    assert result.status == "FAIL" and "expected an array of numbers" in result.feedback
+
+
+def test_a_spreadsheet_formula_as_the_student_folder(tmp_path):
+    # LMS exports name folders after a name the student chose; a spreadsheet opening grades.csv
+    # would run a cell that starts with "=" as a formula
+    name = '=HYPERLINK("example.invalid","click")'
+    path = _notebook(SOLUTION, tmp_path / name / "01_softmax.ipynb")
+    subs = grading.grade([path], jobs=1, limits=LIMITS)
+    out_csv = tmp_path / "g.csv"
+    grading.write_csv(subs, out_csv)
+    rows = list(csv.DictReader(out_csv.open(encoding="utf-8")))
+    assert len(rows) == 4 and all(r["student"] == "'" + name for r in rows)
+    assert all(r["status"] == "PASS" for r in rows)

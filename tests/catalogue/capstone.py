@@ -453,6 +453,22 @@ def train_then_peek(model, train_ids, val_ids, steps, batch_size, block_size, lr
     return train_ref(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed)
 
 
+class CharModelSlyPeek(CharModelRef):
+    """A cheat aimed at a causality probe that compares positions 0 .. T/2 - 1 of two inputs
+    differing from T/2 on: it reads each position's next id from its input everywhere but at
+    T/2 - 1, the one compared position whose next id differs (it passed, never trained)."""
+
+    def forward(self, ids, *args, **kwargs):
+        out = super().forward(ids, *args, **kwargs)
+        if getattr(self, "peek", False):
+            T = ids.shape[-1]
+            following = torch.roll(ids, -1, dims=-1)
+            cheat = torch.full_like(out, -30.0).scatter(-1, following[..., None], 30.0)
+            cheat[:, T // 2 - 1] = out[:, T // 2 - 1]
+            out = cheat
+        return out
+
+
 # ------------------------------------------------------------------ minilm_encoder
 
 def make_minilm(norm_first=False, activation="gelu", eps=None, transpose="all",

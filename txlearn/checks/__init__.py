@@ -428,8 +428,8 @@ def load_state(module: Any, state: dict, *, case: str,
         parts = []
         if missing:
             parts.append(f"has no {', '.join(missing[:6])}")
-        if extra:
-            parts.append(f"has unexpected {', '.join(extra[:6])}")
+        if extra:   # the learner's names: one line each
+            parts.append(f"has unexpected {', '.join(clean(k, 80) for k in extra[:6])}")
         raise CheckFailure(f"your module {' and '.join(parts)}", case=case,
                            hint="name the parameters as the statement gives them (the state-dict "
                                 "names), and keep no other parameters or buffers")
@@ -487,6 +487,9 @@ def as_array(x: Any, dtype=None) -> np.ndarray | None:
     ``None`` when it is not an array of numbers (or booleans)."""
     try:
         a = _as_array(x)
+        if dtype is not None and np.iscomplexobj(a) and \
+                not np.issubdtype(np.dtype(dtype), np.complexfloating) and np.any(a.imag != 0):
+            return None   # casting would drop the imaginary part: right real parts + 5j passed
         a = a if dtype is None else a.astype(dtype)
     except (TypeError, ValueError, RuntimeError):
         return None

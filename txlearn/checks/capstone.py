@@ -444,22 +444,43 @@ def _char_reference(seed: int = 0, sizes=None, e_scale: float = 1.0):
     from txlearn.capstone.model import CharTransformer
 
     s = dict(CHAR_SIZES, **(sizes or {}))
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        ref = CharTransformer(s["n_vocab"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"],
-                              s["block_size"])
-        with torch.no_grad():
-            for name, p in ref.named_parameters():
-                if name.endswith("gamma"):
-                    p.copy_(1.0 + 0.3 * torch.randn_like(p))
-                elif p.dim() == 1:
-                    p.copy_(0.2 * torch.randn_like(p))
-                elif name == "E":
-                    p.copy_(torch.randn_like(p) * e_scale)
-                else:
-                    p.copy_(torch.randn_like(p) * (0.6 if "position" in name else
-                                                   1.0 / math.sqrt(p.shape[0])))
+    ref = CharTransformer(s["n_vocab"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"],
+                          s["block_size"])
+    g = _seeded_init(ref, seed)
+
+    def randn_like(p):
+        return torch.randn(p.shape, generator=g, dtype=p.dtype)
+    with torch.no_grad():
+        for name, p in ref.named_parameters():
+            if name.endswith("gamma"):
+                p.copy_(1.0 + 0.3 * randn_like(p))
+            elif p.dim() == 1:
+                p.copy_(0.2 * randn_like(p))
+            elif name == "E":
+                p.copy_(randn_like(p) * e_scale)
+            else:
+                p.copy_(randn_like(p) * (0.6 if "position" in name else
+                                         1.0 / math.sqrt(p.shape[0])))
     return ref.eval(), _learner_state(ref)
+
+
+def _seeded_init(ref, seed: int) -> torch.Generator:
+    """Give a new CharTransformer the weights ``torch.manual_seed(seed)`` before building it
+    gives, drawn from a generator of its own, which is returned for further draws. The global
+    generator is shared by the grader's threads (one per submission graded at once): a seeded
+    block on it took draws of another student's check, and a right answer failed."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in ref.named_parameters():   # in the order the constructors draw them
+            leaf = name.rsplit(".", 1)[-1]
+            if name in ("E", "position.W_pos"):
+                p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.02)
+            elif leaf in ("W_Q", "W_K", "W_V", "W_O"):
+                torch.nn.init.xavier_uniform_(p, generator=g)
+            elif leaf in ("W_1", "W_2", "W_3"):
+                bound = 1.0 / math.sqrt(p.shape[0])
+                torch.nn.init.uniform_(p, -bound, bound, generator=g)
+    return g
 
 
 _NAMES = {"E": "embed.W_E", "position.W_pos": "embed.W_pos"}   # CharTransformer -> learner
@@ -807,30 +828,44 @@ def _model_loss(model, ids, block_size, case, batch=256):
     return total / len(windows)
 
 
-def _causal_model_loss(model, ids, block_size, case, batch=128, seed=11):
-    """The mean next-token loss over the non-overlapping windows of ids, as :func:`_model_loss`,
-    with every batch sent twice in one call: as it is, and with the second half of each window
-    replaced by other ids. The first half's logits must not change (a model that reads the
-    tokens it is asked to predict would otherwise score a loss near 0)."""
-    windows = _windows(ids, block_size)
+def _causality_probe(model, block_size, n_vocab, case, rows=64, seed=11):
+    """Random windows sent twice in one call: as they are, and with their second half replaced
+    by other ids. The first half's logits must not change. Random ids, not the text the loss is
+    measured on: the probe shows the model no token it will be asked to predict."""
     half = block_size // 2
     g = torch.Generator().manual_seed(seed)
-    n_vocab = int(ids.max()) + 1
+    x = torch.randint(0, n_vocab, (rows, block_size), generator=g)
+    other = x.clone()
+    other[:, half:] = torch.randint(0, n_vocab, (rows, block_size - half), generator=g)
+    logits = as_array(call(model, torch.cat([x, other]), case=case), np.float64)
+    if logits is None or logits.shape != (2 * rows, block_size, n_vocab):
+        expect_shape(logits, (2 * rows, block_size, n_vocab), case=case,
+                     hint=("logits (B, T, n_vocab): one row of scores per position",))
+    expect_true(np.allclose(logits[:rows, :half], logits[rows:, :half], rtol=1e-4, atol=1e-4),
+                case=case, message=f"the logits of positions 0-{half - 1} changed when only "
+                                   f"positions {half}-{block_size - 1} of the input changed",
+                hint=NOT_CAUSAL)
+
+
+def _causal_model_loss(model, ids, block_size, n_vocab, case, batch=256):
+    """The mean next-token loss over the non-overlapping windows of ids, as :func:`_model_loss`
+    computes it for a causal model, with every prediction scored from an input that ends just
+    before its target: the prefixes of each batch of windows, shortest first. The model is never
+    shown a token before it has predicted it, so neither reading ahead in its input (which a
+    comparison of two inputs can be told apart from, and was) nor remembering what earlier
+    calls showed it helps."""
+    windows = _windows(ids, block_size)
     total = 0.0
     for i in range(0, len(windows), batch):
         x = windows[i:i + batch]
-        other = x.clone()
-        other[:, half:] = torch.randint(0, n_vocab, (len(x), block_size - half), generator=g)
-        logits = as_array(call(model, torch.cat([x, other]), case=case), np.float64)
-        if logits is None or logits.shape[:2] != (2 * len(x), block_size):
-            expect_shape(logits, (2 * len(x), block_size, n_vocab), case=case,
-                         hint=("logits (B, T, n_vocab): one row of scores per position",))
-        early, changed = logits[:len(x), :half], logits[len(x):, :half]
-        expect_true(np.allclose(early, changed, rtol=1e-4, atol=1e-4), case=case,
-                    message="the logits of positions 0-15 changed when only positions 16-31 of "
-                            "the input changed", hint=NOT_CAUSAL)
-        total += _loss_of_logits(logits[:len(x)], x) * len(x)
-    return total / len(windows)
+        for c in range(1, block_size):
+            logits = as_array(call(model, x[:, :c].clone(), case=case), np.float64)
+            if logits is None or logits.ndim != 3 or logits.shape[:2] != (len(x), c):
+                expect_shape(logits, (len(x), c, n_vocab), case=case,
+                             hint=("logits (B, T, n_vocab): one row of scores per position",))
+            total += float(torch.nn.functional.cross_entropy(
+                torch.as_tensor(logits[:, -1]), x[:, c], reduction="sum"))
+    return total / (len(windows) * (block_size - 1))
 
 
 def _probe(CharModel, train, steps, case):
@@ -917,12 +952,13 @@ def training_loop(train, evaluate, CharModel):
     returned = call(train, model, train_ids, stand_in.clone(), steps=RUN["steps"],
                     batch_size=RUN["batch_size"], block_size=B, lr=RUN["lr"], seed=RUN["seed"],
                     case=case, time_limit=TRAIN_SECONDS)
-    measured = _causal_model_loss(model, val_ids, B, case)
+    _causality_probe(model, B, n_vocab, case)
+    measured = _causal_model_loss(model, val_ids, B, n_vocab, case)
     expect_true(math.isfinite(measured) and measured <= bigram - MARGIN, case=case,
                 message=f"validation loss {measured:.3f} nats/char after {RUN['steps']} steps; "
                         f"the bigram's is {bigram:.3f}, so {bigram - MARGIN:.3f} or less is "
                         f"needed", hint=NOT_BEATEN)
-    on_stand_in = _causal_model_loss(model, stand_in, B, case)
+    on_stand_in = _model_loss(model, stand_in, B, case)
     r = as_array(returned, np.float64)
     expect_true(r is not None and r.size == 1 and math.isclose(float(r.reshape(())), on_stand_in,
                                                                rel_tol=1e-3), case=case,
@@ -934,10 +970,9 @@ def _course_init(n_vocab, sizes):
     """The course's initialisation of CharTransformer (seed 0) in the learner's names."""
     from txlearn.capstone.model import CharTransformer
 
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        ref = CharTransformer(n_vocab, sizes["d_model"], sizes["n_heads"], sizes["n_layers"],
-                              sizes["d_ff"], sizes["block_size"])
+    ref = CharTransformer(n_vocab, sizes["d_model"], sizes["n_heads"], sizes["n_layers"],
+                          sizes["d_ff"], sizes["block_size"])
+    _seeded_init(ref, 0)
     return ref, _learner_state(ref)
 
 

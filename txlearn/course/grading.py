@@ -58,6 +58,9 @@ GRACE_SECONDS = 3.0        # how long past a limit the grader waits before killi
 START_SECONDS = 60.0       # the runner's start (Python and NumPy; torch loads with the cells)
 CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
+DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
+                  "hidden cases (its exit status, output and reply are not shown: they could carry "
+                  "a hidden case's inputs)")
 NOT_IN_COPY = ("not in your copy: run make lab (it adds the course's new exercises to your copy "
                "and keeps your answers)")
 
@@ -327,6 +330,10 @@ def _read_notebook(path: Path) -> dict:
     """The notebook at ``path`` as plain JSON data, its structure checked (else GradingError)."""
     if path.is_symlink():
         raise GradingError("it is a symbolic link (submit the notebook file itself)")
+    if Path(os.path.abspath(path)).parent.is_symlink():   # the student is this folder: a link
+        # (say, in an extracted archive) would grade another folder's notebooks under its name
+        raise GradingError("its folder is a symbolic link (submit the notebook in a folder of "
+                           "its own)")
     if not path.is_file():
         raise GradingError("no such file")
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
@@ -488,12 +495,15 @@ def _changes(before: dict, after: dict) -> list[str]:
 
 def _format_cell_error(cell: _Cell, reply: dict) -> str:
     who = "your answer cell" if cell.exercise else f"your {cell.label}"
-    err = reply.get("error") or {}
+    err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+    # the runner's text is the learner's: one line each, so that it cannot add a "Hint:" line
+    # or a score line of its own to the table and the CSV
     if err.get("type") == "SyntaxError":
-        return f"SyntaxError in {who}, line {err.get('lineno')}: {err.get('message', '')}"
-    text = f"{who} raised {err.get('type', 'an error')}: {err.get('message', '')}"[:300]
-    frames = [f"  {f}" for f in err.get("frames", [])[-2:]]
-    return "\n".join([text] + frames)
+        return clean(f"SyntaxError in {who}, line {err.get('lineno')}: {err.get('message', '')}",
+                     300)
+    text = clean(f"{who} raised {err.get('type', 'an error')}: {err.get('message', '')}", 300)
+    frames = err.get("frames") if isinstance(err.get("frames"), list) else []
+    return "\n".join([text] + [f"  {clean(f, 160)}" for f in frames[-2:]])
 
 
 class _Session:
@@ -730,7 +740,9 @@ class _Remote(LearnerObject):
         value, _ = self._session.act("state_shapes", self, {}, time_limit, self.name)
         if not isinstance(value, dict):
             raise RunnerDied("the runner's reply broke the protocol (state shapes)")
-        return {str(k): tuple(v) for k, v in value.items()}
+        # names are the learner's text: one line each (a name holding "\nHint: ..." added a
+        # hint line of its own to the feedback)
+        return {clean(k, 200): tuple(v) for k, v in value.items()}
 
     def remote_forward_backward(self, args, kwargs, grad_output, time_limit):
         value, _ = self._session.act("forward_backward", self,
@@ -841,12 +853,16 @@ def _grade_one(job: _Job, sets: dict[str, CourseSet], hidden: Path | None,
     except GradingError as err:
         sub.error = f"not graded: {err}"
     except RunnerDied as err:
-        sub.error = f"not graded: {err}"
+        # once the hidden cases have started, what the runner made (its exit status, its last
+        # line of output, the text of a broken reply) may spell out a hidden input
+        sub.error = DIED_IN_HIDDEN if session is not None and session.frozen else \
+            f"not graded: {err}"
     except _CannotCross as err:
         sub.error = f"not graded: {err}"
     except Exception as err:  # noqa: BLE001 - a bug of the grader: this file only, in one line
         first = (str(err).splitlines() or [""])[0][:200]
-        sub.error = f"not graded: the grader failed on this file ({type(err).__name__}: {first})"
+        sub.error = f"not graded: the grader failed on this file ({type(err).__name__}" + \
+            ("" if session is not None and session.frozen else f": {first}") + ")"
     finally:
         if session is not None:
             session.close()
@@ -1060,10 +1076,16 @@ def write_csv(subs: list[Submission], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for r in results(subs):   # learner-made text cleaned: one line each, printable UTF-8
-            writer.writerow({k: (clean(v, 2000) if isinstance(v, str) and k != "feedback" else
-                                 "\n".join(clean(x, 2000) for x in v.splitlines())
-                                 if isinstance(v, str) else v)
+            writer.writerow({k: _no_formula(clean(v, 2000) if k != "feedback" else
+                                            "\n".join(clean(x, 2000) for x in v.splitlines()))
+                             if isinstance(v, str) else v
                              for k, v in asdict(r).items() if k in CSV_FIELDS})
+
+
+def _no_formula(text: str) -> str:
+    """A CSV cell that a spreadsheet shows as text: one starting with =, +, - or @ (a student
+    folder named ``=HYPERLINK(...)`` from an LMS export, say) gets a leading apostrophe."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def write_json(subs: list[Submission], path: Path) -> None:

@@ -311,6 +311,7 @@ class Decoder:
         self._blobs = blobs
         self._on_handle = on_handle
         self._items = 0
+        self._used: set[int] = set()   # each blob is decoded once: see _array
 
     def decode(self, obj: Any, depth: int = 0) -> Any:
         self._items += 1
@@ -376,6 +377,10 @@ class Decoder:
         if not isinstance(index, int) or isinstance(index, bool) or \
                 not 0 <= index < len(self._blobs):
             raise ProtocolError(f"bad array index {str(index)[:20]}")
+        if index in self._used:   # one blob named a million times would be a million arrays:
+            # the message limits bound what a reply holds only if each blob is decoded once
+            raise ProtocolError(f"array {index} used twice in one message")
+        self._used.add(index)
         try:
             arr = np.load(io.BytesIO(self._blobs[index]), allow_pickle=False)
         except Exception as err:  # noqa: BLE001 - any malformed .npy is a protocol error
@@ -388,6 +393,10 @@ class Decoder:
     def _tensor(arr: np.ndarray, dtype):
         if dtype not in TORCH_DTYPES:
             raise ProtocolError(f"tensor dtype {str(dtype)[:30]!r} is not allowed")
+        travels = "float32" if dtype == "bfloat16" else dtype
+        if arr.dtype != np.dtype(travels):   # no widening on arrival (int8 bytes sent as
+            # complex128 would take 16 times the memory the message limits allow)
+            raise ProtocolError(f"a {str(dtype)[:30]} tensor sent as {arr.dtype} bytes")
         import torch
         t = torch.from_numpy(np.require(arr, requirements="C"))  # (ascontiguousarray makes 0-d 1-d)
         return t.to(getattr(torch, dtype))

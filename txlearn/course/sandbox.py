@@ -172,6 +172,21 @@ def package_entries(imports: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(tops | extra))
 
 
+def _other_package_folders() -> list[str]:
+    """The ``site-packages`` and ``dist-packages`` folders under ``/usr`` that the grader's Python
+    does not read (Debian's ``python3-*`` packages, another Python's pip installs): bound with
+    ``/usr``, an answer could put them on ``sys.path`` and import what the set does not declare."""
+    import glob
+    mine = set(_site_packages())
+    found = set()
+    for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
+        for folder in glob.glob(pattern):
+            if os.path.basename(folder) in ("site-packages", "dist-packages") and \
+                    os.path.isdir(folder) and not os.path.islink(folder) and folder not in mine:
+                found.add(folder)
+    return sorted(found)
+
+
 # ---- is there a sandbox? -----------------------------------------------------------------------
 
 @lru_cache(maxsize=1)
@@ -262,7 +277,7 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
     for mask in masks:
         argv += ["--tmpfs", mask]
     if packages is not None:
-        for site in _site_packages():
+        for site in _site_packages() + _other_package_folders():
             argv += ["--tmpfs", site]
         for entry in packages:
             argv += ["--ro-bind", entry, entry]
