@@ -111,30 +111,16 @@ def append(path: Path, row: dict) -> None:
 
 def measure_speed(config: TrainConfig, threads: int, rounds: int) -> dict:
     """Median CPU seconds (1 thread) or fastest wall seconds (more) per training step."""
-    import torch.nn.functional as F
-    from torch import nn
+    from train_speed import make_step   # the training step train_speed.py times
 
     from txlearn.capstone.model import CharTransformer
-    from txlearn.capstone.runtime import autocast
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = CharTransformer.from_config(config, 103)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 103, (config.batch_size, config.block_size), generator=g)
-    y = torch.roll(x, -1, 1)
-    cpu = torch.device("cpu")
-
-    def step():
-        with autocast(config.precision, cpu):
-            logits = model(x)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-
+    step = make_step(model, config.precision, x, torch.roll(x, -1, 1))
     step()
     step()
     cpu_s, wall_s = [], []

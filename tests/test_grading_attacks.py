@@ -62,6 +62,13 @@ def _notebook(src, dest, answers=None, extra=None, meta=None, edit=None):
     return dest
 
 
+def _grade_alone(path, **limits):
+    """Grade one notebook on its own (one job, the shortened limits, changed by ``limits``):
+    ``(submission, {exercise: result})``."""
+    sub, = grading.grade([path], jobs=1, limits=dict(LIMITS, **limits))
+    return sub, {r.exercise: r for r in sub.results}
+
+
 def _attack(code):
     """The stub of stable_softmax with `code` run first (each step may fail on its own)."""
     steps = [f"try:\n{_indent(step)}\nexcept BaseException:\n    pass\n" for step in code]
@@ -637,8 +644,7 @@ def test_changing_the_checks_arrays_in_place(tmp_path):
               "    return w @ V, w\n")
     path = _notebook(ATTENTION_SOLUTION, tmp_path / "inplace" / "02_attention.ipynb",
                      answers={"masked_attention": forged})
-    sub, = grading.grade([path], jobs=1, limits=LIMITS)
-    result = {r.exercise: r for r in sub.results}["masked_attention"]
+    result = _grade_alone(path)[1]["masked_attention"]
     assert result.status == "FAIL" and "changed its input `Q` in place" not in result.feedback
     assert "changed its input number 1 in place" in result.feedback
 
@@ -684,8 +690,7 @@ def test_importing_a_package_the_set_does_not_declare_by_any_spelling(tmp_path):
               "def log_softmax(x, axis=-1):\n    return _sp.log_softmax(x, axis=axis)\n")
     path = _notebook(SOLUTION, tmp_path / "scipy" / "01_softmax.ipynb",
                      answers={"stable_softmax": bypass, "log_softmax": dunder})
-    sub, = grading.grade([path], jobs=1, limits=LIMITS)
-    by = {r.exercise: r for r in sub.results}
+    _, by = _grade_alone(path)
     for name in ("stable_softmax", "log_softmax"):
         assert by[name].status == "FAIL", by[name]
     assert "No module named 'scipy'" in by["stable_softmax"].feedback
@@ -720,7 +725,7 @@ def test_cells_with_course_like_ids_and_edited_setup_cells_are_not_run(tmp_path)
                 cell["source"] = "import numpy as np\nEDITED_SETUP = True\n"
                 break
     path = _notebook(SOLUTION, tmp_path / "ids" / "01_softmax.ipynb", edit=add)
-    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    sub, _ = _grade_alone(path)
     assert sub.points == 4, sub.results
     assert "SENTINEL" not in " ".join(r.feedback for r in sub.results)
     assert any("setup cell 1 edited (the course's version ran)" in n for n in sub.integrity)
@@ -733,7 +738,7 @@ def test_a_notebook_past_its_total_time_is_not_graded(tmp_path):
                               "time.sleep(2.5)\n" + "import numpy as np\n"
                               "def scaled_scores(Q, K):\n"
                               "    return Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])\n"})
-    sub, = grading.grade([path], jobs=1, limits=dict(LIMITS, notebook_seconds=4))
+    sub, _ = _grade_alone(path, notebook_seconds=4)
     assert sub.error == "not graded: the notebook ran past its limit of 4 s in all"
 
 
@@ -745,7 +750,7 @@ def test_many_made_up_type_names_do_not_grow_the_grader(tmp_path):
              "def make(x, axis=-1):\n    return [object()] * 3000\n")
     path = _notebook(SOLUTION, tmp_path / "types" / "01_softmax.ipynb",
                      answers={"stable_softmax": flood + "softmax = make\n"})
-    sub, = grading.grade([path], jobs=1, limits=LIMITS)
+    _grade_alone(path)
     assert len(grading._REMOTE_CLASSES) <= grading.MAX_PROXY_CLASSES
 
 
@@ -781,8 +786,7 @@ def test_rebinding_the_runners_gradient_function(tmp_path):
                "_p.local_forward_backward = _fake\n")
     path = _notebook(src, tmp_path / "grads" / "03_heads.ipynb",
                      answers={"multi_head_attention": source})
-    sub, = grading.grade([path], jobs=1, limits=dict(LIMITS, memory_mb=4096))
-    result = {r.exercise: r for r in sub.results}["multi_head_attention"]
+    result = _grade_alone(path, memory_mb=4096)[1]["multi_head_attention"]
     assert result.status == "FAIL" and "rebound" not in result.feedback, result.feedback
 
 
@@ -953,8 +957,7 @@ def test_debians_python_packages_put_back_on_the_path(tmp_path):
             "def softmax(x, axis=-1):\n    raise ValueError(f'FOUND {sorted(_found)[:5]}')\n")
     path = _notebook(SOLUTION, tmp_path / "dist" / "01_softmax.ipynb",
                      answers={"stable_softmax": seen})
-    sub, = grading.grade([path], jobs=1, limits=LIMITS)
-    feedback = {r.exercise: r for r in sub.results}["stable_softmax"].feedback
+    feedback = _grade_alone(path)[1]["stable_softmax"].feedback
     assert "FOUND []" in feedback, feedback
 
 
