@@ -35,6 +35,7 @@ from txlearn.training.schedule import PLAN_MIN_WARMUP, BudgetPlanner, Schedule, 
 
 __all__ = ["evaluate", "TrainResult", "train"]
 
+
 @torch.no_grad()
 def evaluate(model: CharTransformer, val_ids: torch.Tensor, block_size: int,
              max_windows: int | None = None, batch_size: int = 64,

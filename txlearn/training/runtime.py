@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 
 import torch
 
