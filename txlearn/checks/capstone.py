@@ -3,8 +3,8 @@ distribution and top-p, character model with a KV cache, generation, training lo
 encoder and sentence embeddings, all on the learner's own modules of sets 03-07.
 
 The right answers come from the course's package: :func:`txlearn.sampling.next_token_distribution`
-(the one sampler), :class:`txlearn.models.char_lm.CharTransformer` loaded with the same weights,
-the course's MiniLM (:mod:`txlearn.models.minilm`) and ``sentence-transformers`` for the
+(the one sampler), :class:`txlearn.capstone.model.CharTransformer` loaded with the same weights,
+the course's MiniLM (:mod:`txlearn.capstone.pretrained`) and ``sentence-transformers`` for the
 sentence embeddings (cached in :mod:`txlearn.checks._capstone_oracles`). When an answer differs,
 what each catalogued mistake (tests/catalogue/capstone.py) computes on the same inputs chooses the
 hint. The learner's objects are used only through ``call``, ``construct``, ``load_state`` and
