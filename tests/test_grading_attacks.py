@@ -922,7 +922,7 @@ def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
     # student's check made in between (a right training_loop failed 1 time in 2 in a trial).
     # Here the other thread's draws are made deterministic: inside the constructors.
     import torch
-    from txlearn.capstone import model
+    from txlearn.models import char_lm as model
     from txlearn.checks import capstone as checks
     sizes = {k: checks.RUN[k] for k in ("d_model", "n_heads", "d_ff", "n_layers", "block_size")}
     quiet = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],

@@ -39,7 +39,7 @@ def test_drift_is_reported(tmp_path):
     layout.exercise_sources.mkdir(parents=True)
     layout.lessons.mkdir()
     shutil.copy(SOURCES[0], layout.exercise_sources / SOURCES[0].name)
-    assert len(build.build(layout)) == 2
+    assert len(build.build_course(layout)) == 2
     assert build.drift(layout) == []
     student = layout.student / f"{SOURCES[0].stem}.ipynb"
     student.write_text(student.read_text().replace("NotImplementedError", "NotImplemented"))

@@ -25,7 +25,7 @@ __all__ = ["corpus", "tokens", "minilm_sizes", "minilm_state", "encoder_states",
 
 @lru_cache(maxsize=2)
 def _corpus(block_size: int):
-    from txlearn.capstone.data import CharVocab, bigram_nats, load_corpus, split_by_position
+    from txlearn.training.data import CharVocab, bigram_nats, load_corpus, split_by_position
 
     text = load_corpus()
     vocab = CharVocab.from_text(text)
@@ -41,13 +41,13 @@ def corpus(block_size: int):
 
 @lru_cache(maxsize=1)
 def _tokenizer():
-    from txlearn.capstone.assets import load_tokenizer
+    from txlearn.models.minilm_files import load_tokenizer
     return load_tokenizer()
 
 
 @lru_cache(maxsize=8)
 def _tokens(sentences: tuple):
-    from txlearn.capstone.assets import tokenize
+    from txlearn.models.minilm_files import tokenize
     return tokenize(list(sentences), _tokenizer())
 
 
@@ -58,7 +58,7 @@ def tokens(sentences: tuple) -> dict:
 
 @lru_cache(maxsize=1)
 def _encoder():
-    from txlearn.capstone.pretrained import load_encoder
+    from txlearn.models.minilm import load_encoder
     return load_encoder()
 
 
@@ -114,7 +114,7 @@ def minilm_sizes() -> dict:
     order: n_vocab, max_len, n_types, d_model, n_heads, d_ff, n_layers, eps."""
     import json
 
-    from txlearn.capstone.assets import model_dir
+    from txlearn.models.minilm_files import model_dir
     cfg = json.loads((model_dir() / "config.json").read_text())
     keys = ("vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_size",
             "num_attention_heads", "intermediate_size", "num_hidden_layers", "layer_norm_eps")
@@ -158,7 +158,7 @@ def encoder_states(sentences: tuple, variant: str | None = None) -> np.ndarray:
 @lru_cache(maxsize=4)
 def _reference_embeddings(sentences: tuple):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from txlearn.capstone.pretrained import reference_encode
+    from txlearn.models.minilm import reference_encode
     with warnings.catch_warnings():   # tqdm.auto warns in a kernel without ipywidgets: not the
         warnings.simplefilter("ignore")   # learner's business, and a check prints nothing else
         out = np.asarray(reference_encode(list(sentences)), dtype=np.float64)

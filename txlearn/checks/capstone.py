@@ -441,7 +441,7 @@ CHAR_DEFAULT = ("x_t = W_E[ids_t] + W_pos[start + t], then your LanguageModel: p
 def _char_reference(seed: int = 0, sizes=None, e_scale: float = 1.0):
     """The course's CharTransformer (float32) with random weights large enough that every part
     matters (the token table ~ N(0, e_scale^2)), and its state dict in the learner's names."""
-    from txlearn.capstone.model import CharTransformer
+    from txlearn.models.char_lm import CharTransformer
 
     s = dict(CHAR_SIZES, **(sizes or {}))
     ref = CharTransformer(s["n_vocab"], s["d_model"], s["n_heads"], s["n_layers"], s["d_ff"],
@@ -968,7 +968,7 @@ def training_loop(train, evaluate, CharModel):
 
 def _course_init(n_vocab, sizes):
     """The course's initialisation of CharTransformer (seed 0) in the learner's names."""
-    from txlearn.capstone.model import CharTransformer
+    from txlearn.models.char_lm import CharTransformer
 
     ref = CharTransformer(n_vocab, sizes["d_model"], sizes["n_heads"], sizes["n_layers"],
                           sizes["d_ff"], sizes["block_size"])
@@ -1034,7 +1034,7 @@ def _encoder_case(encoder, sentences, case, variants):
 
 
 def _load_encoder(load_minilm, case):
-    from txlearn.capstone.assets import model_dir
+    from txlearn.models.minilm_files import model_dir
     return construct(load_minilm, str(model_dir()), case=case, time_limit=60, hint=ENC_RAISED)
 
 

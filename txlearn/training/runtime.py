@@ -1,4 +1,4 @@
-"""Lesson 09: where a capstone run computes: device, precision, CPU threads, several processes.
+"""Lesson 09: where a training run computes: device, precision, CPU threads, several processes.
 
 - **device**: ``"auto"`` is the first CUDA GPU when PyTorch sees one, else the CPU; ``"cpu"``,
   ``"cuda"`` or ``"cuda:N"`` ask for one. Nothing needs a GPU.
@@ -29,11 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 
 import torch
 
-from txlearn.capstone.data import UserError
+from txlearn.training.data import UserError
 
 __all__ = ["PRECISIONS", "resolve_device", "native_bf16", "resolve_precision", "autocast",
            "available_cores", "ThreadProbe", "Distributed"]

@@ -1,4 +1,4 @@
-"""Lesson 09: capstone checkpoints, one safetensors file that a run can resume from exactly.
+"""Lesson 09: training checkpoints, one safetensors file that a run can resume from exactly.
 
 The weights under ``model.``, AdamW's moments under ``optimizer.``, the RNG states (global and the
 data sampler's, which is the data position) under ``rng.``, and, in its JSON metadata, the
@@ -17,30 +17,33 @@ from pathlib import Path
 
 import torch
 
-from txlearn.capstone.config import TrainConfig
-from txlearn.capstone.data import CharVocab, UserError
-from txlearn.capstone.model import CharTransformer
+from txlearn.models.char_lm import CharTransformer
+from txlearn.training.config import TrainConfig
+from txlearn.training.data import CharVocab, UserError
 
 __all__ = ["save_checkpoint", "load_checkpoint", "restore_optimizer", "check_resumable",
            "fingerprint"]
 
 
 def fingerprint(text: str) -> str:
+    """The first 16 hex digits of the text's SHA-256 (a resumed run must train on the same text)."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-
-def save_checkpoint(path, model, optimizer, config: TrainConfig, vocab: CharVocab, step: int,
+def save_checkpoint(path, *, model, optimizer, config: TrainConfig, vocab: CharVocab, step: int,
                     data_generator: torch.Generator, history: list, text_fingerprint: str,
                     baseline_nats: dict, planned_steps: int | None = None,
                     rank_rng: list[dict] | None = None, progress: float | None = None) -> Path:
     """Write everything a run needs to continue into one safetensors file, atomically.
 
+    Everything after ``path`` is keyword-only (twelve values: a call cannot swap two of them
+    silently).
+
     Tensors: ``model.<name>`` (weights), ``optimizer.<i>.<key>`` (AdamW state of parameter i),
     ``rng.torch``, ``rng.data`` (and ``rng.cuda`` when the model is on a GPU). Metadata (JSON
     strings): config, vocab, step, param_groups, history, text fingerprint, baselines, and the
     schedule's planned length (``planned_steps``; None until the run has planned it) and the
-    decay's ``progress`` at this step (:class:`txlearn.capstone.train.Schedule`). Tensors
+    decay's ``progress`` at this step (:class:`txlearn.training.schedule.Schedule`). Tensors
     are stored from the CPU. Written to ``<path>.tmp-<pid>`` then renamed.
 
     ``rank_rng``: in a run of several processes, every rank's generator states
@@ -106,7 +109,7 @@ def load_checkpoint(path) -> dict:
         raise UserError(f"{path}: not a txlearn capstone checkpoint")
     config = TrainConfig(**json.loads(meta["config"]))
     vocab = CharVocab(json.loads(meta["vocab"]))
-    model = CharTransformer.from_config(config, len(vocab))
+    model = CharTransformer(len(vocab), **config.model_sizes())
     weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}
     try:
         model.load_state_dict(weights, strict=True)

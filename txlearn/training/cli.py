@@ -1,7 +1,7 @@
-"""The ``txlearn train`` and ``txlearn sample`` subcommands (lesson 09's capstone).
+"""The ``txlearn train`` and ``txlearn sample`` subcommands (lesson 09's character model).
 
 :func:`add_train_parser` and :func:`add_sample_parser` add them to the ``txlearn`` command's parser
-(:mod:`txlearn.cli`); a :class:`txlearn.capstone.data.UserError` becomes one line on stderr.
+(:mod:`txlearn.cli`); a :class:`txlearn.training.data.UserError` becomes one line on stderr.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from txlearn.capstone.checkpoint import load_checkpoint
-from txlearn.capstone.config import TrainConfig
-from txlearn.capstone.data import UserError, load_corpus
-from txlearn.capstone.generate import sample_text
-from txlearn.capstone.train import ENV_SECONDS, train
 from txlearn.sampling import check_settings
+from txlearn.training.checkpoint import load_checkpoint
+from txlearn.training.config import TrainConfig
+from txlearn.training.data import UserError, load_corpus
+from txlearn.training.generate import sample_text
+from txlearn.training.loop import train
+from txlearn.training.schedule import ENV_SECONDS
 
 __all__ = ["add_train_parser", "add_sample_parser", "DEFAULT_CHECKPOINT"]
 

@@ -1,9 +1,11 @@
-"""Lesson 09: the capstone's model, a causal character-level transformer built from the course's layers.
+"""Lesson 09: a causal character-level language model built from the course's layers.
 
 ``logits = LayerNorm(layers(E[ids] + P[t])) @ E^T``: a token table ``E (n_vocab, d_model)``, learned
 positions, ``n_layers`` pre-LN :class:`txlearn.layer.TransformerLayer` (exact GELU) under a causal
 mask, a final LayerNorm, and the output head tied to the token table (Press & Wolf 2017). Pre-LN
-keeps training stable without a long warm-up (Xiong et al. 2020). Source: lesson 09.
+keeps training stable without a long warm-up (Xiong et al. 2020). The sizes are plain arguments
+(a training run's come from ``TrainConfig.model_sizes()``, :mod:`txlearn.training.config`), so
+the model knows nothing of training. Source: lesson 09.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from txlearn.capstone.config import TrainConfig
 from txlearn.heads import KVCache
 from txlearn.layer import TransformerLayer
 from txlearn.masks import causal_mask
@@ -48,11 +49,6 @@ class CharTransformer(nn.Module):
             for _ in range(n_layers))
         self.norm = LayerNorm(d_model, fused=fused)
         self.block_size = block_size
-
-    @classmethod
-    def from_config(cls, config: TrainConfig, n_vocab: int, fused: bool = True) -> "CharTransformer":
-        return cls(n_vocab, config.d_model, config.n_heads, config.n_layers, config.d_ff,
-                   config.block_size, config.dropout, fused)
 
     def new_caches(self) -> list[KVCache]:
         """One empty :class:`txlearn.heads.KVCache` per layer."""
