@@ -769,8 +769,8 @@ def test_a_symlink_inside_work_does_not_count_as_work(tmp_path):
 
 
 def test_rebinding_the_runners_gradient_function(tmp_path):
-    # an MHA that cannot train (no_grad) plus a rebound protocol.local_forward_backward that
-    # would report finite-difference gradients: the runner kept its own reference
+    # an MHA that cannot train (no_grad) plus a rebound learner_calls.local_forward_backward
+    # that would report finite-difference gradients: the runner kept its own reference
     src = (ROOT / "exercises" / "solutions" / "03_heads.ipynb")
     nb = json.loads(src.read_text())
     answer = next(c for c in nb["cells"] if c.get("metadata", {}).get("exercise") ==
@@ -780,7 +780,7 @@ def test_rebinding_the_runners_gradient_function(tmp_path):
                                                "    @torch.no_grad()\n    def forward(self, x, "
                                                "mask=None, use_cache=False):")
     assert "@torch.no_grad()" in source
-    source += ("\nimport sys\n_p = sys.modules['txlearn.course.protocol']\n"
+    source += ("\nimport sys\n_p = sys.modules['txlearn.learner_calls']\n"
                "def _fake(module, args, kwargs, grad_output):\n"
                "    raise SystemExit('the rebound function ran')\n"
                "_p.local_forward_backward = _fake\n")

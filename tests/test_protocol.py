@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from txlearn.checks import Given as ChecksGiven, given as checks_given, local_forward_backward
+from txlearn import learner_calls
+from txlearn.checks import Given as ChecksGiven, given as checks_given
 from txlearn.course import protocol
-from txlearn.course.protocol import Channel, Decoder, Encoder, ProtocolError, given
+from txlearn.course.protocol import Channel, Decoder, Encoder, ProtocolError
+from txlearn.learner_calls import given, local_forward_backward
 
 
 def _round_trip(value, on_other=None, on_handle=None):
@@ -64,7 +66,7 @@ def test_given_is_rebuilt_from_kind_and_data():
     np.testing.assert_allclose(g(x), np.tanh(x @ W))
     tx = torch.tensor(x, dtype=torch.float32)
     torch.testing.assert_close(g(tx), torch.tanh(tx @ torch.tensor(W, dtype=torch.float32)))
-    assert ChecksGiven is protocol.Given and checks_given is given  # re-exported by the checks
+    assert ChecksGiven is learner_calls.Given and checks_given is given  # re-exported by the checks
     with pytest.raises(KeyError, match="unknown given kind"):
         given("not a kind")
 

@@ -60,8 +60,10 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from txlearn.course.protocol import (GIVEN_KINDS, Given, given, local_forward_backward,
-                                      to_tensor)
+from txlearn import learner_calls
+from txlearn.learner_calls import (GIVEN_KINDS, Given, TimeLimitExceeded, call_on_copies, given,
+                                   learner_frames, load_state_dict, local_forward_backward,
+                                   parameter_name)
 
 __all__ = [
     "CheckFailure",
@@ -170,11 +172,6 @@ class LearnerChangedInput(Exception):
         self.where = where
 
 
-class _TimeLimit(BaseException):
-    """Raised inside the learner's code when its time limit runs out (BaseException so that a
-    bare ``except Exception`` in the learner's code cannot swallow it)."""
-
-
 # ---- the learner's objects: local, or proxies for a sandboxed runner ---------------------------
 
 class LearnerObject:
@@ -222,44 +219,6 @@ def clean(text: Any, limit: int = 400) -> str:
     return _CONTROL.sub(" ", text)[:limit]
 
 
-def _learner_frames(tb) -> list[str]:
-    """The learner's own frames of a traceback, as ``"line N in NAME: source"`` (frames of the
-    standard library, site-packages and txlearn are the machinery, not the learner's)."""
-    out = []
-    skip = (str(_PACKAGE_DIR), os.path.dirname(os.__file__))
-    for frame in traceback.extract_tb(tb):
-        filename = frame.filename or ""
-        if filename.startswith(skip) or "site-packages" in filename or filename.startswith("<frozen"):
-            continue
-        source = (frame.line or linecache.getline(filename, frame.lineno) or "").strip()
-        out.append(clean(f"line {frame.lineno} in {frame.name}: {source}", 160))
-    return out
-
-
-@contextmanager
-def _time_limit(seconds: float | None):
-    """Interrupt the enclosed code after `seconds` (SIGALRM; only in the main thread on POSIX)."""
-    usable = (
-        seconds is not None
-        and hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-    )
-    if not usable:
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise _TimeLimit()
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 _STUB = ("not implemented yet (the stub still raises NotImplementedError)",
          "replace the `raise NotImplementedError` line with your code")
 
@@ -271,7 +230,7 @@ def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=N
     ``remote``: the thunk asks a :class:`LearnerObject`, which keeps the time limit itself (no
     alarm here, which would interrupt the grader's own wait)."""
     try:
-        with _time_limit(None if remote else time_limit):
+        with learner_calls.time_limit(None if remote else time_limit):
             return thunk()
     except NotImplementedError:
         raise CheckFailure(_STUB[0], case=case, hint=_STUB[1], kind="stub") from None
@@ -289,7 +248,7 @@ def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=N
                                  "in `_` such as masked_fill_) change the caller's array or "
                                  "tensor: build a new one instead"),
                            kind="inplace") from None
-    except (_TimeLimit, LearnerTimeout) as err:
+    except (TimeLimitExceeded, LearnerTimeout) as err:
         seconds = getattr(err, "seconds", None) or time_limit
         raise CheckFailure(f"did not finish within {seconds:g} s", case=case,
                            hint="look for a loop that never ends, or a loop over elements that "
@@ -299,7 +258,8 @@ def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=N
     except Exception as err:  # the learner's code raised: report it as feedback
         raise CheckFailure(clean(f"{what} raised {type(err).__name__}: {err}"), case=case,
                            hint=hint, kind="raised",
-                           frames=_learner_frames(err.__traceback__)) from None
+                           frames=[clean(f, 160) for f in learner_frames(err.__traceback__)]
+                           ) from None
 
 
 def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME_LIMIT,
@@ -323,58 +283,13 @@ def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME
                         time_limit=time_limit, hint=hint)
 
 
-def _snapshot(value):
-    """A copy of an array or tensor argument (None for anything else)."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
-        return value.detach().clone()
-    return None
-
-
-def _same(a, b) -> bool:
-    if isinstance(a, np.ndarray):
-        return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
-    import torch
-    return a.shape == b.shape and bool(torch.equal(a.detach(), b) or (
-        a.is_floating_point() and torch.allclose(a.detach(), b, rtol=0, atol=0, equal_nan=True)))
-
-
 def _call_with_copies(fn, args, kwargs):
-    """Call ``fn`` on copies of the check's arrays and tensors, so that what the learner's code
-    does to its inputs never reaches the arrays the check computes its expected values from, and
-    raise :class:`LearnerChangedInput` when it changed one in place (the same rule as the
-    grader's runner, where every argument is a copy)."""
-    args = list(args)
-    kwargs = dict(kwargs)
-    given = [(i, v) for i, v in enumerate(args)] + list(kwargs.items())
-    copies = {}
-    for key, value in given:
-        snap = _snapshot(value)
-        if snap is not None:
-            passed = _snapshot(value)
-            copies[key] = (snap, passed)
-            if isinstance(key, int):
-                args[key] = passed
-            else:
-                kwargs[key] = passed
-    result = fn(*args, **kwargs)
-    for key, (before, passed) in copies.items():
-        if not _same(passed, before):
-            raise LearnerChangedInput(_parameter_name(fn, key))
+    """The in-place rule of :func:`txlearn.learner_calls.call_on_copies` (the grader's runner
+    applies the same one): ``fn`` gets copies, and a copy it changed fails the check."""
+    result, changed = call_on_copies(fn, args, kwargs)
+    if changed:
+        raise LearnerChangedInput(parameter_name(fn, changed[0][0]))
     return result
-
-
-def _parameter_name(fn, key):
-    """The name of positional argument ``key`` of ``fn`` where its signature says, else ``key``."""
-    if isinstance(key, str):
-        return key
-    try:
-        params = [p for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-        return params[key].name if key < len(params) else key
-    except (TypeError, ValueError):
-        return key
 
 
 def _is_module(obj) -> bool:
@@ -398,9 +313,6 @@ def construct(cls: Any, *args: Any, case: str, time_limit: float | None = DEFAUL
                            hint="subclass torch.nn.Module and call super().__init__() first "
                                 "in __init__")
     return module
-
-
-_to_tensor = to_tensor
 
 
 def state_shapes(module: Any, *, case: str,
@@ -443,14 +355,7 @@ def load_state(module: Any, state: dict, *, case: str,
         return _run_learner(lambda: module.remote_load_state(state, time_limit), case=case,
                             remote=True,
                             time_limit=time_limit)
-
-    def load():
-        import torch
-        current = module.state_dict()
-        with torch.no_grad():
-            module.load_state_dict({k: _to_tensor(v, current[k]) for k, v in state.items()},
-                                   strict=True)
-    return _run_learner(load, case=case, time_limit=time_limit)
+    return _run_learner(lambda: load_state_dict(module, state), case=case, time_limit=time_limit)
 
 
 def forward_backward(module: Any, *args: Any, grad_output, case: str,

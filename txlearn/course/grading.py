@@ -222,7 +222,8 @@ def _txlearn_imports(path: Path, module: str) -> set[str]:
     return {m for m in out if _module_file(m) is not None}
 
 
-_ALWAYS_IN_VIEW = ("txlearn.course.protocol", "txlearn.course.runner", "txlearn.course.earlier")
+_ALWAYS_IN_VIEW = ("txlearn.course.protocol", "txlearn.course.runner", "txlearn.course.earlier",
+                   "txlearn.learner_calls")
 
 
 def _view_modules(cs: CourseSet, stems: dict[str, str]) -> list[str]:

@@ -38,7 +38,6 @@ import linecache
 import os
 import signal
 import sys
-import traceback
 
 __all__ = ["main", "Runner", "BOOTSTRAP"]
 
@@ -46,14 +45,8 @@ __all__ = ["main", "Runner", "BOOTSTRAP"]
 BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:] = c['sys_path']; "
              "from txlearn.course.runner import main; main(c)")
 
-_LEARNER_FILE_PREFIXES = ("<cell ",)
 MAX_TEXT = 2000          # characters of an exception message sent back
 MAX_NAMES = 2000
-
-
-class _Timeout(BaseException):
-    """Raised in the learner's code when its time limit runs out (BaseException, so a bare
-    ``except Exception`` cannot swallow it)."""
 
 
 class _Capped(io.TextIOBase):
@@ -80,26 +73,15 @@ class _Capped(io.TextIOBase):
         return "".join(self.parts)
 
 
-def _learner_frames(tb) -> list[str]:
-    """The frames of a traceback that are the learner's cells (here or in a sibling notebook)."""
-    out = []
-    for frame in traceback.extract_tb(tb):
-        name = frame.filename or ""
-        if not (name.startswith(_LEARNER_FILE_PREFIXES) or ".ipynb, cell " in name):
-            continue
-        source = (frame.line or linecache.getline(name, frame.lineno) or "").strip()
-        out.append(f"line {frame.lineno} in {frame.name}: {source}"[:160])
-    return out[-6:]
-
-
-def _describe(err: BaseException) -> dict:
+def _describe(err: BaseException, frames, protocol_error: type) -> dict:
+    """A learner's exception as plain data: type, message, the learner's ``frames(tb)``."""
     try:
         message = str(err)
     except Exception:  # noqa: BLE001 - a learner's exception whose __str__ fails
         message = "<unprintable>"
     info = {"type": type(err).__name__[:80], "message": message[:MAX_TEXT],
-            "frames": _learner_frames(err.__traceback__)}
-    if type(err).__name__ == "ProtocolError" and type(err).__module__ == "txlearn.course.protocol":
+            "frames": frames(err.__traceback__)}
+    if isinstance(err, protocol_error):
         info["type"] = "ProtocolLimit"
         info["message"] = f"the value cannot be checked: {message}"[:MAX_TEXT]
     if isinstance(err, SyntaxError):
@@ -178,13 +160,21 @@ class Runner:
     """The runner's state: the learner's namespace, the handles, the banned imports."""
 
     def __init__(self, config: dict):
+        from txlearn import learner_calls
         from txlearn.course import protocol
         self.protocol = protocol
-        # kept before any learner code runs: rebinding protocol.local_forward_backward from an
-        # answer cell does not change what this runner computes (a learner who digs this out of
-        # the process can still report gradients computed another way; the grader compares
-        # them with its references, so they must still be right)
-        self._forward_backward = protocol.local_forward_backward
+        # the rules shared with the learner's kernel (txlearn.learner_calls), kept before any
+        # learner code runs: rebinding learner_calls.local_forward_backward from an answer cell
+        # does not change what this runner computes (a learner who digs these out of the process
+        # can still report gradients computed another way; the grader compares them with its
+        # references, so they must still be right)
+        self._forward_backward = learner_calls.local_forward_backward
+        self._call_on_copies = learner_calls.call_on_copies
+        self._load_state_dict = learner_calls.load_state_dict
+        self._time_limit = learner_calls.time_limit
+        self._out_of_time = learner_calls.TimeLimitExceeded
+        self._frames = learner_calls.learner_frames
+        self._strip_magics = learner_calls.strip_magics
         self.config = config
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
         self.handles: dict[int, object] = {}
@@ -197,6 +187,9 @@ class Runner:
         builtins.__import__ = self.policy
         sys.meta_path.insert(0, _TxlearnFinder(self, set(config.get("view_modules", []))))
 
+    def describe(self, err: BaseException) -> dict:
+        return _describe(err, self._frames, self.protocol.ProtocolError)
+
     def is_learner(self, globals) -> bool:
         if globals is None:
             return False
@@ -208,39 +201,32 @@ class Runner:
     # ---- running learner code under a limit -------------------------------------------------
 
     def timed(self, seconds, thunk):
-        """``("ok", value)``, ``("error", info)`` or ``("timeout", seconds)`` for ``thunk()``,
-        with sys.stdout/sys.stderr captured (returned as the third item)."""
+        """``("ok", value)``, ``("error", info)`` or ``("timeout", seconds)`` for ``thunk()``
+        under the time limit of :func:`txlearn.learner_calls.time_limit`, with sys.stdout and
+        sys.stderr captured (returned as the third item)."""
         capture = _Capped(self.output_limit)
         saved = sys.stdout, sys.stderr
-
-        def on_alarm(signum, frame):
-            raise _Timeout()
-
         try:
             try:
-                signal.signal(signal.SIGALRM, on_alarm)
-                if seconds:
-                    signal.setitimer(signal.ITIMER_REAL, float(seconds))
-                sys.stdout = sys.stderr = capture
-                try:
-                    outcome = ("ok", thunk())
-                except _Timeout:
-                    raise
-                except BaseException as err:  # noqa: BLE001 - the learner's code raised
-                    outcome = ("error", _describe(err))
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                sys.stdout, sys.stderr = saved
-        except _Timeout:
-            outcome = ("timeout", seconds)
+                with self._time_limit(seconds):
+                    sys.stdout = sys.stderr = capture
+                    try:
+                        outcome = ("ok", thunk())
+                    except self._out_of_time:
+                        raise
+                    except BaseException as err:  # noqa: BLE001 - the learner's code raised
+                        outcome = ("error", self.describe(err))
+            except self._out_of_time:
+                outcome = ("timeout", seconds)
+        finally:   # after the alarm is off: an alarm cannot skip this
+            sys.stdout, sys.stderr = saved
         self.output_dropped += capture.dropped
         return outcome + (capture,)
 
     # ---- the requests ------------------------------------------------------------------------
 
     def op_cell(self, msg, blobs):
-        from txlearn.course.earlier import _strip_magics
-        source = _strip_magics(str(msg.get("source", "")))
+        source = self._strip_magics(str(msg.get("source", "")))
         filename = f"<cell {int(msg.get('index', 0))}>"
         self.where = str(msg.get("label", filename))[:80]
         try:
@@ -249,7 +235,7 @@ class Runner:
                 return {"ok": False, "skipped": "imports txlearn.checks"}
             code = compile(tree, filename, "exec")
         except SyntaxError as err:
-            return {"ok": False, "error": _describe(err)}
+            return {"ok": False, "error": self.describe(err)}
         except (ValueError, MemoryError, RecursionError) as err:
             return {"ok": False, "error": {"type": type(err).__name__, "message": str(err)[:200],
                                            "frames": []}}
@@ -329,13 +315,10 @@ class Runner:
         decoder, target, args, kwargs = self._decode_call(msg, blobs)
         self.where = f"call of {str(msg.get('label', 'your code'))[:60]}"
         encoder = self.protocol.Encoder(on_other=self._keep)
-        snapshots = _snapshot(args, kwargs)
 
-        def thunk():
-            result = target(*args, **kwargs)
-            encoded = encoder.encode(result)
-            changed = _changed(snapshots, args, kwargs)
-            return encoded, [[k, encoder.encode(v)] for k, v in changed]
+        def thunk():   # the in-place rule: the learner's code gets copies; changed ones go back
+            result, changed = self._call_on_copies(target, args, kwargs)
+            return encoder.encode(result), [[k, encoder.encode(v)] for k, v in changed]
 
         kind, value, _ = self.timed(msg.get("time_limit"), thunk)
         if kind != "ok":
@@ -353,17 +336,8 @@ class Runner:
         decoder = self.protocol.Decoder(blobs, on_handle=self._on_handle)
         target = self._resolve(msg.get("target"))
         state = decoder.decode(msg.get("state"))
-        to_tensor = self.protocol.to_tensor
-
-        def load():
-            import torch
-            current = target.state_dict()
-            with torch.no_grad():
-                target.load_state_dict({k: to_tensor(v, current[k]) for k, v in state.items()},
-                                       strict=True)
-            return None
-
-        kind, value, _ = self.timed(msg.get("time_limit"), load)
+        kind, value, _ = self.timed(msg.get("time_limit"),
+                                    lambda: self._load_state_dict(target, state))
         return self._reply_value(kind, value, self.protocol.Encoder())
 
     def op_forward_backward(self, msg, blobs):
@@ -391,13 +365,13 @@ class Runner:
                 if handler is None:
                     raise self.protocol.ProtocolError(f"unknown request {str(op)[:40]!r}")
                 reply = handler(msg, blobs)
-            except _Timeout:  # an alarm that fired outside the learner's code
+            except self._out_of_time:  # an alarm that fired outside the learner's code
                 reply = {"ok": False, "timeout": msg.get("time_limit")}
             except self.protocol.ProtocolError as err:
                 reply = {"ok": False, "error": {"type": "ProtocolLimit", "frames": [],
                                                 "message": f"the value cannot be checked: {err}"}}
             except Exception as err:  # noqa: BLE001 - e.g. NameError of a reference
-                reply = {"ok": False, "error": _describe(err)}
+                reply = {"ok": False, "error": self.describe(err)}
             reply, out_blobs = reply if isinstance(reply, tuple) else (reply, [])
             reply["id"] = msg.get("id")
             try:
@@ -406,49 +380,6 @@ class Runner:
                 channel.send({"id": msg.get("id"), "ok": False, "error": {
                     "type": "ProtocolLimit", "frames": [],
                     "message": f"the value cannot be checked: {err}"}})
-
-
-def _arrays(args, kwargs):
-    torch = sys.modules.get("torch")
-    kinds = (__import__("numpy").ndarray,) + ((torch.Tensor,) if torch else ())
-    for i, a in enumerate(args):
-        if isinstance(a, kinds):
-            yield i, a
-    for k, a in kwargs.items():
-        if isinstance(a, kinds):
-            yield k, a
-
-
-def _as_numpy(a):
-    import numpy as np
-    if hasattr(a, "detach"):
-        a = a.detach().cpu()
-        if str(a.dtype) == "torch.bfloat16":
-            a = a.float()
-        return a.numpy().copy()
-    return np.array(a, copy=True)
-
-
-def _snapshot(args, kwargs):
-    return {key: _as_numpy(a) for key, a in _arrays(args, kwargs)}
-
-
-def _changed(snapshots, args, kwargs):
-    import numpy as np
-    out = []
-    for key, a in _arrays(args, kwargs):
-        before = snapshots.get(key)
-        now = _as_numpy(a)
-        if before is None or before.shape != now.shape:
-            out.append((key, a))
-            continue
-        try:
-            same = np.array_equal(before, now, equal_nan=True)
-        except TypeError:
-            same = np.array_equal(before, now)
-        if not same:
-            out.append((key, a))
-    return out
 
 
 # ---- start -----------------------------------------------------------------------------------
