@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from txlearn.course import build, grading, sandbox
+from txlearn.course import build, grading
+from txlearn.course.grading import sandbox
 
 ROOT = build.ROOT
 STUDENT = ROOT / "exercises" / "student" / "01_softmax.ipynb"
@@ -743,7 +744,7 @@ def test_a_notebook_past_its_total_time_is_not_graded(tmp_path):
 
 
 def test_many_made_up_type_names_do_not_grow_the_grader(tmp_path):
-    flood = (RIGHT + "import sys\n_rm = sys.modules['txlearn.course.runner']\n_n = [0]\n"
+    flood = (RIGHT + "import sys\n_rm = sys.modules['txlearn.course.grading.runner']\n_n = [0]\n"
              "def _keep(self, value):\n    _n[0] += 1\n"
              "    return {'handle': 1, 'is_module': False, 'type': f'T{_n[0]}'}\n"
              "_rm.Runner._keep = _keep\n"
@@ -828,10 +829,10 @@ def _classmates_unchanged(subs):
 def test_one_array_named_many_times_in_a_reply(tmp_path):
     # a runner whose encoder names its first array again for every later one: 40 KiB sent would
     # be decoded into 400 arrays (a million names fit in one message: the grader ran out of memory)
-    reuse = ("import sys, numpy as np\n_P = sys.modules['txlearn.course.protocol']\n"
-             "_orig = _P.Encoder._blob\n"
+    reuse = ("import sys, numpy as np\n_P = sys.modules['txlearn.course.grading.protocol']\n"
+             "_orig = _P.MessageEncoder._blob\n"
              "def _blob(self, arr):\n    return 0 if self.blobs else _orig(self, arr)\n"
-             "_P.Encoder._blob = _blob\n_big = np.zeros(5000)\n"
+             "_P.MessageEncoder._blob = _blob\n_big = np.zeros(5000)\n"
              "def softmax(x, axis=-1):\n    return [_big] * 400\n")
     attacker = _notebook(STUDENT, tmp_path / "reuse" / "01_softmax.ipynb",
                          answers={"stable_softmax": reuse})
@@ -843,16 +844,16 @@ def test_one_array_named_many_times_in_a_reply(tmp_path):
 
 
 def test_a_tensor_widened_on_arrival(tmp_path):
-    from txlearn.course import protocol
-    encoder = protocol.Encoder()
+    from txlearn.course.grading import protocol
+    encoder = protocol.MessageEncoder()
     value = encoder.encode(np.zeros(4, np.int8))
     forged = {"tensor": value["ndarray"], "dtype": "complex128"}   # 16 times the bytes sent
     with pytest.raises(protocol.ProtocolError, match="complex128 tensor sent as int8"):
-        protocol.Decoder(encoder.blobs).decode(forged)
-    twice = protocol.Encoder()
+        protocol.MessageDecoder(encoder.blobs).decode(forged)
+    twice = protocol.MessageEncoder()
     blob = twice.encode(np.zeros(3))["ndarray"]
     with pytest.raises(protocol.ProtocolError, match="used twice"):
-        protocol.Decoder(twice.blobs).decode([{"ndarray": blob}, {"npscalar": blob}])
+        protocol.MessageDecoder(twice.blobs).decode([{"ndarray": blob}, {"npscalar": blob}])
 
 
 def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
@@ -866,8 +867,8 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
         "    expect_close(got, np.exp(x) / np.exp(x).sum(), case='secret')\n")
     # the grader asks for the runner's report just before the hidden cases: from then on every
     # input is a hidden one, spelled out in the exit status, the last line of output, a reply
-    spy = (RIGHT + "import os, sys\n_right = softmax\n_R = sys.modules['txlearn.course.runner']"
-           ".Runner\n_P = sys.modules['txlearn.course.protocol']\n_rep = _R.op_report\n"
+    spy = (RIGHT + "import os, sys\n_right = softmax\n_R = sys.modules['txlearn.course.grading.runner']"
+           ".Runner\n_P = sys.modules['txlearn.course.grading.protocol']\n_rep = _R.op_report\n"
            "_hidden = []\n"
            "def _op_report(self, msg, blobs):\n    _hidden.append(1)\n"
            "    return _rep(self, msg, blobs)\n_R.op_report = _op_report\n")
@@ -876,7 +877,7 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
                      "        os._exit(int(abs(x.ravel()[0]) * 10) % 256)\n"
                      "    return _right(x, axis)\n")
     by_reply = spy + ("def softmax(x, axis=-1):\n    if _hidden:\n"
-                      "        _P.Encoder.encode = lambda self, v, depth=0: "
+                      "        _P.MessageEncoder.encode = lambda self, v, depth=0: "
                       "{('LEAK' + repr(x.tolist()))[:40]: 1}\n"
                       "    return _right(x, axis)\n")
     correct, wrong = _classmates(tmp_path)

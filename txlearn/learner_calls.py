@@ -198,7 +198,7 @@ def load_state_dict(module, state: dict) -> None:
                                strict=True)
 
 
-# ---- the in-place rule -----------------------------------------------------------------------------
+# ---- the in-place rule ---------------------------------------------------------------------------
 
 def _is_array(value) -> bool:
     if isinstance(value, np.ndarray):
@@ -268,7 +268,7 @@ def parameter_name(fn: Callable, key: int | str) -> int | str:
         return key
 
 
-# ---- the time limit ----------------------------------------------------------------------------------
+# ---- the time limit ------------------------------------------------------------------------------
 
 class TimeLimitExceeded(BaseException):
     """Raised inside the learner's code when its time limit runs out (a BaseException, so that a
@@ -300,7 +300,7 @@ def time_limit(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
-# ---- the learner's frames and cells ------------------------------------------------------------------
+# ---- the learner's frames and cells --------------------------------------------------------------
 
 def _machinery(filename: str) -> bool:
     """Frames of txlearn, the standard library and installed packages are not the learner's."""

@@ -5,11 +5,11 @@
 - the **grader** (this module, trusted) reads the notebook as data, never runs a line of it, and
   runs the exercise checks of :mod:`txlearn.checks` itself: their cases, hidden cases and hints
   stay in its process;
-- a **runner** (:mod:`txlearn.course.runner`), one per submission, started in a bubblewrap sandbox
-  (:mod:`txlearn.course.sandbox`), executes the notebook's setup and answer cells (never its
+- a **runner** (:mod:`txlearn.course.grading.runner`), one per submission, started in a bubblewrap sandbox
+  (:mod:`txlearn.course.grading.sandbox`), executes the notebook's setup and answer cells (never its
   check cells, nor cells the learner added) and then only answers requests: call this function
   with these arrays, build this module, load this state, run forward and backward
-  (:mod:`txlearn.course.protocol`: JSON and ``.npy`` bytes, never pickle).
+  (:mod:`txlearn.course.grading.protocol`: JSON and ``.npy`` bytes, never pickle).
 
 The checks reach the learner's objects through proxies (:class:`txlearn.checks.LearnerObject`), so
 nothing the learner's code prints, patches, writes or kills can change a verdict but its own.
@@ -48,7 +48,8 @@ import numpy as np
 
 from txlearn.checks import (LearnerChangedInput, LearnerError, LearnerObject, LearnerTimeout,
                             clean, run_exercise)
-from txlearn.course import build, protocol, sandbox
+from txlearn.course import build
+from txlearn.course.grading import protocol, sandbox
 
 __all__ = ["grade", "table", "write_csv", "write_json", "validate_hidden", "sandbox_modes",
            "GradingError", "Result", "Submission", "CSV_FIELDS"]
@@ -56,8 +57,8 @@ __all__ = ["grade", "table", "write_csv", "write_json", "validate_hidden", "sand
 MAX_NOTEBOOK_BYTES = 50 << 20
 GRACE_SECONDS = 3.0        # how long past a limit the grader waits before killing the runner
 START_SECONDS = 60.0       # the runner's start (Python and NumPy; torch loads with the cells)
-CHECKS_DIR = Path(__file__).resolve().parents[1] / "checks"
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
+CHECKS_DIR = Path(__file__).resolve().parents[2] / "checks"
+PACKAGE_DIR = Path(__file__).resolve().parents[2]
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "
                   "a hidden case's inputs)")
@@ -222,8 +223,8 @@ def _txlearn_imports(path: Path, module: str) -> set[str]:
     return {m for m in out if _module_file(m) is not None}
 
 
-_ALWAYS_IN_VIEW = ("txlearn.course.protocol", "txlearn.course.runner", "txlearn.course.earlier",
-                   "txlearn.learner_calls")
+_ALWAYS_IN_VIEW = ("txlearn.course.grading.protocol", "txlearn.course.grading.runner",
+                   "txlearn.course.earlier", "txlearn.learner_calls")
 
 
 def _view_modules(cs: CourseSet, stems: dict[str, str]) -> list[str]:
@@ -661,7 +662,7 @@ class _Session:
     def act(self, op: str, target: "_Remote", values: dict, time_limit, label: str):
         cap = float(self.limits["call_seconds"])
         seconds = cap if time_limit is None else min(float(time_limit), cap)
-        encoder = protocol.Encoder(on_other=self._ref)
+        encoder = protocol.MessageEncoder(on_other=self._ref)
         try:
             payload = {k: encoder.encode(v) for k, v in values.items()}
             ref = self._ref(target)["ref"]
@@ -684,7 +685,7 @@ class _Session:
                 if isinstance(err.get("frames"), list) else []
             raise LearnerError(str(err.get("type", "Error"))[:80],
                                str(err.get("message", ""))[:2000], frames)
-        decoder = protocol.Decoder(blobs, on_handle=self._handle)
+        decoder = protocol.MessageDecoder(blobs, on_handle=self._handle)
         try:
             mutated = reply.get("mutated", [])
             if not isinstance(mutated, list) or not all(isinstance(m, list) and len(m) == 2

@@ -1,29 +1,34 @@
 """The grader's runner: runs a learner's cells inside the sandbox and answers the grader's calls.
 
 ``txlearn grade`` (the trusted grader, :mod:`txlearn.course.grading`) never runs a learner's code.
-It starts this runner in a sandbox (:mod:`txlearn.course.sandbox`) as
+It starts this runner in a sandbox (:mod:`txlearn.course.grading.sandbox`) as
 ``python -I -S -B -c BOOTSTRAP CONFIG`` with an explicit ``sys.path`` whose first entry is a
-synthetic ``txlearn`` holding only this module, :mod:`~txlearn.course.protocol`,
-:mod:`~txlearn.course.earlier` and the txlearn modules the exercise set may import. The runner
+synthetic ``txlearn`` holding only this module, :mod:`~txlearn.course.grading.protocol`,
+:mod:`~txlearn.learner_calls`, :mod:`~txlearn.course.earlier` and the txlearn modules the exercise
+set may import. The runner
 
 1. applies its limits with ``setrlimit`` (address space, CPU time, file size, open files, and
    processes where the sandbox gives it a uid of its own), and, when the sandbox started it as
    root, drops to that unprivileged uid (and checks that it cannot come back);
 2. says hello over the protocol pipes (its own file descriptors, not 0/1/2: raw writes to fd 1
    and 2 go to a sink that the grader caps; stdin is empty);
-3. serves requests (:mod:`~txlearn.course.protocol` messages) until the grader closes the pipe:
+3. serves requests (:mod:`~txlearn.course.grading.protocol` messages) until the grader closes
+   the pipe:
 
    - ``cell``: run one setup or answer cell (never a check cell; a cell that imports
      ``txlearn.checks`` is skipped and reported) under a wall-clock limit, its printed output
      captured and capped;
    - ``names``: the learner's names, each marked callable / ``nn.Module``;
    - ``call``, ``load_state``, ``state_shapes``, ``forward_backward``: act on a name or on a
-     handle (an object an earlier reply could not send), under the call's time limit; arrays the
-     learner's code changed in place are sent back so that the grader's check can see it;
+     handle (an object an earlier reply could not send), under the call's time limit; the
+     learner's code gets copies of the arrays, and those it changed in place are named in the
+     reply (the in-place rule of :func:`txlearn.learner_calls.call_on_copies`, the same as in
+     the learner's kernel), so that the grader's check fails the answer;
    - ``report``: the banned imports attempted and the output dropped.
 
 Each reply is plain data or an error: the exception's type, message and the learner's own frames
-as ``"line N in NAME: source"``. Imports from the learner's code are checked against the set's
+as ``"line N in NAME: source"`` (:func:`txlearn.learner_calls.learner_frames`). The time limit, the
+state-dict load and forward/backward are :mod:`txlearn.learner_calls`' too. Imports from the learner's code are checked against the set's
 rule (the standard library, numpy, torch and what the set declares): others raise ImportError and
 are reported for the integrity column. The file view is the real guard: txlearn's implementation of
 a graded exercise is not in the sandbox at all.
@@ -43,7 +48,7 @@ __all__ = ["main", "Runner", "BOOTSTRAP"]
 
 # The whole command line of the runner: `python -I -S -B -c BOOTSTRAP CONFIG_JSON`.
 BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:] = c['sys_path']; "
-             "from txlearn.course.runner import main; main(c)")
+             "from txlearn.course.grading.runner import main; main(c)")
 
 MAX_TEXT = 2000          # characters of an exception message sent back
 MAX_NAMES = 2000
@@ -161,7 +166,7 @@ class Runner:
 
     def __init__(self, config: dict):
         from txlearn import learner_calls
-        from txlearn.course import protocol
+        from txlearn.course.grading import protocol
         self.protocol = protocol
         # the rules shared with the learner's kernel (txlearn.learner_calls), kept before any
         # learner code runs: rebinding learner_calls.local_forward_backward from an answer cell
@@ -295,7 +300,7 @@ class Runner:
                 "type": type(value).__name__[:60]}
 
     def _decode_call(self, msg, blobs):
-        decoder = self.protocol.Decoder(blobs, on_handle=self._on_handle)
+        decoder = self.protocol.MessageDecoder(blobs, on_handle=self._on_handle)
         target = self._resolve(msg.get("target"))
         args = decoder.decode(msg.get("args", []))
         kwargs = decoder.decode(msg.get("kwargs", {"dict": []}))
@@ -314,7 +319,7 @@ class Runner:
     def op_call(self, msg, blobs):
         decoder, target, args, kwargs = self._decode_call(msg, blobs)
         self.where = f"call of {str(msg.get('label', 'your code'))[:60]}"
-        encoder = self.protocol.Encoder(on_other=self._keep)
+        encoder = self.protocol.MessageEncoder(on_other=self._keep)
 
         def thunk():   # the in-place rule: the learner's code gets copies; changed ones go back
             result, changed = self._call_on_copies(target, args, kwargs)
@@ -327,23 +332,23 @@ class Runner:
 
     def op_state_shapes(self, msg, blobs):
         target = self._resolve(msg.get("target"))
-        encoder = self.protocol.Encoder()
+        encoder = self.protocol.MessageEncoder()
         kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
             {str(k): tuple(int(n) for n in v.shape) for k, v in target.state_dict().items()}))
         return self._reply_value(kind, value, encoder)
 
     def op_load_state(self, msg, blobs):
-        decoder = self.protocol.Decoder(blobs, on_handle=self._on_handle)
+        decoder = self.protocol.MessageDecoder(blobs, on_handle=self._on_handle)
         target = self._resolve(msg.get("target"))
         state = decoder.decode(msg.get("state"))
         kind, value, _ = self.timed(msg.get("time_limit"),
                                     lambda: self._load_state_dict(target, state))
-        return self._reply_value(kind, value, self.protocol.Encoder())
+        return self._reply_value(kind, value, self.protocol.MessageEncoder())
 
     def op_forward_backward(self, msg, blobs):
         decoder, target, args, kwargs = self._decode_call(msg, blobs)
         grad_output = decoder.decode(msg.get("grad_output"))
-        encoder = self.protocol.Encoder(on_other=self._keep)
+        encoder = self.protocol.MessageEncoder(on_other=self._keep)
         self.where = f"forward of {str(msg.get('label', 'your module'))[:60]}"
         kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
             self._forward_backward(target, args, kwargs, grad_output)))
@@ -421,7 +426,7 @@ def main(config: dict) -> None:
     _apply_limits(config["limits"], nproc=bool(config.get("limit_processes")))
     if config.get("uid") is not None:
         _drop_to(int(config["uid"]))
-    from txlearn.course.protocol import Channel
+    from txlearn.course.grading.protocol import Channel
     read_fd, write_fd = config["fds"]
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

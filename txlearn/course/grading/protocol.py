@@ -46,8 +46,8 @@ from txlearn.learner_calls import Given
 __all__ = [
     "ProtocolError",
     "Channel",
-    "Encoder",
-    "Decoder",
+    "MessageEncoder",
+    "MessageDecoder",
     "MAX_MESSAGE_BYTES",
     "MAX_JSON_BYTES",
     "MAX_DEPTH",
@@ -74,7 +74,7 @@ class ProtocolError(Exception):
 
 # ---- values ------------------------------------------------------------------------------------
 
-class Encoder:
+class MessageEncoder:
     """Turns values into JSON-able structures; arrays go to :attr:`blobs` as ``.npy`` bytes.
 
     ``on_other(value) -> dict`` encodes anything else (the runner keeps it and returns a
@@ -173,8 +173,8 @@ def _torch_if_loaded():
     return sys.modules.get("torch")
 
 
-class Decoder:
-    """Rebuilds values from what :class:`Encoder` wrote, checking every tag and limit.
+class MessageDecoder:
+    """Rebuilds values from what :class:`MessageEncoder` wrote, checking every tag and limit.
 
     ``on_handle(obj) -> value`` turns a ``{"handle": ...}`` or ``{"ref": ...}`` object into a
     value (a proxy on the grader's side, the real object on the runner's); without it those
