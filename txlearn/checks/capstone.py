@@ -5,7 +5,7 @@ encoder and sentence embeddings, all on the learner's own modules of sets 03-07.
 The right answers come from the course's package: :func:`txlearn.sampling.next_token_distribution`
 (the one sampler), :class:`txlearn.capstone.model.CharTransformer` loaded with the same weights,
 the course's MiniLM (:mod:`txlearn.capstone.pretrained`) and ``sentence-transformers`` for the
-sentence embeddings (cached in :mod:`txlearn.checks._capstone_oracles`). When an answer differs,
+sentence embeddings (cached in :mod:`txlearn.checks.capstone_oracles`). When an answer differs,
 what each catalogued mistake (tests/catalogue/capstone.py) computes on the same inputs chooses the
 hint. The learner's objects are used only through ``call``, ``construct``, ``load_state`` and
 ``state_shapes``, with plain data.
@@ -21,8 +21,8 @@ import torch
 
 from txlearn.checks import (CheckFailure, as_array, call, construct, diagnose, exercise,
                             expect_close, expect_shape, expect_true, load_state, state_shapes)
-from txlearn.checks import _capstone_oracles as oracles
-from txlearn.checks._tensors import _quiet
+from txlearn.checks import capstone_oracles as oracles
+from txlearn.checks.modules import quiet
 
 
 def _earlier(*names: str) -> tuple:
@@ -45,7 +45,7 @@ def _match(got, expected, *, case, mistakes=(), default, rtol=1e-5, atol=1e-6, d
         expect_close(got, expected, case=case, hint=default, rtol=rtol, atol=atol)
     except CheckFailure as err:
         r, a = dtol or (rtol, atol)
-        raise _rehint(err, diagnose(got, [(_quiet(w), h) for w, h in mistakes], default,
+        raise _rehint(err, diagnose(got, [(quiet(w), h) for w, h in mistakes], default,
                                     rtol=r, atol=a)) from None
 
 

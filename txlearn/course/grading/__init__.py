@@ -48,6 +48,7 @@ import numpy as np
 
 from txlearn.checks import (LearnerChangedInput, LearnerError, LearnerObject, LearnerTimeout,
                             clean, run_exercise)
+from txlearn.checks.registry import exercise_modules
 from txlearn.course import build
 from txlearn.course.grading import protocol, sandbox
 
@@ -57,7 +58,6 @@ __all__ = ["grade", "table", "write_csv", "write_json", "validate_hidden", "sand
 MAX_NOTEBOOK_BYTES = 50 << 20
 GRACE_SECONDS = 3.0        # how long past a limit the grader waits before killing the runner
 START_SECONDS = 60.0       # the runner's start (Python and NumPy; torch loads with the cells)
-CHECKS_DIR = Path(__file__).resolve().parents[2] / "checks"
 PACKAGE_DIR = Path(__file__).resolve().parents[2]
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "
@@ -124,17 +124,8 @@ class Submission:
 # ---- the course side: what each set expects --------------------------------------------------
 
 def _exercise_modules() -> dict[str, str]:
-    """Exercise name -> the stem of its check module, read from the ``@exercise("...")``
-    decorators of ``txlearn/checks/*.py`` (without importing them)."""
-    found = {}
-    for path in sorted(CHECKS_DIR.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "exercise" \
-                    and node.args and isinstance(node.args[0], ast.Constant):
-                found[str(node.args[0].value)] = path.stem
-    return found
+    """Exercise name -> the stem of its check module (the checks' one index)."""
+    return exercise_modules()
 
 
 def _check_objects(cell_source: str, name: str) -> list[str]:
