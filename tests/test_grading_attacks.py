@@ -924,10 +924,11 @@ def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
     # Here the other thread's draws are made deterministic: inside the constructors.
     import torch
     from txlearn.capstone import model
-    from txlearn.checks import capstone as checks
-    sizes = {k: checks.RUN[k] for k in ("d_model", "n_heads", "d_ff", "n_layers", "block_size")}
-    quiet = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
-             checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    from txlearn.checks.capstone_model import char_reference, course_init
+    from txlearn.checks.capstone_training import PROBE_SIZES, RUN
+    sizes = {k: RUN[k] for k in ("d_model", "n_heads", "d_ff", "n_layers", "block_size")}
+    quiet = [char_reference(seed=2, sizes=PROBE_SIZES)[1],
+             char_reference(seed=3, e_scale=0.3)[1], course_init(103, sizes)[1]]
     real = model.LearnedPositionalEmbedding
 
     class Interrupted(real):
@@ -936,8 +937,8 @@ def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
             torch.randn(99)
             super().__init__(*args, **kwargs)
     monkeypatch.setattr(model, "LearnedPositionalEmbedding", Interrupted)
-    loud = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
-            checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    loud = [char_reference(seed=2, sizes=PROBE_SIZES)[1],
+            char_reference(seed=3, e_scale=0.3)[1], course_init(103, sizes)[1]]
     for a, b in zip(quiet, loud):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

@@ -10,9 +10,10 @@ set, named like the package module it checks: ``softmax.py`` for lesson 01, ``at
 02, ...), loaded afresh from disk on every call, runs it and prints exactly one line,
 ``PASSED: <exercise>``. A wrong answer raises :class:`CheckFailure`, shown in a notebook as at
 most about eight lines: the case, what differs (shape, first differing index, got vs expected),
-the learner's own frames when their code raised, and a hint. Hints come in levels: the first names the concept; running the check again
-with the same mistake, or calling ``hint("stable_softmax")``, gives the next, more specific level.
-No hint holds a line of a solution (a test enforces it).
+the learner's own frames when their code raised, and a hint. Hints come in levels: the first
+names the concept; running the check again with the same mistake, or calling
+``hint("stable_softmax")``, gives the next, more specific level. No hint holds a line of a
+solution (a test enforces it).
 
 **Learner objects.** A check receives what the check cell passes: functions, classes (PyTorch
 modules), values. It never touches them directly: it goes through :func:`call` (call a function,
