@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from txlearn.course import build, grading
-from txlearn.course.grading import sandbox
+from txlearn.course.grading import grade_one, sandbox, session
 
 ROOT = build.ROOT
 STUDENT = ROOT / "exercises" / "student" / "01_softmax.ipynb"
@@ -752,7 +752,7 @@ def test_many_made_up_type_names_do_not_grow_the_grader(tmp_path):
     path = _notebook(SOLUTION, tmp_path / "types" / "01_softmax.ipynb",
                      answers={"stable_softmax": flood + "softmax = make\n"})
     _grade_alone(path)
-    assert len(grading._REMOTE_CLASSES) <= grading.MAX_PROXY_CLASSES
+    assert len(session.PROXY_CLASSES) <= session.MAX_PROXY_CLASSES
 
 
 def test_a_symlink_inside_work_does_not_count_as_work(tmp_path):
@@ -763,8 +763,8 @@ def test_a_symlink_inside_work_does_not_count_as_work(tmp_path):
     target.mkdir()
     try:
         link.symlink_to(target)
-        assert not grading._in_work(link / "01_softmax.ipynb")
-        assert grading._in_work(work / "01_softmax.ipynb")
+        assert not grade_one.in_work(link / "01_softmax.ipynb")
+        assert grade_one.in_work(work / "01_softmax.ipynb")
     finally:
         link.unlink()
 
@@ -887,7 +887,7 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
     subs = grading.grade([correct, *attackers, wrong], hidden=hidden, jobs=2, limits=LIMITS)
     _classmates_unchanged(subs)
     for sub in subs[1:3]:
-        assert sub.error == grading.DIED_IN_HIDDEN, sub.error
+        assert sub.error == grade_one.DIED_IN_HIDDEN, sub.error
     text = grading.table(subs)
     assert "LEAK" not in text and "7.25" not in text and "status 72" not in text
 

@@ -27,11 +27,12 @@ set may import. The runner
    - ``report``: the banned imports attempted and the output dropped.
 
 Each reply is plain data or an error: the exception's type, message and the learner's own frames
-as ``"line N in NAME: source"`` (:func:`txlearn.learner_calls.learner_frames`). The time limit, the
-state-dict load and forward/backward are :mod:`txlearn.learner_calls`' too. Imports from the learner's code are checked against the set's
-rule (the standard library, numpy, torch and what the set declares): others raise ImportError and
-are reported for the integrity column. The file view is the real guard: txlearn's implementation of
-a graded exercise is not in the sandbox at all.
+as ``"line N in NAME: source"`` (:func:`txlearn.learner_calls.learner_frames`); the time limit,
+the state-dict load and forward/backward are :mod:`txlearn.learner_calls`' too. Imports from the
+learner's code are checked against the set's rule (the standard library, numpy, torch and what
+the set declares): others raise ImportError and are reported for the integrity column. The file
+view is the real guard: txlearn's implementation of a graded exercise is not in the sandbox at
+all.
 """
 
 from __future__ import annotations
