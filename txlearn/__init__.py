@@ -6,7 +6,8 @@ The components, one module per lesson, in the order the course builds them: ``so
 states the dtype rule (float32 arithmetic for float16/bfloat16 inputs); ``plotting`` draws the
 course's figures. Two subpackages: ``capstone`` (lesson 09: data, model, training,
 checkpoints, generation, the pretrained encoder) and ``course`` (notebook generation and grading);
-``checks`` holds the exercise checks that learners' check cells call. Import what you need from its
+``checks`` holds the exercise checks that learners' check cells call, and ``learner_calls`` what
+those checks and the grader's sandboxed runner compute the same way. Import what you need from its
 module, e.g. ``from txlearn.attention import scaled_dot_product_attention``. Modules load lazily, so
 ``import txlearn`` is cheap.
 
@@ -23,7 +24,8 @@ __version__ = "0.1.0"
 
 _MODULES = (
     "softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
-    "complexity", "sampling", "precision", "plotting", "checks", "capstone", "course", "cli",
+    "complexity", "sampling", "precision", "plotting", "learner_calls", "checks", "capstone",
+    "course", "cli",
 )
 
 _moved.install()
