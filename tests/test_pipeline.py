@@ -70,6 +70,10 @@ def test_unbalanced_solution_markers_are_a_build_error(tmp_path):
                    + body.replace("    ### BEGIN SOLUTION\n", ""))
     with pytest.raises(build.BuildError, match=r"unknown limits \['cpu'\]"):
         build.build_exercises(bad, build.Layout(tmp_path))
+    # well formed, but no check module defines exercise "x" (the checks' one index says so)
+    bad.write_text(header + body.replace("    ### BEGIN SOLUTION\n", ""))
+    with pytest.raises(build.BuildError, match="no check module defines x"):
+        build.build_exercises(bad, build.Layout(tmp_path))
 
 
 @pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.stem)

@@ -8,7 +8,8 @@ dtype rule (float32 arithmetic for float16/bfloat16 inputs); ``plotting`` draws 
 figures. Then what is built from them, ``models`` (the character model, the MiniLM encoder, the
 Llama-style decoder), what trains them, ``training`` (data, configuration, schedule, loop,
 checkpoints, generation, ``txlearn train``), and the course's machinery: ``checks`` (the exercise
-checks that learners' check cells call) and ``course`` (notebook generation, grading, the book).
+checks that learners' check cells call), ``learner_calls`` (what those checks and the grader's
+sandboxed runner compute the same way) and ``course`` (notebook generation, grading, the book).
 Import what you need from its module, e.g. ``from txlearn.attention import
 scaled_dot_product_attention``. Modules load lazily, so ``import txlearn`` is cheap.
 """
@@ -20,7 +21,7 @@ __version__ = "0.1.0"
 _MODULES = (
     "softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
     "counting", "measuring", "recurrent", "flash_attention", "sampling", "precision", "plotting",
-    "models", "training", "checks", "capstone", "course", "cli",
+    "models", "training", "learner_calls", "checks", "capstone", "course", "cli",
 )
 
 

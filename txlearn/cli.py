@@ -142,7 +142,8 @@ def _expand(patterns: list[str]) -> tuple[list[Path], int]:
 
 def _cmd_grade(args) -> int:
     from txlearn.checks import clean
-    from txlearn.course import grading, sandbox
+    from txlearn.course import grading
+    from txlearn.course.grading import sandbox
 
     paths, unmatched = _expand(args.notebooks)
     if not paths:

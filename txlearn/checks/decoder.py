@@ -1,7 +1,7 @@
 """Checks for lesson 10's exercises: the permutation between the two RoPE pairings (checked on
 SmolLM2's own W_Q and W_K) and the model's KV-cache size read from its GGUF metadata.
 
-Each check computes the right answer with :mod:`txlearn.capstone.gguf`, :mod:`txlearn.positional`
+Each check computes the right answer with :mod:`txlearn.models.gguf`, :mod:`txlearn.positional`
 and :func:`txlearn.heads.kv_cache_bytes`; when the learner's answer differs, it is compared with
 the catalogued mistakes (tests/catalogue/decoder.py) to choose the hint. The learner's functions
 receive only NumPy arrays, ints and a dict of ints.

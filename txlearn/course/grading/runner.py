@@ -1,32 +1,38 @@
 """The grader's runner: runs a learner's cells inside the sandbox and answers the grader's calls.
 
 ``txlearn grade`` (the trusted grader, :mod:`txlearn.course.grading`) never runs a learner's code.
-It starts this runner in a sandbox (:mod:`txlearn.course.sandbox`) as
+It starts this runner in a sandbox (:mod:`txlearn.course.grading.sandbox`) as
 ``python -I -S -B -c BOOTSTRAP CONFIG`` with an explicit ``sys.path`` whose first entry is a
-synthetic ``txlearn`` holding only this module, :mod:`~txlearn.course.protocol`,
-:mod:`~txlearn.course.earlier` and the txlearn modules the exercise set may import. The runner
+synthetic ``txlearn`` holding only this module, :mod:`~txlearn.course.grading.protocol`,
+:mod:`~txlearn.learner_calls`, :mod:`~txlearn.course.earlier` and the txlearn modules the exercise
+set may import. The runner
 
 1. applies its limits with ``setrlimit`` (address space, CPU time, file size, open files, and
    processes where the sandbox gives it a uid of its own), and, when the sandbox started it as
    root, drops to that unprivileged uid (and checks that it cannot come back);
 2. says hello over the protocol pipes (its own file descriptors, not 0/1/2: raw writes to fd 1
    and 2 go to a sink that the grader caps; stdin is empty);
-3. serves requests (:mod:`~txlearn.course.protocol` messages) until the grader closes the pipe:
+3. serves requests (:mod:`~txlearn.course.grading.protocol` messages) until the grader closes
+   the pipe:
 
    - ``cell``: run one setup or answer cell (never a check cell; a cell that imports
      ``txlearn.checks`` is skipped and reported) under a wall-clock limit, its printed output
      captured and capped;
    - ``names``: the learner's names, each marked callable / ``nn.Module``;
    - ``call``, ``load_state``, ``state_shapes``, ``forward_backward``: act on a name or on a
-     handle (an object an earlier reply could not send), under the call's time limit; arrays the
-     learner's code changed in place are sent back so that the grader's check can see it;
+     handle (an object an earlier reply could not send), under the call's time limit; the
+     learner's code gets copies of the arrays, and those it changed in place are named in the
+     reply (the in-place rule of :func:`txlearn.learner_calls.call_on_copies`, the same as in
+     the learner's kernel), so that the grader's check fails the answer;
    - ``report``: the banned imports attempted and the output dropped.
 
 Each reply is plain data or an error: the exception's type, message and the learner's own frames
-as ``"line N in NAME: source"``. Imports from the learner's code are checked against the set's
-rule (the standard library, numpy, torch and what the set declares): others raise ImportError and
-are reported for the integrity column. The file view is the real guard: txlearn's implementation of
-a graded exercise is not in the sandbox at all.
+as ``"line N in NAME: source"`` (:func:`txlearn.learner_calls.learner_frames`); the time limit,
+the state-dict load and forward/backward are :mod:`txlearn.learner_calls`' too. Imports from the
+learner's code are checked against the set's rule (the standard library, numpy, torch and what
+the set declares): others raise ImportError and are reported for the integrity column. The file
+view is the real guard: txlearn's implementation of a graded exercise is not in the sandbox at
+all.
 """
 
 from __future__ import annotations
@@ -38,22 +44,15 @@ import linecache
 import os
 import signal
 import sys
-import traceback
 
 __all__ = ["main", "Runner", "BOOTSTRAP"]
 
 # The whole command line of the runner: `python -I -S -B -c BOOTSTRAP CONFIG_JSON`.
 BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:] = c['sys_path']; "
-             "from txlearn.course.runner import main; main(c)")
+             "from txlearn.course.grading.runner import main; main(c)")
 
-_LEARNER_FILE_PREFIXES = ("<cell ",)
 MAX_TEXT = 2000          # characters of an exception message sent back
 MAX_NAMES = 2000
-
-
-class _Timeout(BaseException):
-    """Raised in the learner's code when its time limit runs out (BaseException, so a bare
-    ``except Exception`` cannot swallow it)."""
 
 
 class _Capped(io.TextIOBase):
@@ -80,26 +79,15 @@ class _Capped(io.TextIOBase):
         return "".join(self.parts)
 
 
-def _learner_frames(tb) -> list[str]:
-    """The frames of a traceback that are the learner's cells (here or in a sibling notebook)."""
-    out = []
-    for frame in traceback.extract_tb(tb):
-        name = frame.filename or ""
-        if not (name.startswith(_LEARNER_FILE_PREFIXES) or ".ipynb, cell " in name):
-            continue
-        source = (frame.line or linecache.getline(name, frame.lineno) or "").strip()
-        out.append(f"line {frame.lineno} in {frame.name}: {source}"[:160])
-    return out[-6:]
-
-
-def _describe(err: BaseException) -> dict:
+def _describe(err: BaseException, frames, protocol_error: type) -> dict:
+    """A learner's exception as plain data: type, message, the learner's ``frames(tb)``."""
     try:
         message = str(err)
     except Exception:  # noqa: BLE001 - a learner's exception whose __str__ fails
         message = "<unprintable>"
     info = {"type": type(err).__name__[:80], "message": message[:MAX_TEXT],
-            "frames": _learner_frames(err.__traceback__)}
-    if type(err).__name__ == "ProtocolError" and type(err).__module__ == "txlearn.course.protocol":
+            "frames": frames(err.__traceback__)}
+    if isinstance(err, protocol_error):
         info["type"] = "ProtocolLimit"
         info["message"] = f"the value cannot be checked: {message}"[:MAX_TEXT]
     if isinstance(err, SyntaxError):
@@ -178,13 +166,21 @@ class Runner:
     """The runner's state: the learner's namespace, the handles, the banned imports."""
 
     def __init__(self, config: dict):
-        from txlearn.course import protocol
+        from txlearn import learner_calls
+        from txlearn.course.grading import protocol
         self.protocol = protocol
-        # kept before any learner code runs: rebinding protocol.local_forward_backward from an
-        # answer cell does not change what this runner computes (a learner who digs this out of
-        # the process can still report gradients computed another way; the grader compares
-        # them with its references, so they must still be right)
-        self._forward_backward = protocol.local_forward_backward
+        # the rules shared with the learner's kernel (txlearn.learner_calls), kept before any
+        # learner code runs: rebinding learner_calls.local_forward_backward from an answer cell
+        # does not change what this runner computes (a learner who digs these out of the process
+        # can still report gradients computed another way; the grader compares them with its
+        # references, so they must still be right)
+        self._forward_backward = learner_calls.local_forward_backward
+        self._call_on_copies = learner_calls.call_on_copies
+        self._load_state_dict = learner_calls.load_state_dict
+        self._time_limit = learner_calls.time_limit
+        self._out_of_time = learner_calls.TimeLimitExceeded
+        self._frames = learner_calls.learner_frames
+        self._strip_magics = learner_calls.strip_magics
         self.config = config
         self.ns = {"__name__": "__main__", "__builtins__": builtins}
         self.handles: dict[int, object] = {}
@@ -197,6 +193,9 @@ class Runner:
         builtins.__import__ = self.policy
         sys.meta_path.insert(0, _TxlearnFinder(self, set(config.get("view_modules", []))))
 
+    def describe(self, err: BaseException) -> dict:
+        return _describe(err, self._frames, self.protocol.ProtocolError)
+
     def is_learner(self, globals) -> bool:
         if globals is None:
             return False
@@ -208,39 +207,32 @@ class Runner:
     # ---- running learner code under a limit -------------------------------------------------
 
     def timed(self, seconds, thunk):
-        """``("ok", value)``, ``("error", info)`` or ``("timeout", seconds)`` for ``thunk()``,
-        with sys.stdout/sys.stderr captured (returned as the third item)."""
+        """``("ok", value)``, ``("error", info)`` or ``("timeout", seconds)`` for ``thunk()``
+        under the time limit of :func:`txlearn.learner_calls.time_limit`, with sys.stdout and
+        sys.stderr captured (returned as the third item)."""
         capture = _Capped(self.output_limit)
         saved = sys.stdout, sys.stderr
-
-        def on_alarm(signum, frame):
-            raise _Timeout()
-
         try:
             try:
-                signal.signal(signal.SIGALRM, on_alarm)
-                if seconds:
-                    signal.setitimer(signal.ITIMER_REAL, float(seconds))
-                sys.stdout = sys.stderr = capture
-                try:
-                    outcome = ("ok", thunk())
-                except _Timeout:
-                    raise
-                except BaseException as err:  # noqa: BLE001 - the learner's code raised
-                    outcome = ("error", _describe(err))
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                sys.stdout, sys.stderr = saved
-        except _Timeout:
-            outcome = ("timeout", seconds)
+                with self._time_limit(seconds):
+                    sys.stdout = sys.stderr = capture
+                    try:
+                        outcome = ("ok", thunk())
+                    except self._out_of_time:
+                        raise
+                    except BaseException as err:  # noqa: BLE001 - the learner's code raised
+                        outcome = ("error", self.describe(err))
+            except self._out_of_time:
+                outcome = ("timeout", seconds)
+        finally:   # after the alarm is off: an alarm cannot skip this
+            sys.stdout, sys.stderr = saved
         self.output_dropped += capture.dropped
         return outcome + (capture,)
 
     # ---- the requests ------------------------------------------------------------------------
 
     def op_cell(self, msg, blobs):
-        from txlearn.course.earlier import _strip_magics
-        source = _strip_magics(str(msg.get("source", "")))
+        source = self._strip_magics(str(msg.get("source", "")))
         filename = f"<cell {int(msg.get('index', 0))}>"
         self.where = str(msg.get("label", filename))[:80]
         try:
@@ -249,7 +241,7 @@ class Runner:
                 return {"ok": False, "skipped": "imports txlearn.checks"}
             code = compile(tree, filename, "exec")
         except SyntaxError as err:
-            return {"ok": False, "error": _describe(err)}
+            return {"ok": False, "error": self.describe(err)}
         except (ValueError, MemoryError, RecursionError) as err:
             return {"ok": False, "error": {"type": type(err).__name__, "message": str(err)[:200],
                                            "frames": []}}
@@ -309,7 +301,7 @@ class Runner:
                 "type": type(value).__name__[:60]}
 
     def _decode_call(self, msg, blobs):
-        decoder = self.protocol.Decoder(blobs, on_handle=self._on_handle)
+        decoder = self.protocol.MessageDecoder(blobs, on_handle=self._on_handle)
         target = self._resolve(msg.get("target"))
         args = decoder.decode(msg.get("args", []))
         kwargs = decoder.decode(msg.get("kwargs", {"dict": []}))
@@ -328,14 +320,11 @@ class Runner:
     def op_call(self, msg, blobs):
         decoder, target, args, kwargs = self._decode_call(msg, blobs)
         self.where = f"call of {str(msg.get('label', 'your code'))[:60]}"
-        encoder = self.protocol.Encoder(on_other=self._keep)
-        snapshots = _snapshot(args, kwargs)
+        encoder = self.protocol.MessageEncoder(on_other=self._keep)
 
-        def thunk():
-            result = target(*args, **kwargs)
-            encoded = encoder.encode(result)
-            changed = _changed(snapshots, args, kwargs)
-            return encoded, [[k, encoder.encode(v)] for k, v in changed]
+        def thunk():   # the in-place rule: the learner's code gets copies; changed ones go back
+            result, changed = self._call_on_copies(target, args, kwargs)
+            return encoder.encode(result), [[k, encoder.encode(v)] for k, v in changed]
 
         kind, value, _ = self.timed(msg.get("time_limit"), thunk)
         if kind != "ok":
@@ -344,32 +333,23 @@ class Runner:
 
     def op_state_shapes(self, msg, blobs):
         target = self._resolve(msg.get("target"))
-        encoder = self.protocol.Encoder()
+        encoder = self.protocol.MessageEncoder()
         kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
             {str(k): tuple(int(n) for n in v.shape) for k, v in target.state_dict().items()}))
         return self._reply_value(kind, value, encoder)
 
     def op_load_state(self, msg, blobs):
-        decoder = self.protocol.Decoder(blobs, on_handle=self._on_handle)
+        decoder = self.protocol.MessageDecoder(blobs, on_handle=self._on_handle)
         target = self._resolve(msg.get("target"))
         state = decoder.decode(msg.get("state"))
-        to_tensor = self.protocol.to_tensor
-
-        def load():
-            import torch
-            current = target.state_dict()
-            with torch.no_grad():
-                target.load_state_dict({k: to_tensor(v, current[k]) for k, v in state.items()},
-                                       strict=True)
-            return None
-
-        kind, value, _ = self.timed(msg.get("time_limit"), load)
-        return self._reply_value(kind, value, self.protocol.Encoder())
+        kind, value, _ = self.timed(msg.get("time_limit"),
+                                    lambda: self._load_state_dict(target, state))
+        return self._reply_value(kind, value, self.protocol.MessageEncoder())
 
     def op_forward_backward(self, msg, blobs):
         decoder, target, args, kwargs = self._decode_call(msg, blobs)
         grad_output = decoder.decode(msg.get("grad_output"))
-        encoder = self.protocol.Encoder(on_other=self._keep)
+        encoder = self.protocol.MessageEncoder(on_other=self._keep)
         self.where = f"forward of {str(msg.get('label', 'your module'))[:60]}"
         kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
             self._forward_backward(target, args, kwargs, grad_output)))
@@ -391,13 +371,13 @@ class Runner:
                 if handler is None:
                     raise self.protocol.ProtocolError(f"unknown request {str(op)[:40]!r}")
                 reply = handler(msg, blobs)
-            except _Timeout:  # an alarm that fired outside the learner's code
+            except self._out_of_time:  # an alarm that fired outside the learner's code
                 reply = {"ok": False, "timeout": msg.get("time_limit")}
             except self.protocol.ProtocolError as err:
                 reply = {"ok": False, "error": {"type": "ProtocolLimit", "frames": [],
                                                 "message": f"the value cannot be checked: {err}"}}
             except Exception as err:  # noqa: BLE001 - e.g. NameError of a reference
-                reply = {"ok": False, "error": _describe(err)}
+                reply = {"ok": False, "error": self.describe(err)}
             reply, out_blobs = reply if isinstance(reply, tuple) else (reply, [])
             reply["id"] = msg.get("id")
             try:
@@ -406,49 +386,6 @@ class Runner:
                 channel.send({"id": msg.get("id"), "ok": False, "error": {
                     "type": "ProtocolLimit", "frames": [],
                     "message": f"the value cannot be checked: {err}"}})
-
-
-def _arrays(args, kwargs):
-    torch = sys.modules.get("torch")
-    kinds = (__import__("numpy").ndarray,) + ((torch.Tensor,) if torch else ())
-    for i, a in enumerate(args):
-        if isinstance(a, kinds):
-            yield i, a
-    for k, a in kwargs.items():
-        if isinstance(a, kinds):
-            yield k, a
-
-
-def _as_numpy(a):
-    import numpy as np
-    if hasattr(a, "detach"):
-        a = a.detach().cpu()
-        if str(a.dtype) == "torch.bfloat16":
-            a = a.float()
-        return a.numpy().copy()
-    return np.array(a, copy=True)
-
-
-def _snapshot(args, kwargs):
-    return {key: _as_numpy(a) for key, a in _arrays(args, kwargs)}
-
-
-def _changed(snapshots, args, kwargs):
-    import numpy as np
-    out = []
-    for key, a in _arrays(args, kwargs):
-        before = snapshots.get(key)
-        now = _as_numpy(a)
-        if before is None or before.shape != now.shape:
-            out.append((key, a))
-            continue
-        try:
-            same = np.array_equal(before, now, equal_nan=True)
-        except TypeError:
-            same = np.array_equal(before, now)
-        if not same:
-            out.append((key, a))
-    return out
 
 
 # ---- start -----------------------------------------------------------------------------------
@@ -490,7 +427,7 @@ def main(config: dict) -> None:
     _apply_limits(config["limits"], nproc=bool(config.get("limit_processes")))
     if config.get("uid") is not None:
         _drop_to(int(config["uid"]))
-    from txlearn.course.protocol import Channel
+    from txlearn.course.grading.protocol import Channel
     read_fd, write_fd = config["fds"]
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

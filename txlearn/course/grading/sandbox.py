@@ -1,14 +1,14 @@
 """Start the grader's runner in a bubblewrap sandbox, or (when asked) as a plain process.
 
 The sandbox (Debian package ``bubblewrap``, command ``bwrap``) gives the runner
-(:mod:`txlearn.course.runner`) new network, pid, ipc, uts and cgroup namespaces (and a user
-namespace when the grader is not root), and a file system of its own:
+(:mod:`txlearn.course.grading.runner`) new network, pid, ipc, uts and cgroup namespaces (and a
+user namespace when the grader is not root), and a file system of its own:
 
 - read only: ``/usr`` and the ``/lib*`` links, ``/etc/ld.so.cache``, the Python installation and
   the venv the grader runs from (bound at their own paths, so the interpreter finds itself), with
   an installed copy of the ``txlearn`` package masked; and a synthetic ``txlearn`` at
-  :data:`VIEW` holding only the runner, the protocol, the earlier-answers loader and the modules
-  the exercise set may import;
+  :data:`VIEW` holding only the runner, the protocol, :mod:`txlearn.learner_calls`, the
+  earlier-answers loader and the modules the exercise set may import;
 - private and writable: a small tmpfs home (the working folder, holding copies of the sibling
   notebooks the set uses) and ``/tmp``; nothing the runner writes reaches the host;
 - nothing else: no repository, no checks, solutions, hidden cases or other submissions, no
@@ -44,8 +44,8 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from txlearn.course.protocol import Channel
-from txlearn.course.runner import BOOTSTRAP
+from txlearn.course.grading.protocol import Channel
+from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
            "UidLease", "NO_SANDBOX_RISKS", "VIEW", "HOME", "FIRST_UID"]
@@ -323,8 +323,8 @@ class _Sink(threading.Thread):
 
 
 class Process:
-    """A started runner: its :class:`~txlearn.course.protocol.Channel`, its raw output, and how to
-    stop it (the whole process group)."""
+    """A started runner: its :class:`~txlearn.course.grading.protocol.Channel`, its raw output,
+    and how to stop it (the whole process group)."""
 
     def __init__(self, popen: subprocess.Popen, channel: Channel, sink: _Sink, mode: str,
                  limits: dict, cleanup=None):
@@ -382,7 +382,7 @@ class Process:
 def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dict,
           config: dict, uid: int | None = None, packages: tuple[str, ...] | None = None
           ) -> Process:
-    """Start the runner with ``config`` (see :func:`txlearn.course.runner.main`).
+    """Start the runner with ``config`` (see :func:`txlearn.course.grading.runner.main`).
 
     ``mode``: ``"bwrap"`` (the sandbox) or ``"plain"`` (a subprocess, for ``--no-sandbox`` and a
     learner's own ``work/``); ``files``: ``(name, host path)`` of the sibling notebooks to copy
@@ -430,6 +430,6 @@ def wait_hello(process: Process, timeout: float) -> dict:
     """The runner's first message (it is ready), or raise EOFError/TimeoutError."""
     msg, _ = process.channel.recv(deadline=time.monotonic() + timeout)
     if not msg.get("hello"):
-        from txlearn.course.protocol import ProtocolError
+        from txlearn.course.grading.protocol import ProtocolError
         raise ProtocolError("the runner did not say hello")
     return msg

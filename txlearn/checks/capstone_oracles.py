@@ -2,7 +2,7 @@
 
 Check modules are read afresh from disk on every check call, so anything expensive they need
 lives here, in an ordinary module that stays imported: the course's corpus split and its bigram
-baseline, the course's own all-MiniLM-L6-v2 (:func:`txlearn.capstone.pretrained.load_encoder`, itself
+baseline, the course's own all-MiniLM-L6-v2 (:func:`txlearn.models.minilm.load_encoder`, itself
 tested equal to ``sentence-transformers``), the token states of that encoder and of its
 catalogued mistakes, and ``sentence-transformers``' own sentence embeddings (the oracle the
 learner's encoder must match to 1e-5). Every function returns new tensors or read-only arrays,

@@ -23,8 +23,9 @@ Every message is checked against strict limits (:data:`MAX_MESSAGE_BYTES`, :data
 :class:`ProtocolError`, never a crash of the reader.
 
 This module is imported by the runner inside the sandbox, so it needs only NumPy (PyTorch is
-imported when a tensor crosses) and never imports ``txlearn.checks``. It also holds what both
-sides compute the same way: :class:`Given` and :func:`local_forward_backward`.
+imported when a tensor crosses) and :mod:`txlearn.learner_calls` (for :class:`Given`); it never
+imports ``txlearn.checks``. What both sides compute the same way lives in
+:mod:`txlearn.learner_calls`, not here: this module is the wire format only.
 """
 
 from __future__ import annotations
@@ -40,16 +41,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from txlearn.learner_calls import Given
+
 __all__ = [
     "ProtocolError",
     "Channel",
-    "Encoder",
-    "Decoder",
-    "Given",
-    "GIVEN_KINDS",
-    "given",
-    "local_forward_backward",
-    "to_tensor",
+    "MessageEncoder",
+    "MessageDecoder",
     "MAX_MESSAGE_BYTES",
     "MAX_JSON_BYTES",
     "MAX_DEPTH",
@@ -74,133 +72,9 @@ class ProtocolError(Exception):
     """A message breaks the format or one of its limits, or the other side went away."""
 
 
-# ---- Given: fixed callables built from data ----------------------------------------------------
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
-
-
-def _cast_like(w, x):
-    if _is_torch(x):
-        import torch
-        return torch.as_tensor(np.asarray(w), dtype=x.dtype)
-    return np.asarray(w, dtype=np.float64)
-
-
-def _given_linear(x, W, b=None):
-    out = x @ _cast_like(W, x)
-    return out if b is None else out + _cast_like(b, x)
-
-
-def _given_tanh_linear(x, W, b=None):
-    out = _given_linear(x, W, b)
-    if _is_torch(out):
-        import torch
-        return torch.tanh(out)
-    return np.tanh(out)
-
-
-def _given_layer_norm(x, eps=1e-5):
-    """LayerNorm without gain or shift: (x - mean) / sqrt(biased var + eps) over the last axis."""
-    if _is_torch(x):
-        import torch
-        mu = x.mean(-1, keepdim=True)
-        return (x - mu) / torch.sqrt(((x - mu) ** 2).mean(-1, keepdim=True) + eps)
-    mu = x.mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
-
-
-def _given_rms_norm(x, eps=1e-6, gamma=None):
-    """RMSNorm: x / sqrt(mean(x^2) + eps) over the last axis, times gamma when given."""
-    if _is_torch(x):
-        import torch
-        out = x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps)
-    else:
-        out = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
-    return out if gamma is None else out * _cast_like(gamma, x)
-
-
-def _given_scale(x, factor):
-    return x * factor
-
-
-GIVEN_KINDS: dict[str, Callable] = {
-    "linear": _given_linear,            # x @ W (+ b)
-    "tanh_linear": _given_tanh_linear,  # tanh(x @ W (+ b))
-    "layer_norm": _given_layer_norm,
-    "rms_norm": _given_rms_norm,    # (x - mean) / sqrt(var + eps), no gain or shift
-    "scale": _given_scale,              # x * factor
-}
-
-
-class Given:
-    """A fixed callable the check hands to the learner's code, built from data only.
-
-    ``given("linear", W=W, b=b)`` is ``x @ W + b``; the grader's runner rebuilds it from the same
-    kind and arrays (it never receives code). Calling a Given runs it in float64 NumPy or
-    PyTorch, matching the input's type. Kinds: see :data:`GIVEN_KINDS`.
-
-    Raises:
-        KeyError: an unknown kind.
-    """
-
-    def __init__(self, kind: str, **data):
-        if kind not in GIVEN_KINDS:
-            raise KeyError(f"unknown given kind {kind!r}; known: {sorted(GIVEN_KINDS)}")
-        self.kind, self.data = kind, data
-
-    def __call__(self, x):
-        return GIVEN_KINDS[self.kind](x, **self.data)
-
-    def __repr__(self):
-        return f"given({self.kind!r})"
-
-
-def given(kind: str, **data) -> Given:
-    """A :class:`Given` callable of ``kind`` built from ``data`` (arrays, numbers)."""
-    return Given(kind, **data)
-
-
-# ---- forward and backward on a real module (checks in a kernel; the runner) ---------------------
-
-def to_tensor(value, like=None):
-    """``value`` as a torch tensor (arrays converted), cast to the dtype of ``like`` if given."""
-    import torch
-    t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
-    return t if like is None else t.to(like.dtype)
-
-
-def local_forward_backward(module, args, kwargs, grad_output):
-    """Run ``module(*args, **kwargs)`` and back-propagate ``grad_output`` from its (first) output.
-
-    Floating-point tensor or array arguments get ``requires_grad``. Returns ``(out, grads)``: the
-    detached first output and ``{"input i": array or None, <parameter name>: array or None}``
-    (NumPy arrays; None where no gradient reached). What the checks' ``forward_backward`` does on
-    a local module, and what the grader's runner does on the learner's.
-    """
-    import torch
-    inputs = []
-    for a in args:
-        if isinstance(a, (np.ndarray, torch.Tensor)) and np.issubdtype(np.asarray(
-                a.detach() if isinstance(a, torch.Tensor) else a).dtype, np.floating):
-            inputs.append(to_tensor(a).detach().clone().requires_grad_(True))
-        else:
-            inputs.append(a)
-    for p in module.parameters():
-        p.grad = None
-    out = module(*inputs, **kwargs)
-    first = out[0] if isinstance(out, (tuple, list)) else out
-    first.backward(to_tensor(grad_output, first))
-    grads = {f"input {i}": (t.grad.detach().numpy() if t.grad is not None else None)
-             for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and t.requires_grad}
-    for name, p in module.named_parameters():
-        grads[name] = None if p.grad is None else p.grad.detach().numpy()
-    return first.detach(), grads
-
-
 # ---- values ------------------------------------------------------------------------------------
 
-class Encoder:
+class MessageEncoder:
     """Turns values into JSON-able structures; arrays go to :attr:`blobs` as ``.npy`` bytes.
 
     ``on_other(value) -> dict`` encodes anything else (the runner keeps it and returns a
@@ -299,8 +173,8 @@ def _torch_if_loaded():
     return sys.modules.get("torch")
 
 
-class Decoder:
-    """Rebuilds values from what :class:`Encoder` wrote, checking every tag and limit.
+class MessageDecoder:
+    """Rebuilds values from what :class:`MessageEncoder` wrote, checking every tag and limit.
 
     ``on_handle(obj) -> value`` turns a ``{"handle": ...}`` or ``{"ref": ...}`` object into a
     value (a proxy on the grader's side, the real object on the runner's); without it those
