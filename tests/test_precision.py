@@ -240,6 +240,11 @@ CASES = [
     Case("scaled_scores", lambda dt: softmax.scaled_scores,
          lambda dt: cast((randn(2, 5, 16), randn(2, 7, 16)), dt),
          lambda f, a: softmax.scaled_scores_np(a[0].numpy(), a[1].numpy()), C=1, C_f32=3),
+    # the backward pass: <s, g> summed in float32, rounded once; in float32 g - <s, g> cancels
+    # where g is close to its mean (measured 7.98 / 0.49 / 0.41)
+    Case("softmax_vjp", lambda dt: softmax.softmax_vjp,
+         lambda dt: cast((torch.softmax(randn(4, 33, scale=3), -1), randn(4, 33)), dt),
+         lambda f, a: softmax.softmax_vjp_np(a[0].numpy(), a[1].numpy()), C=1, C_f32=16),
 
     # masks.py (lesson 02): to_additive's 0 and -inf are exact in every dtype.
     Case("to_additive", lambda dt: lambda m: masks.to_additive(m, dt),
@@ -268,6 +273,15 @@ CASES = [
          close_large_scores,
          lambda f, a: attention.attention_np(*(t.numpy() for t in a), return_weights=True)[1],
          C=1, C_f32=4),
+    # the backward pass (dQ, dK, dV), computed in float32 for 16-bit inputs and rounded once
+    # (measured up to 3.10 / 0.44 / 0.47)
+    *[Case(f"attention_backward {name}, causal and fully masked rows",
+           lambda dt, i=i: lambda Q, K, V, dO, m: attention.attention_backward(Q, K, V, dO, m)[i],
+           lambda dt: cast((randn(2, 7, 16), randn(2, 5, 16), randn(2, 5, 8), randn(2, 7, 8),
+                            masks.causal_mask(7, 5)), dt),
+           lambda f, a, i=i: attention.attention_backward_np(*(t.numpy() for t in a))[i],
+           C=1, C_f32=7)
+      for i, name in enumerate(("dQ", "dK", "dV"))],
 
     # heads.py (lesson 03): projections in the dtype, attention in float32.
     # measured 2.81 / 0.62 / 0.61
@@ -325,6 +339,17 @@ CASES = [
       for label, s in [("ordinary", 1.0),
                        ("large inputs (squares overflow float16)", 300.0),
                        ("tiny inputs (squares underflow float16)", 3e-3)]],
+    # the backward passes (dx, dgamma), statistics and sums in float32, rounded once
+    # (measured up to 2.16 / 0.48 / 0.47)
+    *[Case(f"{fn.__name__} {what}, {label}",
+           lambda dt, fn=fn, i=i: lambda x, g, dy: fn(x, g, dy)[i],
+           lambda dt, s=s: cast((randn(3, 5, 32, scale=s, shift=s), 1 + 0.1 * randn(32),
+                                 randn(3, 5, 32)), dt),
+           lambda f, a, ref=ref, i=i: ref(*(t.numpy() for t in a))[i], C=1, C_f32=5)
+      for fn, ref in ((norms.layer_norm_backward, norms.layer_norm_backward_np),
+                      (norms.rms_norm_backward, norms.rms_norm_backward_np))
+      for i, what in enumerate(("dx", "dgamma"))
+      for label, s in [("ordinary", 1.0), ("large inputs", 300.0)]],
 
     # layer.py (lesson 07): each rounding of the residual stream is amplified by the norm after it.
     # measured 1.91 / 1.19 / 1.01
