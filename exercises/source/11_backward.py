@@ -8,6 +8,8 @@
 #     - write attention's backward pass (dQ, dK, dV) with masks, empty rows included
 #     - write LayerNorm's backward pass, the paths through the mean and the variance included
 #     - assemble a whole transformer layer's backward pass from your own pieces
+#     - compute attention block by block keeping one number per query (FlashAttention's forward)
+#     - recompute each block's probabilities in FlashAttention's backward pass
 #     imports: [numpy]
 #     lessons: [01_softmax, 02_attention, 06_norms, 07_layer, 08_complexity]
 # ---
@@ -18,7 +20,8 @@
 # `dout`). Write them with array operations, without autograd: the checks compare your gradients
 # with PyTorch's autograd to about $10^{-9}$. The derivations are in the lessons: the softmax in
 # lesson 01 (section 6), attention in lesson 02 (section 9), LayerNorm in lesson 06 (section 6),
-# the whole layer in lesson 07 ("The backward pass of the whole layer").
+# the whole layer in lesson 07 ("The backward pass of the whole layer"), FlashAttention in lesson
+# 08 (its FlashAttention section).
 #
 # Conventions of the course: a boolean mask is `True` where a query may attend; a query whose
 # keys are all hidden gets output 0 and gradients 0, never NaN.
@@ -214,3 +217,99 @@ def layer_backward(x, params, dout, n_heads, mask=None):
 # %% tags=["check"] exercise="layer_backward"
 from txlearn.checks import check
 check("layer_backward", layer_backward)
+
+# %% [markdown]
+# ## Exercise 5: FlashAttention's forward pass, keeping the log-sum-exp
+#
+# Ordinary attention keeps its $L \times S$ weights $P$ for the backward pass. FlashAttention
+# keeps one number per query instead, the log-sum-exp of its scores,
+# $\mathrm{lse}_i = \log \sum_j e^{s_{ij}}$, from which any weight can be recomputed:
+# $P_{ij} = e^{s_{ij} - \mathrm{lse}_i}$.
+#
+# Write `flash_forward(Q, K, V, mask=None, block_size=4)` for `Q (..., L, d_k)`,
+# `K (..., S, d_k)`, `V (..., S, d_v)` and a boolean `mask (..., L, S)` (or None), returning
+# `(O, lse)` with `O (..., L, d_v)` the attention output and `lse (..., L)`. Go over the keys
+# `block_size` at a time (the last block may be shorter), keeping per query a running maximum
+# $m$ (start at $-\infty$), a running sum $l$ (start at 0) and an unnormalised output $acc$
+# (start at 0). For a block with scores $s = Q K_j^\top / \sqrt{d_k}$ (hidden keys at
+# $-\infty$):
+#
+# $$m' = \max(m, \max_j s_j), \quad \alpha = e^{m - m'}, \quad l' = \alpha\,l + \sum_j e^{s_j - m'},
+#   \quad acc' = \alpha\,acc + e^{s - m'} V_j .$$
+#
+# At the end, $O = acc / l$ and $\mathrm{lse} = m + \log l$. A query that has seen no visible key
+# yet has $m = m' = -\infty$: shift by 0 instead, so that it keeps $l = 0$; at the end it gets
+# $O = 0$ and $\mathrm{lse} = -\infty$.
+
+# %% tags=["answer"] exercise="flash_forward"
+def flash_forward(Q, K, V, mask=None, block_size=4):
+    ### BEGIN SOLUTION
+    S, d_k = K.shape[-2], Q.shape[-1]
+    m = np.full(Q.shape[:-1], -np.inf)                         # (..., L)
+    l = np.zeros(Q.shape[:-1])
+    acc = np.zeros(Q.shape[:-1] + V.shape[-1:])                # (..., L, d_v)
+    for start in range(0, S, block_size):
+        stop = min(start + block_size, S)
+        s = Q @ np.swapaxes(K[..., start:stop, :], -1, -2) / np.sqrt(d_k)   # (..., L, b)
+        if mask is not None:
+            s = np.where(mask[..., start:stop], s, -np.inf)
+        m_new = np.maximum(m, s.max(axis=-1))
+        shift = np.where(np.isfinite(m_new), m_new, 0.0)       # nothing visible so far
+        alpha = np.exp(m - shift)
+        p = np.exp(s - shift[..., None])
+        l = alpha * l + p.sum(axis=-1)
+        acc = alpha[..., None] * acc + p @ V[..., start:stop, :]
+        m = m_new
+    seen = l > 0
+    l_safe = np.where(seen, l, 1.0)
+    O = np.where(seen[..., None], acc / l_safe[..., None], 0.0)
+    lse = np.where(seen, m + np.log(l_safe), -np.inf)
+    return O, lse
+    ### END SOLUTION
+
+# %% tags=["check"] exercise="flash_forward"
+from txlearn.checks import check
+check("flash_forward", flash_forward)
+
+# %% [markdown]
+# ## Exercise 6: FlashAttention's backward pass, recomputing each block
+#
+# Write `flash_backward(Q, K, V, O, lse, dO, mask=None, block_size=4)` returning
+# `(dQ, dK, dV)`, given the forward's output `O` and log-sum-exp `lse` (as your `flash_forward`
+# returns them) and `dO` of the shape of O. Go over the key blocks again, and for each block $j$
+# recompute its *final* weights from the saved lse (no running maximum, nothing to rescale):
+#
+# $$P_j = e^{S_j - \mathrm{lse}}, \quad dV_j = P_j^\top dO, \quad dP_j = dO\,V_j^\top, \quad
+#   dS_j = P_j \odot (dP_j - D), \quad dQ \mathrel{+}= \frac{dS_j K_j}{\sqrt{d_k}}, \quad
+#   dK_j = \frac{dS_j^\top Q}{\sqrt{d_k}},$$
+#
+# with $D = \mathrm{rowsum}(dO \odot O)$, computed once: it equals lesson 02's
+# $\mathrm{rowsum}(dP \odot P)$ over *all* keys, because
+# $\sum_j P_{ij} (dO_i \cdot v_j) = dO_i \cdot O_i$. Hidden keys have $S = -\infty$, so $P = 0$;
+# a row with $\mathrm{lse} = -\infty$ (no visible key) must get $P = 0$ too, not
+# $e^{-\infty + \infty}$.
+
+# %% tags=["answer"] exercise="flash_backward"
+def flash_backward(Q, K, V, O, lse, dO, mask=None, block_size=4):
+    ### BEGIN SOLUTION
+    S, d_k = K.shape[-2], Q.shape[-1]
+    lse_safe = np.where(np.isfinite(lse), lse, 0.0)[..., None]  # a row that sees no key: P = 0
+    D = (dO * O).sum(axis=-1, keepdims=True)                    # (..., L, 1)
+    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    for start in range(0, S, block_size):
+        stop = min(start + block_size, S)
+        K_j, V_j = K[..., start:stop, :], V[..., start:stop, :]
+        s = Q @ np.swapaxes(K_j, -1, -2) / np.sqrt(d_k)           # (..., L, b)
+        if mask is not None:
+            s = np.where(mask[..., start:stop], s, -np.inf)
+        P = np.exp(s - lse_safe)                                  # the block's final weights
+        dV[..., start:stop, :] = np.swapaxes(P, -1, -2) @ dO
+        dS = P * (dO @ np.swapaxes(V_j, -1, -2) - D)
+        dQ += dS @ K_j / np.sqrt(d_k)
+        dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d_k)
+    return dQ, dK, dV
+    ### END SOLUTION
+
+# %% tags=["check"] exercise="flash_backward"
+from txlearn.checks import check
+check("flash_backward", flash_backward)

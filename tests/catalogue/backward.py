@@ -169,11 +169,88 @@ def layer(*, x_res=True, h_res=True, gate=True, ln_input=True, bias_sum=(0, 1),
 
 layer_ref = layer()
 
+
+# ------------------------------------------------------------------ flash_forward
+
+
+def flash_fwd(*, rescale="both", own_max=False, lse="right", scale=True, guard=True,
+              use_mask=True):
+    def flash_forward(Q, K, V, mask=None, block_size=4):
+        S, d_k = K.shape[-2], Q.shape[-1]
+        m, l = np.full(Q.shape[:-1], -np.inf), np.zeros(Q.shape[:-1])
+        acc = np.zeros(Q.shape[:-1] + V.shape[-1:])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for start in range(0, S, block_size):
+                stop = min(start + block_size, S)
+                s = Q @ np.swapaxes(K[..., start:stop, :], -1, -2)
+                s = s / np.sqrt(d_k) if scale else s
+                if mask is not None and use_mask:
+                    s = np.where(mask[..., start:stop], s, -np.inf)
+                m_new = np.maximum(m, s.max(axis=-1))
+                shift = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
+                alpha = np.exp(m - shift)
+                own = s.max(axis=-1)
+                base = np.where(np.isfinite(own), own, 0.0) if own_max else shift
+                p = np.exp(s - base[..., None])
+                l = (alpha * l if rescale in ("both", "l") else l) + p.sum(axis=-1)
+                acc = (alpha[..., None] * acc if rescale == "both" else acc) + p @ V[..., start:stop, :]
+                m = m_new
+            if not guard:
+                return acc / l[..., None], m + np.log(l)
+            seen = l > 0
+            l_safe = np.where(seen, l, 1.0)
+            O = np.where(seen[..., None], acc / l_safe[..., None], 0.0)
+            value = {"right": m + np.log(l_safe), "m": m, "log_l": np.log(l_safe)}[lse]
+            return O, np.where(seen, value, -np.inf)
+    return flash_forward
+
+
+flash_fwd_ref = flash_fwd()
+
+# ------------------------------------------------------------------ flash_backward
+
+
+def flash_bwd(*, block_softmax=False, D_block=False, p_t=True, scale=1.0, s_scaled=True,
+              use_mask=True, guard=True):
+    def flash_backward(Q, K, V, O, lse, dO, mask=None, block_size=4):
+        S, d_k = K.shape[-2], Q.shape[-1]
+        lse_safe = (np.where(np.isfinite(lse), lse, 0.0) if guard else lse)[..., None]
+        D = (dO * O).sum(axis=-1, keepdims=True)
+        dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+        with np.errstate(invalid="ignore"):
+            for start in range(0, S, block_size):
+                stop = min(start + block_size, S)
+                K_j, V_j = K[..., start:stop, :], V[..., start:stop, :]
+                s = Q @ np.swapaxes(K_j, -1, -2)
+                s = s / np.sqrt(d_k) if s_scaled else s
+                if mask is not None and use_mask:
+                    s = np.where(mask[..., start:stop], s, -np.inf)
+                if block_softmax:   # each block as if it held every key
+                    top = s.max(axis=-1, keepdims=True)
+                    e = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+                    total = e.sum(axis=-1, keepdims=True)
+                    P = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+                else:
+                    P = np.exp(s - lse_safe)
+                dP = dO @ np.swapaxes(V_j, -1, -2)
+                dS = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
+                dV[..., start:stop, :] = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
+                dQ += dS @ K_j * scale / np.sqrt(d_k)
+                dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q * scale / np.sqrt(d_k)
+        return dQ, dK, dV
+    return flash_backward
+
+
+flash_bwd_ref = flash_bwd()
+
+
 REFERENCE = {
     "softmax_vjp": (vjp_ref,),
     "attention_backward": (att_ref,),
     "layer_norm_backward": (ln_ref,),
     "layer_backward": (layer_ref,),
+    "flash_forward": (flash_fwd_ref,),
+    "flash_backward": (flash_bwd_ref,),
 }
 
 WRONG = {
@@ -213,6 +290,30 @@ WRONG = {
         ("LayerNorm's backward given its output", (layer(ln_input=False),), "not with its output"),
         ("biases summed over the positions only", (layer(bias_sum=1),), "over the batch and the positions"),
         ("weight gradients transposed", (layer(transpose=True),), "has w's shape"),
+    ],
+    "flash_forward": [
+        ("the accumulated output and sum not rescaled", (flash_fwd(rescale="none"),),
+         "you forgot to rescale them"),
+        ("the sum rescaled but not the output", (flash_fwd(rescale="l"),), "rescale acc by alpha"),
+        ("a block's exponentials taken against its own maximum", (flash_fwd(own_max=True),),
+         "you shifted the block by its own maximum"),
+        ("lse = m", (flash_fwd(lse="m"),), "the running maximum m alone"),
+        ("lse = log l", (flash_fwd(lse="log_l"),), "log l alone"),
+        ("no 1/sqrt(d_k)", (flash_fwd(scale=False),), "divide each block's scores by sqrt(d_k)"),
+        ("the mask ignored", (flash_fwd(use_mask=False),), "scores of hidden keys to -inf"),
+        ("NaN on a row that sees no key", (flash_fwd(guard=False),), "shift by 0"),
+    ],
+    "flash_backward": [
+        ("each block normalised by its own maximum and sum", (flash_bwd(block_softmax=True),),
+         "from the whole row's saved log-sum-exp"),
+        ("D summed over one block", (flash_bwd(D_block=True),), "computed once before the loop"),
+        ("P instead of P^T in dV", (flash_bwd(p_t=False),), "not p_j do"),
+        ("no 1/sqrt(d_k) in dQ and dK", (flash_bwd(scale=np.sqrt(4.0)),),
+         "what does that do to dq and dk"),
+        ("the scores recomputed without 1/sqrt(d_k)", (flash_bwd(s_scaled=False),),
+         "are not the forward's weights"),
+        ("the mask ignored when recomputing", (flash_bwd(use_mask=False),), "recompute s_j with the mask"),
+        ("NaN on a row that sees no key", (flash_bwd(guard=False),), "use lse = 0 for such rows"),
     ],
 }
 

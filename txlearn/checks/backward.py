@@ -1,16 +1,11 @@
 """Checks of set 11, backpropagation by hand: softmax_vjp, attention_backward, layer_norm_backward,
-layer_backward (a whole post-LN layer from the learner's own pieces), flash_forward and
-flash_backward (FlashAttention's tiled forward that keeps the log-sum-exp, and its recomputing
-backward).
+layer_backward (a post-LN layer from the learner's own pieces), flash_forward and flash_backward.
 
-Every answer is NumPy float64. The right values come from autograd in float64 (``torch.softmax``,
-``scaled_dot_product_attention``, ``F.layer_norm``, ``TransformerLayer``) or from the package's
-float64 references, which are themselves tested against autograd. When an answer is wrong, the
-outputs of the catalogued mistakes (``tests/catalogue/backward.py``) on the same inputs choose the
-hint. Inputs are chosen so that each mistake shows: rows of unequal length, L != S after a square
-case, a fully masked row, gamma away from 1, tokens of few features (where the biased variance
-differs from the unbiased one), a ReLU that is off for some units.
-Source: ``exercises/source/11_backward.py``; lessons 01, 02, 06, 07 and 08.
+Answers are NumPy float64; the right values come from autograd in float64 or from the package's
+references (tested against autograd). When an answer is wrong, the outputs of the catalogued
+mistakes (``tests/catalogue/backward.py``) on the same inputs choose the hint; the inputs make each
+mistake show (uneven rows, L != S after a square case, an empty row, gamma away from 1, few
+features, ReLUs off). Source: ``exercises/source/11_backward.py``; lessons 01, 02, 06, 07, 08.
 """
 
 from __future__ import annotations
@@ -20,17 +15,16 @@ import math
 import numpy as np
 import torch
 
-from txlearn.attention import attention_backward_np, masked_softmax_np, scaled_dot_product_attention
+from txlearn.attention import (attention_backward_np, attention_np, masked_softmax_np,
+                               scaled_dot_product_attention)
 from txlearn.checks import as_array, call, diagnose, exercise, expect_close, expect_shape, expect_true
+from txlearn.flash_attention import flash_attention_forward_np
 from txlearn.layer import TransformerLayer
 from txlearn.norms import layer_norm_backward_np, layer_norm_np
 from txlearn.softmax import softmax_vjp_np
 
 TOL = dict(rtol=1e-7, atol=1e-9)
-
-
-def _rng(seed):
-    return np.random.default_rng(seed)
+_rng = np.random.default_rng
 
 
 def _grad(fn, arrays, grad_out):
@@ -39,6 +33,12 @@ def _grad(fn, arrays, grad_out):
     out = fn(*tensors)
     grads = torch.autograd.grad(out, tensors, torch.tensor(grad_out), allow_unused=True)
     return [g.numpy() for g in grads]
+
+
+def _variants(fn, variants, *args):
+    """(output of fn(*args, **kw) as a function of no arguments, hint) per (kw, hint): the
+    catalogued mistakes' outputs, computed only when diagnose asks."""
+    return [(lambda kw=kw: fn(*args, **kw), hint) for kw, hint in variants]
 
 
 def _expect_tuple(got, n, *, case, names):
@@ -148,8 +148,8 @@ def _att_wrongs(Q, K, V, dO, mask):
                 (dict(scale=1 / math.sqrt(d_k)), ATT_DOUBLE_SCALE), (dict(p_t=False), ATT_P_NOT_T),
                 (dict(inner=False), ATT_NO_INNER), (dict(dk_t=False), ATT_DK_NOT_T),
                 (dict(use_mask=False), ATT_MASK_IGNORED), (dict(additive=True), ATT_MINUS_1E9)]
-    return [(lambda kw=kw: np.concatenate([a.ravel() for a in _att_variant(Q, K, V, dO, mask, **kw)]),
-             hint) for kw, hint in variants]
+    return _variants(lambda *a, **kw: np.concatenate([g.ravel() for g in _att_variant(*a, **kw)]),
+                     variants, Q, K, V, dO, mask)
 
 
 def _att_cases():
@@ -227,7 +227,7 @@ def _ln_wrongs(x, gamma, dy, eps):
     variants = [(dict(mean=False), LN_NO_MEAN), (dict(xhat_term=False), LN_NO_XHAT),
                 (dict(mean=False, xhat_term=False), LN_CONSTANTS), (dict(ddof=1), LN_UNBIASED),
                 (dict(use_gamma=False), LN_NO_GAMMA), (dict(eps_inside=False), LN_EPS_OUTSIDE)]
-    return [(lambda kw=kw: _ln_variant(x, gamma, dy, eps, **kw), hint) for kw, hint in variants]
+    return _variants(_ln_variant, variants, x, gamma, dy, eps)
 
 
 @exercise("layer_norm_backward")
@@ -351,16 +351,13 @@ def _layer_variant(x, params, dout, n_heads, mask, *, x_res=True, h_res=True, ga
 def _layer_wrongs(x, params, dout, n_heads, mask):
     variants = [(dict(x_res=False), LAYER_NO_X_RESIDUAL), (dict(h_res=False), LAYER_NO_H_RESIDUAL),
                 (dict(gate=False), LAYER_NO_GATE), (dict(ln_input=False), LAYER_LN_OUTPUT)]
-    return [(lambda kw=kw: _layer_variant(x, params, dout, n_heads, mask, **kw), hint)
-            for kw, hint in variants]
+    return _variants(_layer_variant, variants, x, params, dout, n_heads, mask)
 
 
 def _shape_hint(got_shape, shape):
     if len(shape) == 1 and len(got_shape) > 1:
         return LAYER_BIAS_SUM
-    if len(shape) == 2 and tuple(got_shape) == tuple(shape[::-1]):
-        return LAYER_TRANSPOSED
-    return LAYER_NO_SPLIT
+    return LAYER_TRANSPOSED if tuple(got_shape) == tuple(shape[::-1]) else LAYER_NO_SPLIT
 
 
 @exercise("layer_backward", needs=("attention_backward", "layer_norm_backward"))
@@ -397,10 +394,204 @@ def layer_backward(layer_backward):
             expect_close(got[key], right[key], case=f"{case}, d{key}", hint=hint, **TOL)
 
 
+# ----------------------------------------------------------------------------- flash_forward
+
+FF_NO_RESCALE = ("what happens to the sums of earlier blocks when the maximum grows?",
+                 "when a block raises the running maximum from m to m', multiply the accumulated "
+                 "output and sum by alpha = exp(m - m') before adding the block: you forgot to "
+                 "rescale them")
+FF_RESCALE_L_ONLY = ("both accumulators were summed against the old maximum",
+                     "rescale acc by alpha as well as l")
+FF_OWN_MAX = ("against which maximum are a block's exponentials taken?",
+              "exp(s - m') with m' the new *running* maximum, the one acc and l are rescaled to; "
+              "you shifted the block by its own maximum")
+FF_LSE_M = ("lse = log sum_j exp(s_j): what is left after the shift?",
+            "lse = m + log l; you returned the running maximum m alone")
+FF_LSE_LOG_L = ("l was summed after subtracting m",
+                "lse = m + log l; you returned log l alone")
+FF_NAN = ("what is exp(m - m') when nothing has been visible yet?",
+          "m = m' = -inf gives exp(-inf + inf) = NaN: shift by 0 while the maximum is -inf, and "
+          "give a row that saw no key O = 0 and lse = -inf")
+FF_NO_SCALE = ("the scores are Q K^T / sqrt(d_k)", "divide each block's scores by sqrt(d_k)")
+FF_MASK = ("hidden keys get no weight", "set the scores of hidden keys to -inf in each block "
+           "(the mask's columns start to stop)")
+FF_DEFAULT = ("m' = max(m, max s), alpha = exp(m - m'), l' = alpha l + sum exp(s - m'), acc' = "
+              "alpha acc + exp(s - m') V_j; O = acc / l, lse = m + log l",)
+
+
+def _ff_variant(Q, K, V, mask, block, *, rescale="both", shift="running", lse="right",
+                scale=True, guard=True, use_mask=True):
+    """What FlashAttention's forward computes with one catalogued mistake: (O, lse), flattened."""
+    S, d_k = K.shape[-2], Q.shape[-1]
+    m, l = np.full(Q.shape[:-1], -np.inf), np.zeros(Q.shape[:-1])
+    acc = np.zeros(Q.shape[:-1] + V.shape[-1:])
+    for start in range(0, S, block):
+        stop = min(start + block, S)
+        s = Q @ np.swapaxes(K[..., start:stop, :], -1, -2) / (math.sqrt(d_k) if scale else 1.0)
+        if mask is not None and use_mask:
+            s = np.where(mask[..., start:stop], s, -np.inf)
+        m_new = np.maximum(m, s.max(axis=-1))
+        base = m_new if shift == "running" else s.max(axis=-1)
+        base = np.where(np.isfinite(base), base, 0.0) if guard else base
+        alpha = np.exp(m - (np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new))
+        p = np.exp(s - base[..., None])
+        l = (alpha if rescale in ("both", "l") else 1.0) * l + p.sum(axis=-1)
+        acc = (alpha[..., None] if rescale == "both" else 1.0) * acc + p @ V[..., start:stop, :]
+        m = m_new
+    seen = l > 0
+    if guard:
+        O = np.where(seen[..., None], acc / np.where(seen, l, 1.0)[..., None], 0.0)
+    else:
+        O = acc / l[..., None]
+    log_l = np.log(np.where(seen, l, 1.0)) if guard else np.log(l)
+    out_lse = {"right": m + log_l, "m": m, "log_l": log_l}[lse]
+    if guard:
+        out_lse = np.where(seen, out_lse, -np.inf)
+    return np.concatenate([O.ravel(), out_lse.ravel()])
+
+
+def _ff_wrongs(Q, K, V, mask, block):
+    variants = [(dict(rescale="none"), FF_NO_RESCALE), (dict(rescale="l"), FF_RESCALE_L_ONLY),
+                (dict(shift="own"), FF_OWN_MAX), (dict(lse="m"), FF_LSE_M),
+                (dict(lse="log_l"), FF_LSE_LOG_L), (dict(scale=False), FF_NO_SCALE),
+                (dict(use_mask=False), FF_MASK), (dict(guard=False), FF_NAN)]
+    return _variants(_ff_variant, variants, Q, K, V, mask, block)
+
+
+def _flash_cases():
+    rng = _rng(15)
+    rising = rng.normal(size=(3, 6, 4)) * np.linspace(0.2, 2.5, 6)[None, :, None]  # maxima grow
+    blind = np.tril(np.ones((4, 7), bool), 3)  # bottom-right causal for L = 4, S = 7
+    blind[1] = False                           # query 1 sees no key
+    blind[:, 6] = False                        # key 6 is padding
+    yield ("L = 3, S = 6 keys in blocks of 3, scores growing from block to block",
+           rng.normal(size=(3, 4)) * 2, rising[0], rng.normal(size=(6, 5)), None, 3)
+    yield ("L = 4, S = 7 in blocks of 3 (the last has 1 key), bottom-right causal, query 1 sees "
+           "no key, key 6 hidden", rng.normal(size=(4, 4)), rng.normal(size=(7, 4)) * 2,
+           rng.normal(size=(7, 3)), blind, 3)
+    yield ("batch (2, 5, 4), causal, blocks of 2", rng.normal(size=(2, 5, 4)),
+           rng.normal(size=(2, 5, 4)) * 2, rng.normal(size=(2, 5, 3)),
+           np.tril(np.ones((5, 5), bool)), 2)
+
+
+def _masked_lse(Q, K, mask):
+    scores = torch.tensor(Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1]))
+    if mask is not None:
+        scores = scores.masked_fill(~torch.tensor(mask), -math.inf)
+    return torch.logsumexp(scores, dim=-1).numpy()
+
+
+@exercise("flash_forward")
+def flash_forward(flash_forward):
+    """Check `flash_forward(Q, K, V, mask=None, block_size=4)` -> (O, lse) against attention_np
+    and torch.logsumexp of the masked scores."""
+    for case, Q, K, V, mask, block in _flash_cases():
+        right = (attention_np(Q, K, V, mask), _masked_lse(Q, K, mask))
+        got = call(flash_forward, Q.copy(), K.copy(), V.copy(), None if mask is None else mask.copy(),
+                   block, case=case)
+        _expect_tuple(got, 2, case=case, names=("O", "lse"))
+        for name, g, r in zip(("O", "lse"), got, right):
+            expect_shape(g, r.shape, case=f"{case}, {name}",
+                         hint=("O has one row per query, (..., L, d_v); lse one number per "
+                               "query, (..., L)",))
+        flat = np.concatenate([as_array(g, np.float64).ravel() for g in got])
+        with np.errstate(all="ignore"):
+            hint = diagnose(flat, _ff_wrongs(Q, K, V, mask, block), FF_DEFAULT, rtol=1e-6,
+                            atol=1e-9)
+        if hint is FF_DEFAULT and np.isnan(flat).any():
+            hint = FF_NAN
+        for name, g, r in zip(("O", "lse"), got, right):
+            expect_close(g, r, case=f"{case}, {name}", hint=hint, **TOL)
+
+
+# ----------------------------------------------------------------------------- flash_backward
+
+FB_BLOCK_SOFTMAX = ("which statistics make a block's weights final?",
+                    "recompute P_j = exp(S_j - lse) from the whole row's saved log-sum-exp; you "
+                    "normalised each block with its own maximum and sum, as if it held every key")
+FB_BLOCK_D = ("D is a sum over every key of the row",
+              "use D = rowsum(dO * O), computed once before the loop; rowsum(dP_j * P_j) over "
+              "one block is only part of it")
+FB_P_NOT_T = ("which way round is dV?", "dV_j = P_j^T dO (one row per key), not P_j dO")
+FB_NO_SCALE = ("the scores are Q K^T / sqrt(d_k): what does that do to dQ and dK?",
+               "dQ += dS_j K_j / sqrt(d_k) and dK_j = dS_j^T Q / sqrt(d_k)")
+FB_S_UNSCALED = ("recompute the scores exactly as the forward did",
+                 "S_j = Q K_j^T / sqrt(d_k): without the scale, exp(S_j - lse) are not the "
+                 "forward's weights")
+FB_MASK = ("may a hidden key receive a gradient?",
+           "recompute S_j with the mask (hidden keys at -inf, so P = 0 there)")
+FB_NAN = ("what is exp(S - lse) for a row that sees no key?",
+          "lse = -inf there, and exp(-inf + inf) is NaN: use lse = 0 for such rows (their S are "
+          "all -inf, so P = 0)")
+FB_DEFAULT = ("P_j = exp(S_j - lse), dV_j = P_j^T dO, dS_j = P_j (dO V_j^T - D) with D = "
+              "rowsum(dO O), dQ += dS_j K_j / sqrt(d_k), dK_j = dS_j^T Q / sqrt(d_k)",)
+
+
+def _fb_variant(Q, K, V, O, lse, dO, mask, block, *, weights="lse", D_block=False, p_t=True,
+                scale=1.0, s_scaled=True, use_mask=True, guard=True):
+    S, d_k = K.shape[-2], Q.shape[-1]
+    lse_safe = (np.where(np.isfinite(lse), lse, 0.0) if guard else lse)[..., None]
+    D = (dO * O).sum(axis=-1, keepdims=True)
+    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
+    for start in range(0, S, block):
+        stop = min(start + block, S)
+        K_j, V_j = K[..., start:stop, :], V[..., start:stop, :]
+        s = Q @ np.swapaxes(K_j, -1, -2) / (math.sqrt(d_k) if s_scaled else 1.0)
+        if mask is not None and use_mask:
+            s = np.where(mask[..., start:stop], s, -np.inf)
+        P = masked_softmax_np(s, np.isfinite(s)) if weights == "block" else np.exp(s - lse_safe)
+        dP = dO @ np.swapaxes(V_j, -1, -2)
+        dS = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
+        c = scale / math.sqrt(d_k)
+        dQ = dQ + dS @ K_j * c
+        dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q * c
+        dV[..., start:stop, :] = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
+    return np.concatenate([dQ.ravel(), dK.ravel(), dV.ravel()])
+
+
+def _fb_wrongs(Q, K, V, O, lse, dO, mask, block):
+    d_k = Q.shape[-1]
+    variants = [(dict(weights="block"), FB_BLOCK_SOFTMAX), (dict(D_block=True), FB_BLOCK_D),
+                (dict(p_t=False), FB_P_NOT_T), (dict(scale=math.sqrt(d_k)), FB_NO_SCALE),
+                (dict(s_scaled=False), FB_S_UNSCALED), (dict(use_mask=False), FB_MASK),
+                (dict(guard=False), FB_NAN)]
+    return _variants(_fb_variant, variants, Q, K, V, O, lse, dO, mask, block)
+
+
+@exercise("flash_backward")
+def flash_backward(flash_backward):
+    """Check `flash_backward(Q, K, V, O, lse, dO, mask=None, block_size=4)` -> (dQ, dK, dV)
+    against autograd of scaled_dot_product_attention; O and lse from the package's forward."""
+    names = ("dQ", "dK", "dV")
+    for case, Q, K, V, mask, block in _flash_cases():
+        O, lse = flash_attention_forward_np(Q, K, V, mask, block_size=block)
+        dO = _rng(len(case)).normal(size=O.shape)
+        m = None if mask is None else torch.tensor(mask)
+        right = _grad(lambda q, k, v: scaled_dot_product_attention(q, k, v, m), [Q, K, V], dO)
+        got = call(flash_backward, Q.copy(), K.copy(), V.copy(), O.copy(), lse.copy(), dO.copy(),
+                   None if mask is None else mask.copy(), block, case=case,
+                   hint=FB_P_NOT_T[:1] + ("with S != L, check which side of each product is "
+                                          "transposed",))
+        _expect_tuple(got, 3, case=case, names=names)
+        for name, g, r in zip(names, got, right):
+            expect_shape(g, r.shape, case=f"{case}, {name}", hint=(f"{name} has the shape of "
+                                                                  f"{name[1]}",))
+        flat = np.concatenate([as_array(g, np.float64).ravel() for g in got])
+        with np.errstate(all="ignore"):
+            hint = diagnose(flat, _fb_wrongs(Q, K, V, O, lse, dO, mask, block), FB_DEFAULT,
+                            rtol=1e-6, atol=1e-9)
+        if hint is FB_DEFAULT and np.isnan(flat).any():
+            hint = FB_NAN
+        for name, g, r in zip(names, got, right):
+            expect_close(g, r, case=f"{case}, {name}", hint=hint, **TOL)
+
+
 # the hints given when no catalogued mistake is recognised (tests assert a mistake never gets them)
 DEFAULTS = {
     "softmax_vjp": [VJP_DEFAULT],
     "attention_backward": [ATT_DEFAULT],
     "layer_norm_backward": [LN_DEFAULT],
     "layer_backward": [LAYER_DEFAULT],
+    "flash_forward": [FF_DEFAULT],
+    "flash_backward": [FB_DEFAULT],
 }
