@@ -76,7 +76,7 @@ def attention_backward(Q, K, V, dO, mask=None):
     if mask is not None:
         scores = np.where(mask, scores, -np.inf)
     top = scores.max(axis=-1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)                    # a row that sees no key
+    top = np.where(np.isfinite(top), top, 0.0)     # shift an empty row by 0: its P stays 0
     e = np.exp(scores - top)
     total = e.sum(axis=-1, keepdims=True)
     P = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
