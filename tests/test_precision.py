@@ -65,6 +65,7 @@ import torch
 from txlearn import attention, complexity, ffn, heads, layer, masks, norms, positional, softmax
 from txlearn.capstone.decoder import Decoder, DecoderConfig
 from txlearn.capstone.model import CharTransformer
+from txlearn.flash_attention import flash_attention
 from txlearn.precision import compute_dtype, upcast
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -414,6 +415,19 @@ CASES = [
     Case("tiled_attention, large close scores",
          lambda dt: lambda Q, K, V: complexity.tiled_attention(Q, K, V, block_size=3),
          close_large_scores, lambda f, a: attention.attention_np(*(t.numpy() for t in a)), C=1, C_f32=4),
+
+    # flash_attention.py (lesson 08): the same online-softmax state in float32, inside the
+    # autograd Function (measured up to 1.42 / 0.40 / 0.40)
+    Case("flash_attention, causal and fully masked rows",
+         lambda dt: lambda Q, K, V, m: flash_attention(Q, K, V, m, block_size=3),
+         lambda dt: cast((randn(2, 7, 16), randn(2, 5, 16), randn(2, 5, 16),
+                          masks.causal_mask(7, 5)), dt),
+         lambda f, a: attention.attention_np(*(t.numpy() for t in a)), C=1, C_f32=3),
+    Case("flash_attention, large close scores, causal=True",
+         lambda dt: lambda Q, K, V: flash_attention(Q, K, V, block_size=3, causal=True),
+         close_large_scores,
+         lambda f, a: attention.attention_np(*(t.numpy() for t in a), masks.causal_mask(5, 7).numpy()),
+         C=1, C_f32=4),
 ]
 
 # Long positions for RoPE, including the issue's 1001, 1857 and 3001; 65,519 is past float16's
