@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from txlearn.attention import attention_np, masked_softmax, scaled_dot_product_attention
+from txlearn.attention import (attention_backward, attention_np, masked_softmax,
+                               scaled_dot_product_attention)
 from txlearn.masks import (causal_mask, combine_masks, key_padding_to_attn_mask,
                            padding_mask)
 from txlearn.models.char_lm import CharTransformer
@@ -504,6 +505,105 @@ assert table["nn.MultiheadAttention, key_padding_mask"] == "True = hidden"
 # %% [markdown]
 # To feed one of our masks to `nn.MultiheadAttention`, pass `~mask`
 # (`txlearn.masks.from_torch_key_padding_mask` does that conversion, both ways).
+
+# %% [markdown]
+# ## 9. The backward pass, by hand
+#
+# Training needs the gradients of a loss $\mathcal{L}$ with respect to $Q$, $K$ and $V$, given the
+# gradient $dO = \partial \mathcal{L} / \partial O$ at the output. Write the forward pass one
+# product per line and apply the chain rule to each line, last line first (shapes per head:
+# $Q$ is $L \times d_k$, $K$ is $S \times d_k$, $V$ is $S \times d_v$):
+#
+# | forward | backward |
+# |---|---|
+# | $S = Q K^\top / \sqrt{d_k}$ | $dQ = dS\,K / \sqrt{d_k}$ $(L \times d_k)$, $\quad dK = dS^\top Q / \sqrt{d_k}$ $(S \times d_k)$ |
+# | $P = \mathrm{softmax}(S)$, row by row | $dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big)$ $(L \times S)$ |
+# | $O = P V$ | $dP = dO\,V^\top$ $(L \times S)$, $\quad dV = P^\top dO$ $(S \times d_v)$ |
+#
+# The last line: $O_{l} = \sum_s P_{ls} V_s$, so $\partial \mathcal{L} / \partial V_s =
+# \sum_l P_{ls}\, dO_l$, which is row $s$ of $P^\top dO$, and
+# $\partial \mathcal{L} / \partial P_{ls} = dO_l \cdot V_s$. The middle line is lesson 01's
+# vector-Jacobian product of the softmax, once per query row: $\mathrm{rowsum}(dP \odot P)$ is
+# $\langle s, g \rangle$ there. The first line is the product rule for
+# $S_{ls} = q_l \cdot k_s / \sqrt{d_k}$: each query gets its scores' gradients times the keys,
+# each key its scores' gradients times the queries, and both keep the $1/\sqrt{d_k}$.
+#
+# **Masks.** A masked entry has $P_{ls} = 0$, so $dS_{ls} = 0$ and $dV$ gets nothing from that
+# pair: no gradient flows into a key its query may not see. A query that sees no key at all has
+# a row of zeros in $P$ (section 6): its $dQ$ is 0 and it sends nothing to any key, and nothing
+# in the computation divides by its empty sum, so nothing is NaN.
+#
+# `txlearn.attention.attention_backward(Q, K, V, dO, mask)` is this table. Expected: equal to
+# autograd's gradients through `scaled_dot_product_attention` to float64 rounding, with and
+# without masks, for $L \ne S$ with the bottom-right causal mask, and with a row that sees nothing.
+
+# %%
+row_blind = causal_mask(4, 7) & padding_mask([5], 7)[0]  # keys 5, 6 are padding, for every query
+row_blind[1] = False                                     # and query 1 sees no key at all
+cases_b = {"no mask, L = 4, S = 7": None, "causal bottom-right, L = 4, S = 7": causal_mask(4, 7),
+           "causal, padding, query 1 blind": row_blind}
+gaps_b = {}
+for name, mask_b in cases_b.items():
+    Qb = torch.randn(2, 3, 4, 8, dtype=torch.float64, requires_grad=True)   # (B, n_heads, L, d_k)
+    Kb = torch.randn(2, 3, 7, 8, dtype=torch.float64, requires_grad=True)   # (B, n_heads, S, d_k)
+    Vb = torch.randn(2, 3, 7, 5, dtype=torch.float64, requires_grad=True)   # (B, n_heads, S, d_v)
+    dOb = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    by_autograd = torch.autograd.grad(scaled_dot_product_attention(Qb, Kb, Vb, mask_b), (Qb, Kb, Vb), dOb)
+    by_hand = attention_backward(Qb.detach(), Kb.detach(), Vb.detach(), dOb, mask_b)
+    gaps_b[name] = max((h - a).abs().max().item() for h, a in zip(by_hand, by_autograd))
+    print(f"{name:32s} max |by hand - autograd| over dQ, dK, dV: {gaps_b[name]:.1e}")
+dQb, dKb, dVb = by_hand                                  # the last case: query 1 sees nothing
+print(f"query 1 (sees nothing): |dQ| = {dQb[:, :, 1].abs().max():.1e}; keys 5, 6 (padding, hidden "
+      f"from every query): |dK| = {dKb[:, :, 5:].abs().max():.1e}, |dV| = {dVb[:, :, 5:].abs().max():.1e}")
+assert max(gaps_b.values()) < 1e-12
+assert torch.equal(dQb[:, :, 1], torch.zeros(2, 3, 8, dtype=torch.float64))   # empty row: exactly 0
+assert dKb[:, :, 5:].abs().max() == 0 and dVb[:, :, 5:].abs().max() == 0    # hidden keys: nothing
+assert all(torch.isfinite(g).all() for g in by_hand)
+
+# %% [markdown]
+# **What the backward pass needs from the forward, and what it costs.** The table's right column
+# uses $Q$, $K$, $V$ and $P$. Autograd keeps whatever its backward formulas need, which we can
+# watch with `torch.autograd.graph.saved_tensors_hooks`: every tensor saved for the backward pass
+# passes through the hook. We count the bytes of distinct tensors (a view of $K$ shares its
+# memory) for one head of $d_k = 64$ in float32. Expected without a mask: $Q/\sqrt{d_k}$, $K$, $V$
+# ($3 T d_k$ numbers) and $P$ ($T^2$ numbers, saved once although two backward formulas use it),
+# $4(3 T d_k + T^2)$ bytes, the $T^2$ term dominating from $T = 3 d_k$ on.
+
+# %%
+def saved_bytes(fn, *args):
+    """Bytes of the distinct tensors autograd saves while fn(*args) runs (a storage counted once)."""
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn(*args)
+    return sum(storages.values())
+
+
+for T_s in (128, 512, 2048):
+    Qs, Ks, Vs = (torch.randn(1, T_s, 64, requires_grad=True) for _ in range(3))
+    plain = saved_bytes(scaled_dot_product_attention, Qs, Ks, Vs)
+    masked = saved_bytes(scaled_dot_product_attention, Qs, Ks, Vs, causal_mask(T_s))
+    formula = 4 * (3 * T_s * 64 + T_s ** 2)
+    print(f"T = {T_s:4d}: saved {plain / 2**20:6.2f} MiB (formula 4 (3 T d_k + T^2) = "
+          f"{formula / 2**20:6.2f} MiB); with the causal mask {masked / 2**20:6.2f} MiB")
+    assert plain == formula                                        # to the byte
+    assert masked == formula + 4 * T_s ** 2 + T_s ** 2 + T_s    # + P once more, the mask, a flag per row
+
+# %% [markdown]
+# The accounting holds to the byte. With a mask the teaching path keeps *two* $T \times T$ float
+# matrices, which we did not expect: `masked_softmax` sets the rows that see nothing to 0 *after*
+# the softmax, so the softmax's own output (saved for its backward) and the zeroed weights (saved
+# for $P V$) are different tensors; add the boolean mask ($T^2$ bytes) and one flag per row (is
+# it empty?). Either way, training an attention layer keeps $O(T^2)$ numbers per head until
+# its backward pass runs, where the forward alone (lesson 08) needs only one block of them at a
+# time. Recomputing $P$ from $Q$ and $K$ in the backward pass (`attention_backward(...,
+# weights=None)` does; FlashAttention, lesson 08, does it block by block from one saved number per
+# query row) trades those $T^2$ numbers for a second pass of $Q K^\top$ FLOPs.
 #
 # ## Summary
 #
@@ -519,5 +619,9 @@ assert table["nn.MultiheadAttention, key_padding_mask"] == "True = hidden"
 #   overflows float16 ($-\infty$, then NaN).
 # - Without a mask, attention is permutation-equivariant; with a causal mask it is not (output 0
 #   is the first token's value).
+# - The backward pass is four products and one softmax VJP ($dV = P^\top dO$, $dP = dO V^\top$,
+#   $dS = P \odot (dP - \mathrm{rowsum}(dP \odot P))$, $dQ = dS K/\sqrt{d_k}$, $dK = dS^\top Q/\sqrt{d_k}$),
+#   equal to autograd; masked keys and empty rows get no gradient; training keeps $T^2$ numbers per head.
 #
 # **Exercises:** [`work/02_attention.ipynb`](../work/02_attention.ipynb) (the causal mask; attention with a mask).
+# Section 9's backward pass is exercise 2 of [`work/11_backward.ipynb`](../work/11_backward.ipynb).

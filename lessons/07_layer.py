@@ -441,6 +441,183 @@ plt.show()
 # (with sinusoidal encodings that is a linear map: $\sin(\omega(T-1-t))$ and
 # $\cos(\omega(T-1-t))$ are fixed combinations of $\sin \omega t$ and $\cos \omega t$). In
 # translation the same map is the word alignment between the two sentences.
+
+# %% [markdown]
+# ## The backward pass of the whole layer, assembled from its pieces
+#
+# Lessons 02 and 06 derived the backward passes of attention and of LayerNorm; the rest of the
+# layer is linear maps, a ReLU and two sums, whose backward passes are one line each. Run in
+# reverse, the post-LN layer's gradient is (each line the chain rule through one forward line,
+# `(B, T, ...)` shapes, sums over the tokens wherever a weight is shared by all of them):
+#
+# | forward | backward |
+# |---|---|
+# | $\text{out} = \mathrm{LN}_2(o)$, $\;o = h + f$ | $do, d\gamma_2, d\beta_2$ = LayerNorm's backward; $dh \mathrel{+}= do$, $df = do$ |
+# | $f = r W_2 + b_2$, $\;r = \max(0, u)$, $\;u = h W_1 + b_1$ | $dW_2 = r^\top df$, $db_2 = \sum df$, $du = (df\,W_2^\top) \odot [u > 0]$, $dW_1 = h^\top du$, $dh \mathrel{+}= du\,W_1^\top$ |
+# | $h = \mathrm{LN}_1(a_{in})$, $\;a_{in} = x + m W_O + b_O$ | $da_{in}, d\gamma_1, d\beta_1$ = LayerNorm's backward; $dx \mathrel{+}= da_{in}$; $dW_O = m^\top da_{in}$, $dm = da_{in} W_O^\top$ |
+# | $m$ = the heads' outputs merged | $dO_{heads}$ = $dm$ split into heads, then attention's backward: $dQ, dK, dV$ |
+# | $Q = x W_Q + b_Q$ (and $K$, $V$) | $dW_Q = x^\top dQ$, $db_Q = \sum dQ$, $dx \mathrel{+}= dQ\,W_Q^\top + dK\,W_K^\top + dV\,W_V^\top$ |
+#
+# $x$ reaches the output by two routes (the residual and the projections), and $h$ by two (the
+# residual and the FFN): their gradients add. Below, in float64 NumPy with
+# `attention_backward_np` and `layer_norm_backward_np`, on a layer copied from
+# `nn.TransformerEncoderLayer` (post-LN, ReLU, 2 heads, a causal mask); the oracle is autograd on
+# PyTorch's own layer with the same weights, for the gradients of the input and of all 16
+# parameter tensors. Expected: equal to float64 rounding.
+
+# %%
+from txlearn.attention import attention_backward_np, attention_np     # noqa: E402
+from txlearn.norms import layer_norm_backward_np                      # noqa: E402
+
+B_b, T_b, d_b, h_b, ff_b = 2, 6, 8, 2, 16
+dk_b = d_b // h_b
+torch.manual_seed(7)
+ref_b = nn.TransformerEncoderLayer(d_b, h_b, ff_b, dropout=0.0, batch_first=True).double().eval()
+with torch.no_grad():
+    for norm in (ref_b.norm1, ref_b.norm2):                             # gamma, beta away from 1, 0
+        norm.weight.normal_(1.0, 0.3), norm.bias.normal_(0.0, 0.3)
+w = {k.split(".")[-1] + k[4] * k.startswith("norm"): v.detach().numpy()
+     for k, v in TransformerLayer.from_torch(ref_b).named_parameters()}   # (d_in, d_out) weights
+x_b = torch.randn(B_b, T_b, d_b, dtype=torch.float64, requires_grad=True)
+G_b = torch.randn(B_b, T_b, d_b, dtype=torch.float64)                  # loss = sum(out * G)
+mask_b = causal_mask(T_b).numpy()
+
+
+def heads_of(M):                                                      # (B, T, d) -> (B, h, T, d_k)
+    return M.reshape(B_b, T_b, h_b, dk_b).transpose(0, 2, 1, 3)
+
+
+def merged(M):                                                        # (B, h, T, d_k) -> (B, T, d)
+    return M.transpose(0, 2, 1, 3).reshape(B_b, T_b, d_b)
+
+
+def ln(v, g, b):
+    return layer_norm_np(v, g, b, eps=1e-5)
+
+
+# forward, keeping what the backward pass uses
+xb = x_b.detach().numpy()
+Qb, Kb, Vb = (heads_of(xb @ w[f"W_{n}"] + w[f"b_{n}"]) for n in "QKV")  # (B, h, T, d_k)
+m_b = merged(attention_np(Qb, Kb, Vb, mask_b))                        # (B, T, d)
+a_in = xb + m_b @ w["W_O"] + w["b_O"]
+h_b_ = ln(a_in, w["gamma1"], w["beta1"])
+u_b = h_b_ @ w["W_1"] + w["b_1"]                                      # (B, T, d_ff)
+r_b = np.maximum(u_b, 0.0)
+o_b = h_b_ + r_b @ w["W_2"] + w["b_2"]
+out_b = ln(o_b, w["gamma2"], w["beta2"])
+
+# backward, line by line from the table
+grads = {}
+do, grads["gamma2"], grads["beta2"] = layer_norm_backward_np(o_b, w["gamma2"], G_b.numpy())
+df = do
+grads["W_2"], grads["b_2"] = np.einsum("btf,btd->fd", r_b, df), df.sum((0, 1))
+du = (df @ w["W_2"].T) * (u_b > 0)
+grads["W_1"], grads["b_1"] = np.einsum("btd,btf->df", h_b_, du), du.sum((0, 1))
+dh = do + du @ w["W_1"].T                                             # two routes into h
+da, grads["gamma1"], grads["beta1"] = layer_norm_backward_np(a_in, w["gamma1"], dh)
+grads["W_O"], grads["b_O"] = np.einsum("bti,btj->ij", m_b, da), da.sum((0, 1))
+dQh, dKh, dVh = attention_backward_np(Qb, Kb, Vb, heads_of(da @ w["W_O"].T), mask_b)
+dx = da.copy()                                                        # the residual route
+for n, dP in zip("QKV", (dQh, dKh, dVh)):
+    dP = merged(dP)                                                   # (B, T, d)
+    grads[f"W_{n}"], grads[f"b_{n}"] = np.einsum("bti,btj->ij", xb, dP), dP.sum((0, 1))
+    dx += dP @ w[f"W_{n}"].T
+
+# the oracle: autograd on PyTorch's layer, its gradients converted to (d_in, d_out)
+out_t = ref_b(x_b, src_mask=~causal_mask(T_b))                        # PyTorch: True = hidden
+(out_t * G_b).sum().backward()
+sa, d = ref_b.self_attn, d_b
+oracle = {"W_Q": sa.in_proj_weight.grad[:d].T, "W_K": sa.in_proj_weight.grad[d:2 * d].T,
+          "W_V": sa.in_proj_weight.grad[2 * d:].T, "b_Q": sa.in_proj_bias.grad[:d],
+          "b_K": sa.in_proj_bias.grad[d:2 * d], "b_V": sa.in_proj_bias.grad[2 * d:],
+          "W_O": sa.out_proj.weight.grad.T, "b_O": sa.out_proj.bias.grad,
+          "W_1": ref_b.linear1.weight.grad.T, "b_1": ref_b.linear1.bias.grad,
+          "W_2": ref_b.linear2.weight.grad.T, "b_2": ref_b.linear2.bias.grad,
+          "gamma1": ref_b.norm1.weight.grad, "beta1": ref_b.norm1.bias.grad,
+          "gamma2": ref_b.norm2.weight.grad, "beta2": ref_b.norm2.bias.grad}
+gaps_layer = {k: np.abs(grads[k] - v.numpy()).max() for k, v in oracle.items()}
+gap_out = np.abs(out_b - out_t.detach().numpy()).max()
+gap_dx = np.abs(dx - x_b.grad.numpy()).max()
+print(f"forward by hand vs nn.TransformerEncoderLayer: {gap_out:.1e}; dx: {gap_dx:.1e}")
+print("parameters, max |by hand - autograd|: "
+      + ", ".join(f"{k} {v:.0e}" for k, v in gaps_layer.items()))
+assert len(gaps_layer) == 16                                          # in_proj split in six
+assert gap_out < 1e-12 and gap_dx < 1e-12 and max(gaps_layer.values()) < 1e-12
+
+# %% [markdown]
+# ### What a layer keeps for its backward pass
+#
+# Reading the table's right column, the backward pass needs, per layer: $x$ (for $dW_Q$, $dW_K$,
+# $dW_V$), $Q$, $K$, $V$ and $P$ (attention's backward), $m$ (for $dW_O$), $\hat x$ and $r$ of
+# each LayerNorm (one number per token for $r$), $h$ (for $dW_1$) and $r = \max(0, u)$ (for
+# $dW_2$, and its sign for the ReLU): per sequence
+#
+# $$T\,(9\,d_{model} + d_{ff} + 2) + n_{heads} T^2 \text{ numbers.}$$
+#
+# Autograd decides for itself what to keep, and `saved_tensors_hooks` (lesson 02, section 9)
+# shows what: we count the distinct tensors it saves during the forward pass of
+# `TransformerLayer`, the parameters left out (they exist anyway), at three lengths, and split
+# the total into a part linear in T and a part in $T^2$ (three lengths fix two coefficients and
+# test the split). Both of the course's paths: the teaching path and `fused=True`, whose
+# attention is PyTorch's `F.scaled_dot_product_attention`.
+
+# %%
+from txlearn.counting import activation_bytes                       # noqa: E402
+
+
+def saved_activation_bytes(module, x):
+    """Bytes of the distinct non-parameter tensors autograd saves during module(x)."""
+    parameters = {q.untyped_storage().data_ptr() for q in module.parameters()}
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(x)
+    return sum(storages.values())
+
+
+B_s, d_s, h_s, ff_s, Ts_s = 2, 32, 4, 128, (16, 32, 64)
+fits = {}
+for fused in (False, True):
+    torch.manual_seed(0)
+    lyr = TransformerLayer(d_s, h_s, ff_s, fused=fused)
+    saved = np.array([saved_activation_bytes(lyr, torch.randn(B_s, T_s, d_s, requires_grad=True))
+                      for T_s in Ts_s], dtype=float)
+    A = np.array([[T_s, T_s ** 2] for T_s in Ts_s], dtype=float)
+    (per_T, per_T2), residual_fit, *_ = np.linalg.lstsq(A, saved, rcond=None)
+    fits[fused] = (per_T / (4 * B_s), per_T2 / (4 * B_s), np.abs(A @ [per_T, per_T2] - saved).max())
+minimal = (9 * d_s + ff_s + 2, h_s)
+rough = activation_bytes(B=1, T=1, d_model=d_s, n_heads=h_s, d_ff=ff_s, bytes_per_value=1)
+rough_T2 = rough["scores"] + rough["softmax weights"]
+rough_T = sum(rough.values()) - rough_T2
+print(f"numbers kept per sequence: c_1 T + c_2 T^2 (d_model = {d_s}, n_heads = {h_s}, d_ff = {ff_s})")
+print(f"  the backward pass by hand needs: c_1 = {minimal[0]}, c_2 = {minimal[1]}")
+for fused, (c1, c2, err) in fits.items():
+    print(f"  autograd, {'fused=True   ' if fused else 'teaching path'}: c_1 = {c1:.1f}, c_2 = {c2:.2f} "
+          f"(fit off by {err:.0f} bytes)")
+print(f"  lesson 08's activation_bytes:  c_1 = {rough_T}, c_2 = {rough_T2}")
+assert fits[False][2] < 1 and fits[True][2] < 1           # exactly c_1 T + c_2 T^2 at all three T
+assert abs(fits[False][1] - h_s) < 1e-9                   # teaching path: P, once per head
+assert abs(fits[True][1]) < 1e-9                          # fused: no T^2 term at all
+assert fits[False][0] > minimal[0] > fits[True][0] > 7 * d_s
+assert rough_T2 == 2 * h_s                                # lesson 08 counts scores and weights
+
+# %% [markdown]
+# The $T^2$ term is where the three differ. The teaching path keeps exactly one $T \times T$
+# matrix per head, $P$, as the hand-written backward needs; lesson 08's `activation_bytes`
+# counts two (the scores and the weights), which is what the forward *creates*, but the softmax's
+# backward needs only its output, so the scores are freed (measured: $c_2 = n_{heads}$, not
+# $2 n_{heads}$). The fused path keeps **no** $T \times T$ matrix: PyTorch's CPU kernel saves one
+# log-sum-exp per query row and recomputes $P$ in its backward pass, the FlashAttention trade
+# that lesson 08 builds. The linear terms depend on which intermediate results each
+# implementation keeps rather than recomputes: the teaching LayerNorm keeps $x - \mu$ and $\hat x$
+# before and after $\gamma$ (about 1.5 times the count above), `F.layer_norm` keeps its input,
+# the mean and $r$ and recomputes $\hat x$ (a little below it).
 #
 # ## What we measured
 #
@@ -455,5 +632,10 @@ plt.show()
 #   $n_{vocab} d_{model}$ parameters and sends a gradient to every row of the table at every step.
 # - `TransformerDecoderLayer` equals `nn.TransformerDecoderLayer` to 1e-12; a one-layer encoder-decoder
 #   learns to reverse sequences in 300 steps, and its cross-attention map is the anti-diagonal.
+# - The layer's backward pass, assembled from attention's and LayerNorm's backward passes and
+#   one line per linear map, equals autograd on `nn.TransformerEncoderLayer` to 1e-12 for the input
+#   and all 16 parameter tensors; training keeps $n_{heads} T^2$ numbers per sequence on the
+#   teaching path and none on the fused one (saved-tensors hooks).
 #
 # Lesson 08 asks what one layer costs. Exercises: [`work/07_layer.ipynb`](../work/07_layer.ipynb).
+# The whole layer's backward pass is exercise 4 of [`work/11_backward.ipynb`](../work/11_backward.ipynb).

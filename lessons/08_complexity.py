@@ -7,7 +7,7 @@
 # $O(T d_{model}^2)$, $O(T)$, $O(T)$. This lesson counts parameters and FLOPs exactly, then *measures*
 # time, memory, sequential steps and path length on this machine, and fills the table with the
 # measured numbers beside the formulas. It ends with a tiled attention whose memory grows only
-# linearly in T.
+# linearly in T in inference, and FlashAttention, whose memory stays linear in training too.
 #
 # Conventions: FLOPs = 2 x multiply-accumulates of the matrix products (softmax, norms and bias
 # adds are of lower order and not counted); peak memory is read from the PyTorch profiler's
@@ -338,7 +338,7 @@ assert t_whole > 1.1 * t_blocked  # the same FLOPs, less time: the memory, not t
 # for where the $T \times T$ matrix lives. Blocking the queries keeps it in cache and gives the
 # time back (it does not reduce the memory of the whole output, and each block still needs a
 # full row of scores); tiled attention (section 7) blocks the keys too, with an online softmax,
-# and its memory then grows only linearly in T.
+# and its memory then grows only linearly in T (in inference; with gradients, section 8).
 #
 # ## 4. A recurrent layer, measured the same way
 #
@@ -528,6 +528,176 @@ assert 0.9 < fit_loglog_slope(Ts_m, m_tiled) < 1.05
 assert m_tiled[-1] < m_plain[-1] / 10
 
 # %% [markdown]
+# ## 8. FlashAttention: linear memory *with gradients*, and its backward pass
+#
+# Section 7's memory was measured the way `peak_memory_bytes` measures by default: under
+# `torch.inference_mode()`, with no autograd graph. Training keeps every tensor that a backward
+# formula needs until the backward pass runs, and for tiled attention that is every block's
+# scores, exponentials and products: the $T \times T$ numbers come back, in pieces. We expect
+# tiled attention *with gradients* to grow like $T^2$ again, and measure the peak of one forward
+# and backward pass (`peak_memory_bytes` of a call that turns autograd back on inside itself,
+# with `torch.inference_mode(False)`) for ordinary attention, tiled attention under autograd, and
+# FlashAttention (`txlearn.flash_attention.flash_attention`), one head of $d_k = 64$, blocks of
+# 128 keys.
+
+# %%
+from txlearn.attention import attention_np  # noqa: E402
+from txlearn.flash_attention import flash_attention  # noqa: E402
+
+
+def with_autograd(fn):
+    """`fn` with autograd on, inside a measurement that runs under inference mode."""
+    def run():
+        with torch.inference_mode(False):
+            return fn()
+    return run
+
+
+def train_step(attention, T, d_k=64):
+    """One forward and backward pass of `attention` on one head of T queries and keys."""
+    Q, K, V = (torch.randn(1, T, d_k, requires_grad=True) for _ in range(3))
+    dO = torch.randn(1, T, d_k)
+    return with_autograd(lambda: torch.autograd.grad(attention(Q, K, V), (Q, K, V), dO))
+
+
+methods = {"ordinary": scaled_dot_product_attention,
+           "tiled, autograd": lambda Q, K, V: cx.tiled_attention(Q, K, V, block_size=128),
+           "FlashAttention": lambda Q, K, V: flash_attention(Q, K, V, block_size=128)}
+Ts_g = [256, 512, 1024, 2048, 4096]
+peaks = {name: np.array([cx.peak_memory_bytes(train_step(fn, T)) for T in Ts_g], dtype=float)
+         for name, fn in methods.items()}
+slopes_g = {name: cx.fit_loglog_slope(Ts_g, p) for name, p in peaks.items()}
+plt.figure(figsize=(6, 3.8))
+for name, p in peaks.items():
+    plt.loglog(Ts_g, p / 2**20, "o-", label=f"{name} (slope {slopes_g[name]:.2f})")
+measured_ticks(plt.gca(), Ts_g)
+plt.xlabel("T")
+plt.ylabel("peak memory, forward + backward (MiB)")
+plt.legend()
+plt.show()
+for name, p in peaks.items():
+    print(f"{name:16s}: " + ", ".join(f"T = {T}: {b / 2**20:.1f} MiB" for T, b in zip(Ts_g, p))
+          + f"; slope {slopes_g[name]:.2f}")
+print(f"T = 4096, FlashAttention / ordinary: {peaks['FlashAttention'][-1] / peaks['ordinary'][-1]:.1%}")
+assert 1.7 < slopes_g["tiled, autograd"] < 2.1          # tiled under autograd: quadratic again
+assert 1.8 < slopes_g["ordinary"] < 2.1
+assert slopes_g["FlashAttention"] < 1.15                 # linear, gradients included
+assert peaks["FlashAttention"][-1] < 0.1 * peaks["ordinary"][-1]
+assert peaks["tiled, autograd"][-1] > peaks["ordinary"][-1] / 2   # no better than ordinary
+
+# %% [markdown]
+# The correction: tiled attention's memory is linear in T **for inference only** (section 7).
+# Under autograd it keeps, block by block, about as much as ordinary attention keeps at once.
+# What makes FlashAttention linear in training is its own backward pass: its forward keeps only
+# Q, K, V, the output O and **one number per query**, the log-sum-exp
+# $\mathrm{lse}_i = \log \sum_j e^{s_{ij}}$, and its backward pass recomputes each block's
+# probabilities from it (Dao et al. 2022, Algorithms 1 and 2).
+#
+# **Why the forward is exact: the online softmax's invariant, by induction over the blocks.**
+# Let blocks $1, \dots, n$ partition the keys, and write $B_{\le j}$ for the keys of the first $j$
+# blocks. Claim: after block $j$,
+#
+# $$m_j = \max_{k \in B_{\le j}} s_k, \qquad l_j = \sum_{k \in B_{\le j}} e^{s_k - m_j}, \qquad
+#   acc_j = \sum_{k \in B_{\le j}} e^{s_k - m_j}\, v_k .$$
+#
+# *Base* ($j = 0$, no keys yet): $m_0 = -\infty$, $l_0 = 0$, $acc_0 = 0$, the empty max and empty
+# sums. *Step*: suppose the claim holds after block $j$; block $j+1$ brings scores $s_k$,
+# $k \in B_{j+1}$. The update sets $m_{j+1} = \max(m_j, \max_{k \in B_{j+1}} s_k)$, the max over
+# $B_{\le j+1}$. With $\alpha = e^{m_j - m_{j+1}}$,
+#
+# $$\alpha\, l_j + \sum_{k \in B_{j+1}} e^{s_k - m_{j+1}}
+#   = \sum_{k \in B_{\le j}} e^{s_k - m_j} e^{m_j - m_{j+1}} + \sum_{k \in B_{j+1}} e^{s_k - m_{j+1}}
+#   = \sum_{k \in B_{\le j+1}} e^{s_k - m_{j+1}} = l_{j+1},$$
+#
+# and the same computation with $v_k$ inside the sums gives $acc_{j+1}$. So after the last block,
+# $acc_n / l_n = \sum_k e^{s_k} v_k / \sum_k e^{s_k} = \mathrm{softmax}(s)\,V$ (the factor
+# $e^{-m_n}$ cancels) and $m_n + \log l_n = \log \sum_k e^{s_k} = \mathrm{lse}$. Every exponent is
+# $\le 0$ (lesson 01's max-shift), so nothing overflows. The rescaling by $\alpha$ is exactly what
+# the step needs: without it, the old terms stay measured against the old maximum. Checked below
+# after every block, against the invariant's right-hand side computed directly.
+
+# %%
+rng_f = np.random.default_rng(8)
+q_f = rng_f.normal(size=(3, 16))
+K_f, V_f = rng_f.normal(size=(10, 16)) * np.linspace(0.3, 3, 10)[:, None], rng_f.normal(size=(10, 4))
+s_f = q_f @ K_f.T / 4.0                                                  # (3, 10) scores
+m_f, l_f, acc_f = np.full(3, -np.inf), np.zeros(3), np.zeros((3, 4))
+worst_invariant = 0.0
+for start in range(0, 10, 4):                                            # blocks of 4, 4, 2 keys
+    m_f, l_f, acc_f = cx.online_softmax_update_np(m_f, l_f, acc_f, s_f[:, start:start + 4],
+                                                  V_f[start:start + 4])
+    seen = s_f[:, :start + 4]                                            # the keys so far
+    m_direct = seen.max(-1)
+    l_direct = np.exp(seen - m_direct[:, None]).sum(-1)
+    acc_direct = np.exp(seen - m_direct[:, None]) @ V_f[:start + 4]
+    worst_invariant = max(worst_invariant, np.abs(m_f - m_direct).max(),
+                          np.abs(l_f - l_direct).max(), np.abs(acc_f - acc_direct).max())
+lse_f = m_f + np.log(l_f)
+print(f"invariant after every block: max deviation {worst_invariant:.1e}; final lse vs "
+      f"log sum exp: {np.abs(lse_f - np.log(np.exp(s_f).sum(-1))).max():.1e}")
+assert worst_invariant < 1e-12
+assert np.abs(acc_f / l_f[:, None] - attention_np(q_f, K_f, V_f)).max() < 1e-12
+
+# %% [markdown]
+# **The backward pass, one block at a time.** Lesson 02's backward needs $P$ and
+# $\mathrm{rowsum}(dP \odot P)$. The first is recomputed per block from the saved lse,
+# $P_j = e^{S_j - \mathrm{lse}}$, already final (no running maximum, nothing to rescale). The
+# second would need every block at once, but it has a closed form that needs none:
+# $\sum_k P_{ik}\, dP_{ik} = \sum_k P_{ik}\, (dO_i \cdot v_k) = dO_i \cdot O_i$, so
+# $D = \mathrm{rowsum}(dO \odot O)$ is computed once (Dao 2023, FlashAttention-2). Then per block
+# $dV_j = P_j^\top dO$, $dS_j = P_j \odot (dO\,V_j^\top - D)$, $dQ \mathrel{+}= dS_j K_j / \sqrt{d_k}$ and
+# $dK_j = dS_j^\top Q / \sqrt{d_k}$. `FlashAttentionFunction` is an autograd Function whose
+# forward saves Q, K, V, O and lse and whose backward is these lines; we expect its gradients to
+# equal ordinary attention's in float64 (with the bottom-right causal mask for $L \ne S$, built
+# block by block by `causal=True`, and grouped-query heads), and what it saves to be
+# $4 T d_k + T$ numbers per head, counted by lesson 02's saved-tensors hooks.
+
+# %%
+Qf = torch.randn(2, 4, 6, 16, dtype=torch.float64, requires_grad=True)   # 4 query heads, L = 6
+Kf = torch.randn(2, 2, 9, 16, dtype=torch.float64, requires_grad=True)   # 2 kv heads, S = 9
+Vf = torch.randn(2, 2, 9, 8, dtype=torch.float64, requires_grad=True)
+dOf = torch.randn(2, 4, 6, 8, dtype=torch.float64)
+flash_grads = torch.autograd.grad(flash_attention(Qf, Kf, Vf, block_size=4, causal=True), (Qf, Kf, Vf), dOf)
+ordinary = scaled_dot_product_attention(Qf, Kf.repeat_interleave(2, 1), Vf.repeat_interleave(2, 1),
+                                        torch.ones(6, 9, dtype=torch.bool).tril(9 - 6))
+ordinary_grads = torch.autograd.grad(ordinary, (Qf, Kf, Vf), dOf)
+gap_f = max((a - b).abs().max().item() for a, b in zip(flash_grads, ordinary_grads))
+
+kept = {}
+
+
+def keep(tensor):                                  # lesson 02's count: each storage once
+    kept[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+    return tensor
+
+
+Qk, Kk, Vk = (torch.randn(1, 1024, 64, requires_grad=True) for _ in range(3))
+with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+    flash_attention(Qk, Kk, Vk, block_size=128)
+print(f"GQA, causal, L = 6 < S = 9: max |FlashAttention's gradients - ordinary attention's| = {gap_f:.1e}")
+print(f"kept for the backward pass at T = 1024, d_k = 64: {sum(kept.values()):,} bytes "
+      f"(4 (4 T d_k + T) = {4 * (4 * 1024 * 64 + 1024):,}; ordinary attention's P alone: {4 * 1024**2:,})")
+assert gap_f < 1e-10
+assert sum(kept.values()) == 4 * (4 * 1024 * 64 + 1024)
+
+# %% [markdown]
+# **What the recomputation costs in time.** Ordinary attention's forward and backward passes
+# are 6 matrix products of $2 T^2 d_k$ FLOPs each ($QK^\top$, $PV$; $dV$, $dP$, $dQ$, $dK$);
+# FlashAttention's backward pass computes $Q K^\top$ and the exponentials a second time: 7
+# products, 7/6 of the FLOPs. On a CPU its $L \times 128$ blocks also stay in the cache and in
+# memory the process already holds (section 3), which can give that back. Measured, one thread,
+# CPU time, fastest of 3:
+
+# %%
+t_train = {name: [cx.time_callable(train_step(fn, T), repeats=3, clock=CLOCK) for T in (1024, 2048)]
+           for name, fn in methods.items() if name != "tiled, autograd"}
+ratio_time = [f / o for f, o in zip(t_train["FlashAttention"], t_train["ordinary"])]
+print("forward + backward, ordinary: " + ", ".join(f"{t * 1e3:.0f} ms" for t in t_train["ordinary"])
+      + "; FlashAttention: " + ", ".join(f"{t * 1e3:.0f} ms" for t in t_train["FlashAttention"])
+      + f" (T = 1024, 2048); ratio {ratio_time[0]:.2f}, {ratio_time[1]:.2f}")
+assert max(ratio_time) < 4.0   # recomputing costs time, not a multiple of it (benchmarks/flash.py)
+
+# %% [markdown]
 # ## What we measured
 #
 # - A base layer has $12d_{model}^2 + 13d_{model}$ = 3,152,384 parameters, two thirds in the FFN;
@@ -541,10 +711,17 @@ assert m_tiled[-1] < m_plain[-1] / 10
 #   whether its loop runs in Python or in C++ (`nn.RNN`): its T sequential steps, not its FLOPs
 #   or the interpreter, set its speed. Its path length is T; attention's is 3.
 # - Tiled attention with an online softmax equals ordinary attention and its memory grows
-#   linearly in T.
+#   linearly in T *in inference*; under autograd it keeps every block (slope about 1.8 with
+#   gradients). FlashAttention, which saves one log-sum-exp per query and recomputes each block in
+#   its own backward pass, has gradients equal to ordinary attention's (1e-15 in float64) and a
+#   peak memory with gradients that grows linearly (slope near 1; under 10% of ordinary
+#   attention's at T = 4096), for 1.3 to 1.8 times its time on this CPU.
 #
 # Speed against PyTorch's built-ins (SDPA, `nn.MultiheadAttention`) is measured in
 # `benchmarks/run.py`. Exercises: [`work/08_complexity.ipynb`](../work/08_complexity.ipynb).
+# FlashAttention's forward and backward passes by hand are exercises 5 and 6 of
+# [`work/11_backward.ipynb`](../work/11_backward.ipynb); `benchmarks/flash.py` measures it up to
+# T = 8192.
 
 # %%
 torch.set_num_threads(threads_before)  # give the kernel its threads back
