@@ -33,6 +33,7 @@ from txlearn import complexity as cx
 from txlearn.attention import scaled_dot_product_attention
 from txlearn.heads import kv_cache_bytes
 from txlearn.layer import TransformerLayer
+from txlearn.plotting import show
 
 torch.manual_seed(0)
 threads_before = torch.get_num_threads()
@@ -183,7 +184,11 @@ loglog(axes[1], d_models, {"time (s)": t_d, "peak memory (GB)": m_d / 1e9},
        "against d_model (T = 256)", "")
 axes[0].set_xlabel("T")
 axes[1].set_xlabel("d_model")
-plt.show()
+show(fig, alt=f"Two log-log plots of attention's time in seconds and peak memory in GB. Left, "
+     f"against T from 256 to 4096 at d_model = 64: both rise as straight lines, time with a "
+     f"fitted slope of {cx.fit_loglog_slope(Ts, t_T):.2f} and memory {cx.fit_loglog_slope(Ts, m_T):.2f}. "
+     f"Right, against d_model from 256 to 4096 at T = 256: flatter lines, time slope "
+     f"{cx.fit_loglog_slope(d_models, t_d):.2f} and memory slope {cx.fit_loglog_slope(d_models, m_d):.2f}.")
 slope_t_T, slope_m_T = cx.fit_loglog_slope(Ts, t_T), cx.fit_loglog_slope(Ts, m_T)
 slope_t_d, slope_m_d = cx.fit_loglog_slope(d_models, t_d), cx.fit_loglog_slope(d_models, m_d)
 per_entry_ns = t_T / np.array(Ts, dtype=float) ** 2 * 1e9
@@ -274,7 +279,12 @@ for level, size in caches.items():
 ax.axvline(2 * 32, color="red", ls="--", lw=0.8, label="output of 32 MiB")
 ax.set(xlabel="bytes touched: input + output (MiB)", ylabel="ns per element")
 ax.legend(fontsize=8, loc="center left")
-plt.show()
+show(fig, alt=f"Log-log plot of the time per element in nanoseconds against the bytes touched "
+     f"(input plus output, in MiB) for three operations: a + 1 into a preallocated output, "
+     f"a + 1 into fresh memory, and a softmax into fresh memory, with dotted lines at the CPU "
+     f"cache sizes it reports and a red dashed line at a 32 MiB output. The preallocated "
+     f"add steps up past the last cache; both fresh-memory curves jump much higher at the red "
+     f"line, the softmax the highest throughout.")
 cache_cost = np.median(ns["a + 1, preallocated"][past_l3]) / np.median(ns["a + 1, preallocated"][in_l2])
 fresh_cost = np.median(ns["a + 1, fresh"][past_l3] / ns["a + 1, preallocated"][past_l3])
 below = (out_bytes >= 2**20) & (out_bytes <= 16 * 2**20)              # outputs of 1 to 16 MiB
@@ -363,7 +373,12 @@ loglog(axes[1], d_models_rnn, {"time (s)": r_d, "peak memory (GB)": rm_d / 1e9},
        "RNN against d_model (T = 32, B = 16)", "")
 axes[0].set_xlabel("T")
 axes[1].set_xlabel("d_model")
-plt.show()
+show(fig, alt=f"Two log-log plots of the RNN's time in seconds and peak memory in GB. Left, "
+     f"against T from 256 to 4096 at d_model = 64: straight lines of slope about 1, time "
+     f"{cx.fit_loglog_slope(Ts_rnn, r_T):.2f} and memory {cx.fit_loglog_slope(Ts_rnn, rm_T):.2f}: "
+     f"no T by T matrix. Right, against d_model from 256 to 2048 at T = 32 and B = 16: time "
+     f"slope {cx.fit_loglog_slope(d_models_rnn, r_d):.2f}, memory slope "
+     f"{cx.fit_loglog_slope(d_models_rnn, rm_d):.2f}.")
 slope_r_T, slope_rm_T = cx.fit_loglog_slope(Ts_rnn, r_T), cx.fit_loglog_slope(Ts_rnn, rm_T)
 slope_r_d, slope_rm_d = cx.fit_loglog_slope(d_models_rnn, r_d), cx.fit_loglog_slope(d_models_rnn, rm_d)
 print(f"RNN against T: time slope {slope_r_T:.2f}, memory slope {slope_rm_T:.2f}; "
@@ -407,10 +422,15 @@ plt.xlabel("T")
 plt.ylabel("time (s)")
 plt.title(f"d_model = {d_x}")
 plt.legend(fontsize=8)
-plt.show()
 at_d = Ts_x.index(d_x)
 ratio_at_d, ratio_nn_at_d = r_x[at_d] / a_x[at_d], n_x[at_d] / a_x[at_d]
 faster = [t for t, a, r in zip(Ts_x, a_x, np.minimum(r_x, n_x)) if r < a]
+show(alt=f"Log-log plot of time in seconds against T from 64 to 2048 at d_model = {d_x} for "
+     f"attention, the Python-loop RNN and torch.nn.RNN, with a dotted line at T = d_model, "
+     f"where their FLOPs are equal. At that line the Python-loop RNN takes {ratio_at_d:.1f} "
+     f"times attention's time and nn.RNN {ratio_nn_at_d:.1f} times; the two RNN lines run "
+     f"close together, and an RNN is faster than attention "
+     f"{'from T = ' + str(faster[0]) if faster else 'nowhere in the range measured'}.")
 print(f"at T = d_model = {d_x} (equal FLOPs): the Python-loop RNN takes {ratio_at_d:.1f}x attention's "
       f"time, nn.RNN {ratio_nn_at_d:.1f}x; the loop costs {r_x[at_d] / n_x[at_d]:.2f}x nn.RNN")
 print(f"measured crossing: {'T = ' + str(faster[0]) if faster else 'beyond T = 2048'}")
@@ -517,7 +537,11 @@ measured_ticks(plt.gca(), Ts_m)
 plt.xlabel("T")
 plt.ylabel("peak memory (MiB)")
 plt.legend()
-plt.show()
+show(alt=f"Log-log plot of peak memory in MiB against T from 256 to 4096 at d_model = 64: "
+     f"ordinary attention rises with slope {cx.fit_loglog_slope(Ts_m, m_plain):.2f}, to "
+     f"{m_plain[-1] / 2**20:.0f} MiB at T = 4096; tiled attention with blocks of 128 rises "
+     f"with slope {cx.fit_loglog_slope(Ts_m, m_tiled):.2f}, to {m_tiled[-1] / 2**20:.1f} MiB, "
+     f"{m_tiled[-1] / m_plain[-1]:.1%} of it.")
 print(f"at T = 4096: ordinary {m_plain[-1] / 2**20:.0f} MiB, tiled {m_tiled[-1] / 2**20:.1f} MiB "
       f"({m_tiled[-1] / m_plain[-1]:.1%})")
 assert 0.9 < cx.fit_loglog_slope(Ts_m, m_tiled) < 1.05
