@@ -245,9 +245,10 @@ plt.tight_layout()
 show(fig, alt=f"Left, a histogram of the one head's share of weight on t - 1 at t = 5 over 4000 "
      f"sequences, spread from near 0 to near 1 (mean {share.mean():.2f}, standard deviation "
      f"{share.std():.2f}) rather than piled at 0.5. Right, an 8 by 8 heatmap of the mean share "
-     "for each pair (previous token, first token), red to blue from 0 to 1: each cell is "
-     "nearly uniform in colour along its row and column ranks, showing that the two tokens "
-     "set the split.")
+     "for each pair of tokens, previous token on the rows and first token on the columns, red "
+     "to blue from 0 to 1: the colour is set by the two tokens, as by a ranking of them (some "
+     "rows red against most columns, some columns blue against most rows), and the diagonal, "
+     "where the two tokens are the same, is near 0.5.")
 
 frozen1 = accuracies(model1, tokens, frozen=w_each.mean(0, keepdim=True))
 with torch.no_grad():

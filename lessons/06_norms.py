@@ -325,6 +325,7 @@ print(f"pre-LN:  first/last layer {g_pre[0] / g_pre[-1]:.2f}")
 print(f"last layer, post-LN / pre-LN: {g_post[-1] / g_pre[-1]:.2f}  (sqrt(n_layers) = {n_layers ** 0.5:.2f})")
 assert g_post.max() / g_post.min() < 2.5          # post-LN: within a factor of about 2...
 assert g_pre[0] / g_pre[-1] > 1.5 * g_post.max() / g_post.min()  # pre-LN: a much steeper fall
+assert 3 < g_pre[0] / g_pre[-1] < 5.5                # about 4 times from the first layer to the last
 ratio_out = g_post[-1] / g_pre[-1]
 print(f"post-LN / pre-LN at the last layer: {ratio_out:.2f}, {ratio_out / n_layers ** 0.5 - 1:+.0%} "
       f"from Xiong et al.'s sqrt(n_layers) = {n_layers ** 0.5:.2f}")

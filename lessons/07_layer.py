@@ -253,9 +253,10 @@ plt.xlabel("layers applied")
 plt.ylabel("RMS of the residual stream")
 plt.legend()
 show(fig, alt=f"Line plot of the RMS of the residual stream against the number of layers "
-     f"applied, 0 to 24, in a random 24-layer stack. Post-LN is flat at 1 after the first layer. "
-     f"Pre-LN grows steadily and ever more slowly, from {pre[0]:.2f} to {pre[-1]:.2f}, roughly "
-     "like the square root of the depth.")
+     f"applied, 0 to 24, in a random 24-layer stack. Post-LN is flat at 1 throughout. Pre-LN "
+     f"grows steadily, from {pre[0]:.2f} to {pre[-1]:.2f}, with a log-log slope of "
+     f"{fit_loglog_slope(np.arange(4, 25), pre[4:]):.2f} over layers 4 to 24, close to the "
+     "0.5 of growth like the square root of the depth.")
 depth = np.arange(1, 25)
 slope = fit_loglog_slope(depth[3:], pre[4:])  # layers 4..24
 print(f"post-LN RMS after 24 layers {post[-1]:.3f}; pre-LN {pre[0]:.2f} -> {pre[-1]:.2f}, "
@@ -538,12 +539,15 @@ def record(name):
     return hook
 
 
+hooks = []
 for name, module in [("embedding sum", embed_d), *layer_d.named_modules()]:
     target = module.dropout if name == "embedding sum" else module
     if isinstance(target, nn.Dropout):
-        target.register_forward_hook(record(name))
+        hooks.append(target.register_forward_hook(record(name)))
 ids_d = torch.randint(1, n_vocab_r, (16, 32))
 train_out = layer_d(embed_d(ids_d))                                 # train mode: dropout on
+for hook in hooks:
+    hook.remove()
 for name, (share, scale_gap) in dropped.items():
     print(f"dropout on {name:13s}: {share:.3f} of the numbers zeroed; survivors x 1/(1 - p) "
           f"to {scale_gap:.0e}")

@@ -92,7 +92,8 @@ def test_show_with_the_inline_backend_displays_the_png_with_its_alt_text(monkeyp
     assert fig.number not in plt.get_fignums()
 
 
-SHOW_WITH_ALT = r"(?<![.\w])show\((?:[^()]|\([^()]*\))*?alt="   # show(fig, alt=...), show(plt.gcf(), alt=...)
+# show(fig, alt=...), show(plt.gcf(), alt=...), show(alt=...)
+SHOW_WITH_ALT = r"(?<![.\w])show\((?:[^()]|\([^()]*\))*?alt="
 
 
 def _code_cells(path):

@@ -2,8 +2,8 @@
 
 ``show`` displays a figure together with its alt text (what the figure shows, in words, for a
 reader who cannot see it); the lessons show every figure with it, never with a bare
-``plt.show()``. ``heatmap`` draws a matrix (attention weights, masks, encodings) with a labelled colour bar, so
-every heatmap of the course says what its colours mean; the lessons draw every heatmap with it.
+``plt.show()``. ``heatmap`` draws a matrix (attention weights, masks, encodings) with a
+labelled colour bar, so every heatmap of the course says what its colours mean; the lessons draw every heatmap with it.
 ``layer_diagram`` draws the transformer layer that the course builds (lesson 00's map): the
 sub-layers bottom-up, the residual connections around them, and the lesson that derives each
 piece. Plots are never compared byte for byte; tests check what a figure contains (its labels).

@@ -1,4 +1,4 @@
-"""Lesson 04: positional encodings: sinusoidal, learned, rotary (RoPE), ALiBi, position interpolation.
+"""Lesson 04: positional encodings: sinusoidal, learned, rotary (RoPE), ALiBi, interpolation.
 
 Sinusoidal (Vaswani et al. 2017, section 3.5), the paper's layout, sin at even and cos at odd
 feature indices::
