@@ -21,6 +21,17 @@
 # 7. the gradient that reaches $W_Q$, which is not the gradient into the scores.
 #
 # Every function used here lives in `txlearn.softmax`; every claim ends in an `assert`.
+#
+# **You will be able to:** compute a softmax with a temperature and explain its shift
+# invariance; derive why $q \cdot k$ has variance $d_k$ and what dividing by $\sqrt{d_k}$ does;
+# write the softmax Jacobian and say when it vanishes; and compute a softmax that cannot
+# overflow in float32.
+#
+# **You need:** lesson 00; NumPy; exponentials and logarithms; the mean and variance of a sum of
+# independent random variables; a derivative of a vector function (a Jacobian).
+#
+# **Time:** about 45 minutes to read and run (the cells take a few seconds on a 2-core CPU),
+# plus the exercises.
 
 # %%
 import math
@@ -29,6 +40,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from txlearn.plotting import show
 from txlearn.softmax import (entropy_np, log_softmax_np, naive_softmax_np, sample_scores_np,
                              softmax, softmax_jacobian, softmax_jacobian_np, softmax_np,
                              softmax_vjp, softmax_vjp_np)
@@ -90,7 +102,10 @@ ax.set_xlabel("$d_k$")
 ax.set_ylabel("variance of the score")
 ax.set_title(f"Var(q.k) vs $d_k$: fitted log-log slope {slope:.3f}")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot of the variance of the score against d_k from 1 to 1024. The "
+     f"unscaled scores q.k (circles) lie on the dashed line Var = d_k, rising from 1 to about "
+     f"1000 (fitted slope {slope:.3f}); the scaled scores q.k / sqrt(d_k) (squares) lie on the "
+     "dotted line Var = 1 at every d_k.")
 
 standard_error = np.sqrt((2 + 6 / d_ks) / n_samples)
 print(f"fitted slope of log Var vs log d_k: {slope:.3f} (predicted 1)")
@@ -147,7 +162,13 @@ ax1.set(xlabel="$d_k$", ylabel="mean largest weight", title="largest attention w
 ax2.set(xlabel="$d_k$", ylabel="mean entropy (nats)", title="entropy of the weights")
 ax1.legend()
 ax2.legend()
-plt.show()
+show(fig, alt=f"Two plots against d_k from 1 to 1024 (log axis), for softmax rows over S = {S} "
+     f"keys. Left, the mean largest attention weight: unscaled scores rise from about "
+     f"{max_w['unscaled'][0]:.1f} to {max_w['unscaled'][-1]:.2f} (one key takes almost all the "
+     f"weight), scaled ones stay near {max_w['scaled'].mean():.2f}, above the uniform 1/S. Right, "
+     f"the mean entropy: unscaled falls from {H['unscaled'][0]:.1f} to {H['unscaled'][-1]:.1f} "
+     f"nats, scaled stays near {H['scaled'].mean():.1f}, below the uniform log S = "
+     f"{math.log(S):.2f}.")
 
 print(f"d_k = 1024, unscaled: largest weight {max_w['unscaled'][-1]:.3f}, "
       f"entropy {H['unscaled'][-1]:.3f} nats")
@@ -202,7 +223,11 @@ ax.axhline(1 / S, color="gray", ls=":", label="uniform: $1/S$")
 ax.set(xlabel="logit scale $c$", ylabel="spectral norm of J",
        title="softmax Jacobian vs logit scale (S = 16)")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot of the spectral norm of the softmax Jacobian against the scale c "
+     f"of a fixed logit vector, c from 0.01 to 100, S = {S}. For small c it sits at the uniform "
+     f"value 1/S, rises to a peak of about {J_norms.max():.2f} near c = {c_peak:.1f}, then falls "
+     f"steeply, to about {J_norms[-1]:.0e} at c = 100, hugging the dashed bound "
+     "2(1 - max s_i) once the softmax saturates.")
 
 print(f"||J|| = {J_norms[0]:.4f} at c = 0.01 (1/S = {1 / S:.4f}), peak {J_norms.max():.3f} "
       f"at c = {c_peak:.1f}, {J_norms[-1]:.1e} at c = 100")
@@ -231,7 +256,10 @@ for name, marker in (("unscaled", "o-"), ("scaled", "s-")):
 ax.set(xlabel="$d_k$", ylabel="median $\\|J\\|_2$ (log scale)",
        title="softmax Jacobian norm vs $d_k$ (S = 16)")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot of the median spectral norm of the softmax Jacobian over 500 rows "
+     f"against d_k from 1 to 1024. Scaled scores stay roughly flat, near "
+     f"{np.median(J_median['scaled']):.2f}. Unscaled ones are slightly larger up to d_k = 32, "
+     f"then fall steeply, to about {J_median['unscaled'][-1]:.0e} at d_k = 1024.")
 
 for d_k, u, s_ in zip(d_ks, J_median["unscaled"], J_median["scaled"]):
     print(f"d_k = {d_k:5d}: median ||J|| unscaled {u:.2e}, scaled {s_:.3f}")
@@ -296,7 +324,13 @@ ax.semilogy(ms, np.maximum(err_stable, 1e-10), label="max-shifted float32 (txlea
 ax.set(xlabel="largest logit m", ylabel="max |error| vs float64 (floor 1e-10)",
        title="softmax of [m, m-1, m-2] in float32")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-scale plot of the largest error, against float64, of the float32 softmax "
+     f"of [m, m-1, m-2] for m from {ms[0]} to {ms[-1]}. The max-shifted softmax is a flat line at "
+     f"{err_stable.max():.0e}, float32 rounding, for every m. The naive one is NaN (red crosses) "
+     f"for m >= {ms[nan_naive & (ms > 0)].min()} (exp overflows) and m <= "
+     f"{ms[nan_naive & (ms < 0)].max()} (every exp underflows to 0), has large errors just above "
+     "that lower end (subnormal numbers), and errors of the same order as the shifted one in "
+     "between.")
 
 first_overflow = ms[(ms > 0) & nan_naive].min()
 last_underflow = ms[(ms < 0) & nan_naive].max()

@@ -32,10 +32,11 @@ from torch import nn
 from txlearn.attention import scaled_dot_product_attention
 from txlearn.counting import (activation_bytes, attention_flops, format_table, layer_flops,
                               layer_param_counts, paper_transformer_param_counts)
-from txlearn.flash_attention import tiled_attention
+from txlearn.flash_attention import online_softmax_update_np, tiled_attention
 from txlearn.heads import kv_cache_bytes
 from txlearn.layer import TransformerLayer
-from txlearn.measuring import fit_loglog_slope, measure, time_callable
+from txlearn.measuring import fit_loglog_slope, measure, peak_memory_bytes, time_callable
+from txlearn.plotting import show
 from txlearn.recurrent import matmul_path_length, recurrent_layer
 
 torch.manual_seed(0)
@@ -187,7 +188,11 @@ loglog(axes[1], d_models, {"time (s)": t_d, "peak memory (GB)": m_d / 1e9},
        "against d_model (T = 256)", "")
 axes[0].set_xlabel("T")
 axes[1].set_xlabel("d_model")
-plt.show()
+show(fig, alt=f"Two log-log plots of attention's time in seconds and peak memory in GB. Left, "
+     f"against T from 256 to 4096 at d_model = 64: both rise as straight lines, time with a "
+     f"fitted slope of {fit_loglog_slope(Ts, t_T):.2f} and memory {fit_loglog_slope(Ts, m_T):.2f}. "
+     f"Right, against d_model from 256 to 4096 at T = 256: flatter lines, time slope "
+     f"{fit_loglog_slope(d_models, t_d):.2f} and memory slope {fit_loglog_slope(d_models, m_d):.2f}.")
 slope_t_T, slope_m_T = fit_loglog_slope(Ts, t_T), fit_loglog_slope(Ts, m_T)
 slope_t_d, slope_m_d = fit_loglog_slope(d_models, t_d), fit_loglog_slope(d_models, m_d)
 per_entry_ns = t_T / np.array(Ts, dtype=float) ** 2 * 1e9
@@ -278,7 +283,12 @@ for level, size in caches.items():
 ax.axvline(2 * 32, color="red", ls="--", lw=0.8, label="output of 32 MiB")
 ax.set(xlabel="bytes touched: input + output (MiB)", ylabel="ns per element")
 ax.legend(fontsize=8, loc="center left")
-plt.show()
+show(fig, alt=f"Log-log plot of the time per element in nanoseconds against the bytes touched "
+     f"(input plus output, in MiB) for three operations: a + 1 into a preallocated output, "
+     f"a + 1 into fresh memory, and a softmax into fresh memory, with dotted lines at the CPU "
+     f"cache sizes it reports and a red dashed line at a 32 MiB output. The preallocated "
+     f"add steps up past the last cache; both fresh-memory curves jump much higher at the red "
+     f"line, the softmax the highest throughout.")
 cache_cost = np.median(ns["a + 1, preallocated"][past_l3]) / np.median(ns["a + 1, preallocated"][in_l2])
 fresh_cost = np.median(ns["a + 1, fresh"][past_l3] / ns["a + 1, preallocated"][past_l3])
 below = (out_bytes >= 2**20) & (out_bytes <= 16 * 2**20)              # outputs of 1 to 16 MiB
@@ -367,7 +377,12 @@ loglog(axes[1], d_models_rnn, {"time (s)": r_d, "peak memory (GB)": rm_d / 1e9},
        "RNN against d_model (T = 32, B = 16)", "")
 axes[0].set_xlabel("T")
 axes[1].set_xlabel("d_model")
-plt.show()
+show(fig, alt=f"Two log-log plots of the RNN's time in seconds and peak memory in GB. Left, "
+     f"against T from 256 to 4096 at d_model = 64: straight lines of slope about 1, time "
+     f"{fit_loglog_slope(Ts_rnn, r_T):.2f} and memory {fit_loglog_slope(Ts_rnn, rm_T):.2f}: "
+     f"no T by T matrix. Right, against d_model from 256 to 2048 at T = 32 and B = 16: time "
+     f"slope {fit_loglog_slope(d_models_rnn, r_d):.2f}, memory slope "
+     f"{fit_loglog_slope(d_models_rnn, rm_d):.2f}.")
 slope_r_T, slope_rm_T = fit_loglog_slope(Ts_rnn, r_T), fit_loglog_slope(Ts_rnn, rm_T)
 slope_r_d, slope_rm_d = fit_loglog_slope(d_models_rnn, r_d), fit_loglog_slope(d_models_rnn, rm_d)
 print(f"RNN against T: time slope {slope_r_T:.2f}, memory slope {slope_rm_T:.2f}; "
@@ -411,10 +426,15 @@ plt.xlabel("T")
 plt.ylabel("time (s)")
 plt.title(f"d_model = {d_x}")
 plt.legend(fontsize=8)
-plt.show()
 at_d = Ts_x.index(d_x)
 ratio_at_d, ratio_nn_at_d = r_x[at_d] / a_x[at_d], n_x[at_d] / a_x[at_d]
 faster = [t for t, a, r in zip(Ts_x, a_x, np.minimum(r_x, n_x)) if r < a]
+show(alt=f"Log-log plot of time in seconds against T from 64 to 2048 at d_model = {d_x} for "
+     f"attention, the Python-loop RNN and torch.nn.RNN, with a dotted line at T = d_model, "
+     f"where their FLOPs are equal. At that line the Python-loop RNN takes {ratio_at_d:.1f} "
+     f"times attention's time and nn.RNN {ratio_nn_at_d:.1f} times; the two RNN lines run "
+     f"close together, and an RNN is faster than attention "
+     f"{'from T = ' + str(faster[0]) if faster else 'nowhere in the range measured'}.")
 print(f"at T = d_model = {d_x} (equal FLOPs): the Python-loop RNN takes {ratio_at_d:.1f}x attention's "
       f"time, nn.RNN {ratio_nn_at_d:.1f}x; the loop costs {r_x[at_d] / n_x[at_d]:.2f}x nn.RNN")
 print(f"measured crossing: {'T = ' + str(faster[0]) if faster else 'beyond T = 2048'}")
@@ -521,7 +541,11 @@ measured_ticks(plt.gca(), Ts_m)
 plt.xlabel("T")
 plt.ylabel("peak memory (MiB)")
 plt.legend()
-plt.show()
+show(alt=f"Log-log plot of peak memory in MiB against T from 256 to 4096 at d_model = 64: "
+     f"ordinary attention rises with slope {fit_loglog_slope(Ts_m, m_plain):.2f}, to "
+     f"{m_plain[-1] / 2**20:.0f} MiB at T = 4096; tiled attention with blocks of 128 rises "
+     f"with slope {fit_loglog_slope(Ts_m, m_tiled):.2f}, to {m_tiled[-1] / 2**20:.1f} MiB, "
+     f"{m_tiled[-1] / m_plain[-1]:.1%} of it.")
 print(f"at T = 4096: ordinary {m_plain[-1] / 2**20:.0f} MiB, tiled {m_tiled[-1] / 2**20:.1f} MiB "
       f"({m_tiled[-1] / m_plain[-1]:.1%})")
 assert 0.9 < fit_loglog_slope(Ts_m, m_tiled) < 1.05
@@ -561,12 +585,12 @@ def train_step(attention, T, d_k=64):
 
 
 methods = {"ordinary": scaled_dot_product_attention,
-           "tiled, autograd": lambda Q, K, V: cx.tiled_attention(Q, K, V, block_size=128),
+           "tiled, autograd": lambda Q, K, V: tiled_attention(Q, K, V, block_size=128),
            "FlashAttention": lambda Q, K, V: flash_attention(Q, K, V, block_size=128)}
 Ts_g = [256, 512, 1024, 2048, 4096]
-peaks = {name: np.array([cx.peak_memory_bytes(train_step(fn, T)) for T in Ts_g], dtype=float)
+peaks = {name: np.array([peak_memory_bytes(train_step(fn, T)) for T in Ts_g], dtype=float)
          for name, fn in methods.items()}
-slopes_g = {name: cx.fit_loglog_slope(Ts_g, p) for name, p in peaks.items()}
+slopes_g = {name: fit_loglog_slope(Ts_g, p) for name, p in peaks.items()}
 plt.figure(figsize=(6, 3.8))
 for name, p in peaks.items():
     plt.loglog(Ts_g, p / 2**20, "o-", label=f"{name} (slope {slopes_g[name]:.2f})")
@@ -624,7 +648,7 @@ s_f = q_f @ K_f.T / 4.0                                                  # (3, 1
 m_f, l_f, acc_f = np.full(3, -np.inf), np.zeros(3), np.zeros((3, 4))
 worst_invariant = 0.0
 for start in range(0, 10, 4):                                            # blocks of 4, 4, 2 keys
-    m_f, l_f, acc_f = cx.online_softmax_update_np(m_f, l_f, acc_f, s_f[:, start:start + 4],
+    m_f, l_f, acc_f = online_softmax_update_np(m_f, l_f, acc_f, s_f[:, start:start + 4],
                                                   V_f[start:start + 4])
     seen = s_f[:, :start + 4]                                            # the keys so far
     m_direct = seen.max(-1)
@@ -689,7 +713,7 @@ assert sum(kept.values()) == 4 * (4 * 1024 * 64 + 1024)
 # CPU time, fastest of 3:
 
 # %%
-t_train = {name: [cx.time_callable(train_step(fn, T), repeats=3, clock=CLOCK) for T in (1024, 2048)]
+t_train = {name: [time_callable(train_step(fn, T), repeats=3, clock=CLOCK) for T in (1024, 2048)]
            for name, fn in methods.items() if name != "tiled, autograd"}
 ratio_time = [f / o for f, o in zip(t_train["FlashAttention"], t_train["ordinary"])]
 print("forward + backward, ordinary: " + ", ".join(f"{t * 1e3:.0f} ms" for t in t_train["ordinary"])

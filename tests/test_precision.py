@@ -317,6 +317,18 @@ CASES = [
     Case("sinusoidal_encoding, positions 0 to 4095",
          lambda dt: lambda: positional.sinusoidal_encoding(4096, 16, dtype=dt), lambda dt: (),
          lambda f, a: positional.sinusoidal_encoding_np(4096, 16), C=1, C_f32=1),
+    # ALiBi's bias at distances up to 4095 (-2047.5 for the first head: bfloat16 numbers are 8
+    # apart there) and RoPE at interpolated (fractional) long positions: float64, rounded once.
+    Case("alibi_bias, 8 heads, last 4 of 4096 positions",
+         lambda dt: lambda: positional.alibi_bias(8, 4, 4096, dtype=dt), lambda dt: (),
+         lambda f, a: positional.alibi_bias_np(8, 4, 4096), C=1, C_f32=1),
+    Case("apply_rope, interpolated long positions",
+         lambda dt: lambda x: positional.apply_rope(
+             x, positional.interpolate_positions(LONG_POSITIONS, 2048, 8192)),
+         lambda dt: cast((randn(2, len(LONG_POSITIONS), 32),), dt),
+         lambda f, a: positional.apply_rope_np(
+             a[0].numpy(), positional.interpolate_positions_np(LONG_POSITIONS, 2048, 8192)),
+         C=1, C_f32=2),
     Case("LearnedPositionalEmbedding", module(lambda: positional.LearnedPositionalEmbedding(64, 16)),
          lambda dt: (torch.tensor([0, 5, 63, 7]),), same_module_in_float64, C=0, C_f32=0),
 

@@ -26,6 +26,13 @@ The lesson table has one source: the table under "## The lessons" in README.md. 
 match ``notebooks/*.ipynb`` one for one; a lesson missing from either side stops the build.
 Lessons are executed with nbclient (cwd ``notebooks/``, a kernel of the running Python) and
 exported with nbconvert's ``lab`` template, with its CDN scripts (require.js, mermaid) removed.
+
+Figures: every image a lesson outputs must carry alt text, a sentence saying what it shows (the
+lessons display figures with ``txlearn.plotting.show(fig, alt=...)``, which stores it in the
+output's metadata as ``{"image/png": {"alt": ...}}``). The template writes it as the ``<img>``'s
+``alt`` attribute (nbconvert's own lab template drops it), and an executed lesson with an image
+output lacking it, or with fewer than ``MIN_ALT_WORDS`` words, stops the build (BookError naming
+the cells).
 """
 
 from __future__ import annotations
@@ -47,9 +54,10 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 
 from txlearn.course.build import ROOT, Layout, read_source, set_info
+from txlearn.plotting import MIN_ALT_WORDS
 
-__all__ = ["BookError", "LessonEntry", "Page", "write_book", "check_links", "execute", "lesson_table",
-           "mathjax_source"]
+__all__ = ["BookError", "LessonEntry", "Page", "alt_text", "write_book", "check_links", "execute",
+           "figures_without_alt", "lesson_table", "mathjax_source"]
 
 MARKER = ".txlearn-book"  # marks a folder as a book this module wrote (safe to replace)
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
@@ -82,6 +90,19 @@ MathJax.Hub.Config({
                   font-family: var(--jp-ui-font-family); }
 </style>
 {%- endblock html_head_js_mathjax -%}
+{% block data_png scoped %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
+{%- set alt = output | get_metadata('alt', 'image/png') -%}
+{%- if alt is not none %} alt="{{ alt | escape_html }}"{%- endif -%}
+{%- set width = output | get_metadata('width', 'image/png') -%}
+{%- if width is not none %} width={{ width | escape_html }}{%- endif -%}
+{%- set height = output | get_metadata('height', 'image/png') -%}
+{%- if height is not none %} height={{ height | escape_html }}{%- endif -%}
+{%- if output | get_metadata('needs_background', 'image/png') == 'light' %} class="jp-needs-light-background"{%- endif -%}
+>
+</div>
+{% endblock data_png %}
 {%- block body_header -%}
 {{ super() }}
 {{ resources.txlearn_top }}
@@ -250,6 +271,33 @@ def _figures(nb) -> int:
     return sum(1 for cell in nb.cells if cell.cell_type == "code"
                for out in cell.get("outputs", [])
                if any(k.startswith("image/") for k in out.get("data", {})))
+
+
+def alt_text(output) -> str | None:
+    """The alt text of an image output: its metadata's ``[mime]["alt"]`` or ``["alt"]``."""
+    metadata = output.get("metadata", {})
+    for mime in output.get("data", {}):
+        if mime.startswith("image/"):
+            alt = metadata.get(mime, {}).get("alt") if isinstance(metadata.get(mime), dict) else None
+            return alt if alt is not None else metadata.get("alt")
+    return None
+
+
+def figures_without_alt(nb) -> list[str]:
+    """Image outputs of `nb` whose alt text is missing or under MIN_ALT_WORDS words, each as
+    "cell N (first line of its source)"."""
+    missing = []
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        for out in cell.get("outputs", []):
+            if not any(k.startswith("image/") for k in out.get("data", {})):
+                continue
+            alt = alt_text(out)
+            if not isinstance(alt, str) or len(alt.split()) < MIN_ALT_WORDS:
+                first = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else ""
+                missing.append(f"cell {index} ({first!r}): alt {alt!r}")
+    return missing
 
 
 def _exporter(depth: int):
@@ -457,6 +505,11 @@ class _Writer:
                 seconds = execute(nb, self.layout.notebooks, self.timeout)
             except BookError as err:
                 raise BookError(f"lesson {entry.stem}: {err}") from None
+            missing = figures_without_alt(nb)
+            if missing:
+                raise BookError(f"lesson {entry.stem}: {len(missing)} figure(s) without alt text "
+                                "(show them with txlearn.plotting.show(fig, alt='what it "
+                                "shows')):\n  " + "\n  ".join(missing))
         _rewrite_links(nb, self.lesson_pages, self.exercise_pages)
         nav = _nav([
             ("prev", self.lesson_pages[before.stem] if before else "",
