@@ -40,7 +40,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -96,6 +96,9 @@ class Result:
     feedback: str = ""
     flagged: str = ""      # the answer tried to import what the set does not allow
     integrity: str = ""    # the submission's integrity notes (informational)
+    kind: str = ""         # the failure's CheckFailure.kind ("" when it passed or was not run)
+    hints: tuple = ()      # the failure's hint levels, as the check wrote them (for the gradebook)
+    hidden: bool = False   # it failed on a hidden case
 
 
 @dataclass
@@ -110,6 +113,8 @@ class Submission:
     results: list[Result] = field(default_factory=list)
     integrity: list[str] = field(default_factory=list)
     output_dropped: int = 0               # bytes of printed output dropped by the caps
+    digest: str = ""                      # SHA-256 of the notebook's bytes, as graded
+    graded_at: str = ""                   # when its grading ended (ISO 8601, UTC)
 
     @property
     def points(self) -> int:
@@ -326,8 +331,9 @@ def validate_hidden(folder: Path) -> None:
 
 # ---- reading a submission ----------------------------------------------------------------------
 
-def _read_notebook(path: Path) -> dict:
-    """The notebook at ``path`` as plain JSON data, its structure checked (else GradingError)."""
+def _read_notebook(path: Path, sub: Submission | None = None) -> dict:
+    """The notebook at ``path`` as plain JSON data, its structure checked (else GradingError);
+    ``sub.digest`` gets the SHA-256 of the bytes read."""
     if path.is_symlink():
         raise GradingError("it is a symbolic link (submit the notebook file itself)")
     if Path(os.path.abspath(path)).parent.is_symlink():   # the student is this folder: a link
@@ -338,8 +344,11 @@ def _read_notebook(path: Path) -> dict:
         raise GradingError("no such file")
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
         raise GradingError(f"larger than {MAX_NOTEBOOK_BYTES >> 20} MB")
+    data = path.read_bytes()
+    if sub is not None:
+        sub.digest = hashlib.sha256(data).hexdigest()
     try:
-        nb = json.loads(path.read_bytes().decode("utf-8"))
+        nb = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as err:
         first = (str(err).splitlines() or [""])[0][:120]
         raise GradingError(f"not a readable notebook ({type(err).__name__}: {first})") from None
@@ -806,7 +815,7 @@ def _grade_one(job: _Job, sets: dict[str, CourseSet], hidden: Path | None,
     lease = None
     session = None
     try:
-        nb = _read_notebook(job.path)
+        nb = _read_notebook(job.path, sub)
         if job.source is None:
             raise GradingError(f"no exercise set matches the file name {job.path.name!r} (name "
                                f"it like the handout, NN_name.ipynb, or pass --set)")
@@ -873,6 +882,7 @@ def _grade_one(job: _Job, sets: dict[str, CourseSet], hidden: Path | None,
     else:
         for r in sub.results:
             r.integrity = "; ".join(sub.integrity)
+    sub.graded_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return sub
 
 
@@ -896,7 +906,7 @@ def _run_checks(sub: Submission, cs: CourseSet, session: _Session, present: set[
         result = Result(sub.student, sub.path.name, name)
         sub.results.append(result)
         if name not in present:
-            result.feedback = NOT_IN_COPY
+            result.feedback, result.kind = NOT_IN_COPY, "not-in-copy"
             continue
         cell_error = next((session.cell_errors[c.index] for c in session.cells
                            if c.exercise == name and c.index in session.cell_errors), "")
@@ -905,6 +915,7 @@ def _run_checks(sub: Submission, cs: CourseSet, session: _Session, present: set[
         if missing:
             result.feedback = "\n".join(prefix) or (
                 f"your answer cell does not define {', '.join(missing)} (the check needs it)")
+            result.kind = "missing"
             continue
         objects = [namespace[o] for o in cs.objects[name]]
         try:
@@ -914,12 +925,14 @@ def _run_checks(sub: Submission, cs: CourseSet, session: _Session, present: set[
         except Exception as err:  # noqa: BLE001 - a check that could not use the result
             result.feedback = clean(f"the check could not use what your code returned "
                                     f"({type(err).__name__}: {err})", 300)
+            result.kind = "unusable"
             continue
         if verdict.passed:
             result.status, result.points = "PASS", result.max_points
             graded.append((result, objects))
         else:
             result.feedback = "\n".join(prefix + [verdict.failure.feedback(1)])
+            result.kind, result.hints = verdict.failure.kind, verdict.failure.hints
     if hidden is not None:
         # what the learner's code reports about itself (banned imports, dropped output) is read
         # now, before it sees any hidden input, and frozen
@@ -935,9 +948,11 @@ def _run_checks(sub: Submission, cs: CourseSet, session: _Session, present: set[
                 result.feedback = f"a hidden case could not use what your code returned " \
                                   f"({type(err).__name__})"
             if verdict is None or not verdict.passed:
-                result.status, result.points = "FAIL", 0
+                result.status, result.points, result.hidden = "FAIL", 0, True
+                result.kind = "unusable" if verdict is None else verdict.failure.kind
                 if verdict is not None:
                     result.feedback = verdict.failure.feedback(1)
+                    result.hints = verdict.failure.hints
     for name in sorted(retired):
         sub.results.append(Result(sub.student, sub.path.name, name, status="RETIRED",
                                   max_points=0, feedback=f"retired from the course: "
@@ -974,14 +989,16 @@ def sandbox_modes(paths: list[Path], no_sandbox: bool = False) -> list[str]:
 
 def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None = None,
           jobs: int | None = None, no_sandbox: bool = False,
-          limits: dict | None = None) -> list[Submission]:
+          limits: dict | None = None, on_graded=None) -> list[Submission]:
     """Grade notebooks, each in its own sandboxed runner; return one Submission per path, in order.
 
     ``hidden``: instructor-only cases (:func:`validate_hidden` checks the folder first; format in
     :func:`txlearn.checks.hidden_dir`). ``set_name``: the exercise set of every file (otherwise
     each file's name says it). ``jobs``: submissions graded at once (default: the number of CPU
     cores). ``no_sandbox``: run the runners as plain processes. ``limits``: override the sets'
-    sandbox limits (tests shorten them). Originals are only read.
+    sandbox limits (tests shorten them). ``on_graded(sub)``: called in this thread with each
+    Submission as soon as it is graded, in the order they finish (the gradebook records each
+    notebook then). Originals are only read.
 
     Raises:
         GradingError: the run cannot start (a misnamed hidden case, an unknown ``set_name``, no
@@ -1020,6 +1037,14 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txlearn-grade") as pool:
             futures = [pool.submit(_grade_one, job, sets, hidden, dict(limits or {}))
                        for job in jobs_list]
+            if on_graded is not None:
+                try:
+                    for future in as_completed(futures):
+                        on_graded(future.result())
+                except BaseException:
+                    for future in futures:   # a recording that fails stops the run
+                        future.cancel()
+                    raise
             return [f.result() for f in futures]
 
 
