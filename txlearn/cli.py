@@ -147,8 +147,9 @@ def _expand(patterns: list[str]) -> tuple[list[Path], int]:
 
 
 def _cmd_grade(args) -> int:
-    from txlearn.checks import clean
-    from txlearn.course import grading, sandbox
+    from txlearn.course.gradebook import cli as gradebook_cli
+    from txlearn.course.gradebook.course import CourseFileError
+    from txlearn.course.gradebook.store import GradebookError
 
     paths, unmatched = _expand(args.notebooks)
     if not paths:
@@ -156,19 +157,18 @@ def _cmd_grade(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         print("txlearn: error: --jobs must be at least 1", file=sys.stderr)
         return 2
-    if args.no_sandbox:
-        import getpass
-        print("txlearn: warning: " + sandbox.NO_SANDBOX_RISKS.format(user=getpass.getuser()),
-              file=sys.stderr)
-    from txlearn.course.gradebook import cli as gradebook_cli
-    from txlearn.course.gradebook.course import CourseFileError
-    from txlearn.course.gradebook.store import GradebookError
-
-    try:   # the gradebook opens (or refuses to) before anything is graded
+    try:   # the gradebook opens (or refuses to) before anything is graded or even imported
         recorder = gradebook_cli.start_recording(args, paths)
     except (GradebookError, CourseFileError) as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
         return 2
+    from txlearn.checks import clean
+    from txlearn.course import grading, sandbox
+
+    if args.no_sandbox:
+        import getpass
+        print("txlearn: warning: " + sandbox.NO_SANDBOX_RISKS.format(user=getpass.getuser()),
+              file=sys.stderr)
     try:
         subs = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
                              set_name=args.set, jobs=args.jobs, no_sandbox=args.no_sandbox,
@@ -196,8 +196,8 @@ def _cmd_grade(args) -> int:
         print(f"wrote {args.json}")
     if recorder is not None:
         recorder.finish()
-        print(f"recorded {recorder.recorded} notebook(s) in the gradebook {args.gradebook} "
-              f"(run {recorder.run[:8]})")
+        print(f"recorded {recorder.recorded} notebook(s) in the gradebook {args.gradebook}"
+              + (f" (run {recorder.run[:8]})" if recorder.run else ""))
     return 1 if any(s.error for s in subs) or unmatched else 0
 
 

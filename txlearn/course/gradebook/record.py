@@ -82,7 +82,8 @@ class Recorder:
 
     ``course``: the course file (deadlines, extensions, penalty, manifest); ``hidden``: the
     run's hidden-case folder (which exercises had hidden cases is recorded per result);
-    ``command``: how the run was started (kept with the run). :meth:`finish` marks the run done.
+    ``command``: how the run was started (kept with the run, which is added with the first
+    notebook). :meth:`finish` marks the run done.
     """
 
     def __init__(self, gradebook: Gradebook, course: Course, *, hidden: Path | None = None,
@@ -90,9 +91,10 @@ class Recorder:
         self.gradebook, self.course = gradebook, course
         self.hidden = hidden_exercises(hidden)
         self.recorded = 0
-        self.run = gradebook.start_run(
-            command=command[:2000], hidden=str(hidden or ""),
-            course_file=str(course.path or ""), started_at=now_utc(), version=version)
+        self.run = ""          # added with the first notebook (a run that grades none leaves none)
+        self._run_values = dict(command=command[:2000], hidden=str(hidden or ""),
+                                course_file=str(course.path or ""), started_at=now_utc(),
+                                version=version)
 
     def row(self, sub) -> NotebookRow:
         """The notebook row of a graded Submission (results, lateness, answers)."""
@@ -134,8 +136,12 @@ class Recorder:
             results=results, answers=answers)
 
     def __call__(self, sub) -> None:
+        if not self.run:
+            self.run = self.gradebook.start_run(**self._run_values)
         self.gradebook.add_notebook(self.row(sub))
         self.recorded += 1
 
     def finish(self) -> None:
-        self.gradebook.finish_run(self.run, now_utc())
+        """Mark the run finished (when it recorded anything)."""
+        if self.run:
+            self.gradebook.finish_run(self.run, now_utc())
