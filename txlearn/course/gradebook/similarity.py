@@ -147,7 +147,7 @@ def _tokens(source: str) -> str:
                                 tokenize.DEDENT, tokenize.ENDMARKER):
                 out.append(tok.string)
     except (tokenize.TokenError, IndentationError, SyntaxError):
-        return " ".join(source.split())
+        pass                      # unbalanced brackets at the end: the tokens read so far
     return " ".join(out)
 
 
@@ -166,7 +166,8 @@ def normalise(source: str) -> str:
 
 
 def _size(text: str) -> int:
-    return len(text.split())
+    """Python tokens in a (normalised) answer."""
+    return len(_tokens(text).split())
 
 
 def similar_pairs(rows: list[NotebookRow], *, policy: str = "latest", top: int = 50) -> list[dict]:
