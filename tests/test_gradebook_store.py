@@ -134,9 +134,10 @@ def test_a_new_gradebook_is_marked_with_its_schema(tmp_path):
 # ---- killed writers and concurrent writers -----------------------------------------------------
 
 def test_a_writer_killed_mid_notebook_leaves_whole_notebooks_only(tmp_path):
-    """The child writes three notebooks, then stops inside the fourth's transaction (after two of
-    its four results) and is killed with SIGKILL there: the gradebook holds the three, each
-    whole, and nothing of the fourth."""
+    """The child writes three notebooks, then stops inside the fourth's transaction (after 600
+    of its 700 results, 6 MB: SQLite has written pages of it into the file) and is killed with
+    SIGKILL there: the gradebook holds the three, each whole, and nothing of the fourth, once the
+    journal is rolled back, which even a reader's opening does."""
     path = tmp_path / "class.db"
     marker = tmp_path / "inside"
     child = _child(f"""
@@ -145,10 +146,10 @@ def test_a_writer_killed_mid_notebook_leaves_whole_notebooks_only(tmp_path):
         from test_gradebook_store import row
         from txlearn.course.gradebook import open_gradebook
 
-        class Stalls(list):     # the fourth notebook's results: stalls after two rows
-            def __iter__(self):
+        class Stalls(list):     # the fourth notebook's results: stalls after 600 rows of 10 kB,
+            def __iter__(self):  # more than SQLite's page cache: pages reach the file itself
                 for i, item in enumerate(list.__iter__(self)):
-                    if i == 2:
+                    if i == 600:
                         pathlib.Path({str(marker)!r}).write_text("mid-notebook")
                         time.sleep(120)
                     yield item
@@ -157,7 +158,9 @@ def test_a_writer_killed_mid_notebook_leaves_whole_notebooks_only(tmp_path):
         run = gb.start_run(command="killed", started_at="2026-10-02T10:00:00Z", version="0")
         for i in range(3):
             gb.add_notebook(row(run, f"s{{i}}", i))
-        fourth = row(run, "s3", 3)
+        fourth = row(run, "s3", 3, n_results=700)
+        for r in fourth.results:
+            r.feedback = "x" * 10_000
         fourth.results = Stalls(fourth.results)
         gb.add_notebook(fourth)
     """)
@@ -174,7 +177,8 @@ def test_a_writer_killed_mid_notebook_leaves_whole_notebooks_only(tmp_path):
             child.kill()
     assert child.returncode == -signal.SIGKILL
     assert Path(f"{path}-journal").exists()       # killed inside a transaction: a hot journal
-    with open_gradebook(path) as gb:              # rolled back on opening
+    assert path.stat().st_size > 4_000_000         # and the fourth notebook's pages in the file
+    with open_gradebook(path, readonly=True) as gb:   # rolled back on opening, even to read
         notebooks = gb.notebooks()
         assert [n.student for n in notebooks] == ["s0", "s1", "s2"]
         assert all(len(n.results) == n.n_results == 4 for n in notebooks)

@@ -379,8 +379,12 @@ def open_gradebook(path, *, create: bool = True, readonly: bool = False,
             raise _fail(path, problem)
         if readonly and path.stat().st_size == 0:
             raise _fail(path, "empty (no run was recorded in it)")
+    # a killed writer's hot journal is rolled back by the first connection that reads the file,
+    # which must be able to write it: a reader opens such a file read-write (it writes nothing
+    # itself), so that a report right after a killed run works
+    hot = Path(f"{path}-journal").exists()
     try:
-        uri = f"{path.resolve().as_uri()}?mode={'ro' if readonly else 'rwc'}"
+        uri = f"{path.resolve().as_uri()}?mode={'ro' if readonly and not hot else 'rwc'}"
         conn = sqlite3.connect(uri, uri=True, timeout=wait, isolation_level=None,
                                check_same_thread=False)
     except sqlite3.Error as err:
