@@ -46,7 +46,7 @@ def _score_block(row: NotebookRow) -> str:
         rows.append(["lateness", late_text(row.late_seconds)])
         rows.append(["late penalty", f"{row.penalty:.0%} of the raw score"])
     rows.append(["score", f"{row.score:g} / {row.max_points}"])
-    return table(["", ""], rows)
+    return table(None, rows)
 
 
 def _exercise_rows(row: NotebookRow) -> str:
@@ -64,8 +64,10 @@ def _exercise_rows(row: NotebookRow) -> str:
 def _answers(row: NotebookRow) -> str:
     if not row.answers:
         return ""
-    parts = [f"<details><summary>{esc(name)}</summary>{pre(source)}</details>"
-             for name, source in row.answers.items()]
+    order = [r.exercise for r in row.results if r.exercise in row.answers]
+    order += sorted(set(row.answers) - set(order))
+    parts = [f"<details><summary>{esc(name)}</summary>{pre(row.answers[name])}</details>"
+             for name in order]
     return "<h2>Your answer cells, as graded</h2>\n" + "\n".join(parts)
 
 

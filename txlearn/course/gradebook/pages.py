@@ -58,17 +58,19 @@ def badge(text: str, kind: str = "") -> str:
     return f'<span class="badge {safe}">{esc(text)}</span>'
 
 
-def table(header: list[str], rows: list[list], numeric: set[int] = frozenset()) -> str:
-    """A table; every cell escaped unless it is a :class:`Raw` (HTML this module made)."""
+def table(header: list[str] | None, rows: list[list], numeric: set[int] = frozenset()) -> str:
+    """A table (``header`` None: none); every cell escaped unless it is a :class:`Raw` (HTML
+    this module made)."""
     def cell(tag, i, value):
         cls = ' class="num"' if i in numeric else ""
         body = value.html if isinstance(value, Raw) else esc(value)
         return f"<{tag}{cls}>{body}</{tag}>"
 
-    head = "".join(cell("th", i, h) for i, h in enumerate(header))
+    head = "" if header is None else \
+        "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>\n"
     body = "\n".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>"
                      for row in rows)
-    return f"<table>\n<tr>{head}</tr>\n{body}\n</table>"
+    return f"<table>\n{head}{body}\n</table>"
 
 
 class Raw:

@@ -159,6 +159,7 @@ def _mistake_plot(data: dict):
     ax.barh([f[0] for f in found], [f[2] for f in found], color="#e57373",
             label="in the run that counts")
     ax.set_xlabel("students")
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(f"{data['set']}: the mistakes that fired most")
     return fig
@@ -171,10 +172,15 @@ def _attempt_plot(data: dict):
     for e in data["exercises"]:
         ax.plot([a["attempt"] for a in e["attempts"]], [a["pass_rate"] for a in e["attempts"]],
                 marker="o", label=e["exercise"])
-    ax.set_xlabel("submission (1 = the first)")
+    counts: dict[int, int] = {}
+    for e in data["exercises"]:
+        for a in e["attempts"]:
+            counts[a["attempt"]] = max(counts.get(a["attempt"], 0), a["students"])
+    ax.set_xticks(sorted(counts), [f"{k}\n({n} student{'s' * (n != 1)})"
+                                   for k, n in sorted(counts.items())])
+    ax.set_xlabel("submission (1 = the first), and how many students made one")
     ax.set_ylabel("pass rate")
     ax.set_ylim(-0.05, 1.05)
-    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=8)
     ax.set_title(f"{data['set']}: the pass rate over re-submissions")
     return fig
