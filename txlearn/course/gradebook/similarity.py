@@ -175,6 +175,15 @@ def similar_pairs(rows: list[NotebookRow], *, policy: str = "latest", top: int =
     ``{"set", "students": (a, b), "score", "shared": [{"exercise", "wrong", "share", "answered",
     "score", "answers": (a's cell, b's cell)}]}``."""
     counted = counting(rows, policy)
+    seen: dict[str, tuple[str, int]] = {}   # source -> (its normalised digest, its tokens)
+
+    def key_of(source: str) -> tuple[str, int]:
+        if source not in seen:                # identical cells (a shared answer) parse once
+            text = normalise(source)
+            seen[source] = (hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest(),
+                            _size(text))
+        return seen[source]
+
     answers: dict[tuple[str, str], dict[str, tuple[str, str, bool]]] = defaultdict(dict)
     for (student, set_name), row in counted.items():
         if row.status == "ERROR":
@@ -184,8 +193,8 @@ def similar_pairs(rows: list[NotebookRow], *, policy: str = "latest", top: int =
             if source is None or r.status not in ("PASS", "FAIL") or \
                     mistakes.is_unanswered(r.mistake):
                 continue
-            key = hashlib.sha256(normalise(source).encode("utf-8", "backslashreplace")).hexdigest()
-            answers[(set_name, r.exercise)][student] = (key, source, r.status == "FAIL")
+            answers[(set_name, r.exercise)][student] = (key_of(source)[0], source,
+                                                        r.status == "FAIL")
     pairs: dict[tuple[str, str, str], dict] = {}
     for (set_name, exercise), given in answers.items():
         groups: dict[str, list[str]] = defaultdict(list)
@@ -198,7 +207,7 @@ def similar_pairs(rows: list[NotebookRow], *, policy: str = "latest", top: int =
                 continue
             first = given[students[0]]
             weight = math.log2(n / k) * (2.0 if first[2] else 1.0) * \
-                min(1.0, _size(normalise(first[1])) / 20)
+                min(1.0, key_of(first[1])[1] / 20)
             for a, b in combinations(sorted(students), 2):
                 pair = pairs.setdefault((set_name, a, b), {"set": set_name, "students": (a, b),
                                                            "score": 0.0, "shared": []})
