@@ -355,3 +355,23 @@ def test_the_browser_shows_a_feedback_page_and_the_report_offline_with_the_scrip
         assert "stable_softmax" in page.inner_text("body")
         browser.close()
     assert all(url.startswith("file:") for url in requested), requested
+
+
+def test_the_reading_commands_write_what_they_say(graded, tmp_path, capsys):
+    from txlearn.cli import main
+
+    db = graded["db"]
+    assert main(["feedback", str(db), "--out", str(tmp_path / "fb"), "--student", "eve"]) == 0
+    assert sorted(p.name for p in (tmp_path / "fb").rglob("*.html")) == ["01_softmax.html",
+                                                                         "index.html"]
+    assert main(["report", str(db), "--out", str(tmp_path / "r.html"), "--no-plots"]) == 0
+    assert json.loads((tmp_path / "r.json").read_text())["students"] == 5
+    assert main(["export", "gradescope", str(db), "--out", str(tmp_path / "gs")]) == 0
+    assert len(list((tmp_path / "gs").rglob("results.json"))) == 5
+    assert main(["export", "gradescope", str(db), "--out", str(tmp_path / "one.json")]) == 2
+    assert "5 notebooks match" in capsys.readouterr().err
+    assert main(["similarity", str(db), "--out", str(tmp_path / "s.html")]) == 0
+    assert main(["merge", str(tmp_path / "all.db"), str(db), str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "1 new run(s), 5 new notebook(s)" not in out and "2 new run(s), 6 new notebook(s)" in out
+    assert "0 new run(s), 0 new notebook(s) (2 run(s) and 6 notebook(s) already" in out
