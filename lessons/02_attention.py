@@ -26,13 +26,13 @@ import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
 from txlearn.attention import attention_np, masked_softmax, scaled_dot_product_attention
-from txlearn.capstone.data import CharVocab, load_corpus, random_windows, split_by_position
-from txlearn.capstone.generate import generate
-from txlearn.capstone.model import CharTransformer
 from txlearn.masks import (causal_mask, combine_masks, key_padding_to_attn_mask,
                            padding_mask)
+from txlearn.models.char_lm import CharTransformer
 from txlearn.plotting import heatmap
 from txlearn.sampling import sample_next
+from txlearn.training.data import CharVocab, load_corpus, random_windows, split_by_position
+from txlearn.training.generate import generate
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # the tensors here are tiny: one thread is fastest on a shared CPU

@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from txlearn.attention import scaled_dot_product_attention
 from txlearn.heads import MultiHeadAttention
 from txlearn.masks import causal_mask
+from txlearn.plotting import heatmap
 from txlearn.positional import (LearnedPositionalEmbedding, apply_rope, interleaved_to_half,
                                 sinusoidal_encoding, sinusoidal_encoding_np,
                                 sinusoidal_offset_matrix_np)
-from txlearn.plotting import heatmap
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # small models: one thread is fastest on a shared CPU
@@ -313,7 +313,7 @@ assert mixed.abs().max().item() > 1.0   # mixing pairings without converting giv
 # sinusoidal formula can, and RoPE, being relative, should too. Measured here on real text.
 #
 # **The experiment.** Four small causal character models on the course corpus (the Python
-# language reference, `txlearn.capstone.data`), identical except for positions: none (NoPE),
+# language reference, `txlearn.training.data`), identical except for positions: none (NoPE),
 # sinusoidal (added to embeddings scaled by $\sqrt{d_{model}}$, paper section 3.4), learned
 # (GPT-2's way: a table of `max_len = 128` rows added to the embeddings) and RoPE (on $Q$ and $K$
 # in every layer). Each: $d_{model} = 64$, 4 heads, 2 pre-LN layers, $d_{ff} = 128$, output head
@@ -347,11 +347,11 @@ import time
 
 from torch import nn
 
-from txlearn.capstone.data import CharVocab, load_corpus, random_windows, split_by_position
 from txlearn.ffn import FeedForward
 from txlearn.heads import merge_heads, split_heads
 from txlearn.layer import OutputHead, TokenEmbedding
 from txlearn.norms import LayerNorm
+from txlearn.training.data import CharVocab, load_corpus, random_windows, split_by_position
 
 text = load_corpus()
 vocab = CharVocab.from_text(text)

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from txlearn.attention import scaled_dot_product_attention
-from txlearn.complexity import (MODEL_SIZES, ffn_flop_share, ffn_param_share, layer_flops,
-                                layer_param_counts)
+from txlearn.counting import (MODEL_SIZES, ffn_flop_share, ffn_param_share, layer_flops,
+                              layer_param_counts)
 from txlearn.ffn import FeedForward, gelu, relu, silu, swiglu_d_ff
 from txlearn.heads import MultiHeadAttention
 
@@ -325,7 +325,7 @@ assert d_ff_70b == MODEL_SIZES["LLaMA-2 70B"]["d_ff"] == 28672
 #
 # so the FFN's share of the FLOPs is ($n_{kv\_heads} d_k = d_{model}$ without grouped-query attention)
 # $$\frac{m\,d_{ff}}{m\,d_{ff} + 2d_{model} + 2n_{kv\_heads} d_k + 2T}\;\;\Big(= \frac{8d_{model}}{12d_{model} + 2T}\text{ for } d_{ff}=4d_{model}\Big),$$
-# which is `ffn_flop_share`. The counting lives in `txlearn.complexity` (lesson 08 derives every row;
+# which is `ffn_flop_share`. The counting lives in `txlearn.counting` (lesson 08 derives every row;
 # here we only need the FFN's share). Published sizes (`MODEL_SIZES`, each at its context length $T$):
 
 # %%

@@ -25,9 +25,10 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from txlearn.complexity import fit_loglog_slope
-from txlearn.layer import DecoderLayer, OutputHead, TokenEmbedding, TransformerLayer, TransformerStack
+from txlearn.layer import (OutputHead, TokenEmbedding, TransformerDecoderLayer, TransformerLayer,
+                           TransformerStack)
 from txlearn.masks import causal_mask, padding_mask
+from txlearn.measuring import fit_loglog_slope
 from txlearn.norms import LayerNorm, layer_norm_np
 from txlearn.plotting import heatmap, layer_diagram
 from txlearn.positional import sinusoidal_encoding
@@ -325,8 +326,8 @@ assert logits.shape == (2, 16, n_vocab)
 # cross-attention the queries come from the decoder's $L$ positions and the keys and values from
 # the encoder's $S$ output positions (the "memory"), so its weights are an $L \times S$ matrix:
 # for each output position, where in the input to look. In txlearn it is the same
-# `MultiHeadAttention`, called as `attn(x, x_kv=memory)`; `txlearn.layer.DecoderLayer` wires the
-# three sub-layers, in post-LN or pre-LN order. First, as for the encoder layer, equality with
+# `MultiHeadAttention`, called as `attn(x, x_kv=memory)`; `txlearn.layer.TransformerDecoderLayer`
+# wires the three sub-layers, in post-LN or pre-LN order. First, as for the encoder layer, equality with
 # PyTorch's `nn.TransformerDecoderLayer` in float64 (expected: below $10^{-12}$):
 
 # %%
@@ -335,13 +336,13 @@ memory = torch.randn(3, 7, 64, dtype=torch.float64)                   # encoder 
 for norm_first in (False, True):
     ref = nn.TransformerDecoderLayer(64, 4, 256, dropout=0.0, batch_first=True,
                                      norm_first=norm_first).double().eval()
-    ours = DecoderLayer.from_torch(ref).eval()
+    ours = TransformerDecoderLayer.from_torch(ref).eval()
     with torch.no_grad():
         expected = ref(x_dec, memory, tgt_mask=~causal_mask(5), memory_key_padding_mask=~real)
         got, w_self, w_cross = ours(x_dec, memory, mask=causal_mask(5),
                                     memory_key_padding_mask=real, return_weights=True)
     gap = (got - expected).abs().max().item()
-    print(f"norm_first={norm_first!s:5}: max |DecoderLayer - nn.TransformerDecoderLayer| = {gap:.1e}; "
+    print(f"norm_first={norm_first!s:5}: max |ours - nn.TransformerDecoderLayer| = {gap:.1e}; "
           f"self-attention weights {tuple(w_self.shape)}, cross-attention {tuple(w_cross.shape)}")
     assert gap < 1e-12
     assert w_cross.shape == (3, 4, 5, 7)                               # (B, n_heads, L, S)
@@ -351,8 +352,9 @@ for norm_first in (False, True):
 # tokens; the decoder must write them in reverse order, one token at a time, seeing the tokens it
 # has written so far (teacher forcing in training: its input is a start token followed by the
 # target shifted right). Model: a shared `TokenEmbedding` (sinusoidal, scaled), one pre-LN encoder
-# layer, one pre-LN `DecoderLayer` with **one head** so that its map is a single matrix, a final
-# LayerNorm on each side and a tied `OutputHead`; Adam at $5\cdot10^{-3}$, 300 steps of 32 sequences.
+# layer, one pre-LN `TransformerDecoderLayer` with **one head** so that its map is a single
+# matrix, a final LayerNorm on each side and a tied `OutputHead`; Adam at $5\cdot10^{-3}$, 300
+# steps of 32 sequences.
 #
 # Expected, before training: output position $t$ must write source token $T-1-t$, and nothing in
 # the decoder's own input says which token that is (the targets so far are random), so the
@@ -374,7 +376,7 @@ class Reverser(nn.Module):
         self.embed = TokenEmbedding(n_vocab_r, d_model_r, positional="sinusoidal", scale=True)
         self.encoder = TransformerLayer(d_model_r, 1, 4 * d_model_r, norm_first=True)
         self.encoder_norm = LayerNorm(d_model_r)
-        self.decoder = DecoderLayer(d_model_r, 1, 4 * d_model_r, norm_first=True)
+        self.decoder = TransformerDecoderLayer(d_model_r, 1, 4 * d_model_r, norm_first=True)
         self.decoder_norm = LayerNorm(d_model_r)
         self.head = OutputHead(d_model_r, n_vocab_r, tie_to=self.embed)
 
@@ -451,7 +453,7 @@ plt.show()
 #   table the $\sqrt{d_{model}}$ scale makes the token's part $\sqrt2$ times the position's
 #   instead of $1/8$ of it ($d_{model} = 128$). Tying the output head to the table saves
 #   $n_{vocab} d_{model}$ parameters and sends a gradient to every row of the table at every step.
-# - `DecoderLayer` equals `nn.TransformerDecoderLayer` to 1e-12; a one-layer encoder-decoder
+# - `TransformerDecoderLayer` equals `nn.TransformerDecoderLayer` to 1e-12; a one-layer encoder-decoder
 #   learns to reverse sequences in 300 steps, and its cross-attention map is the anti-diagonal.
 #
 # Lesson 08 asks what one layer costs. Exercises: [`work/07_layer.ipynb`](../work/07_layer.ipynb).

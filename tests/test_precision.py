@@ -62,9 +62,10 @@ from typing import Callable
 import pytest
 import torch
 
-from txlearn import attention, complexity, ffn, heads, layer, masks, norms, positional, softmax
-from txlearn.capstone.decoder import Decoder, DecoderConfig
-from txlearn.capstone.model import CharTransformer
+from txlearn import (attention, ffn, flash_attention, heads, layer, masks, norms, positional,
+                     softmax)
+from txlearn.models.char_lm import CharTransformer
+from txlearn.models.llama import LlamaConfig, LlamaDecoder
 from txlearn.precision import compute_dtype, upcast
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -357,7 +358,7 @@ CASES = [
     Case("OutputHead with bias", module(lambda: _with_bias(layer.OutputHead(D_MODEL, 50, bias=True))),
          lambda dt: cast((randn(2, T, D_MODEL),), dt), same_module_in_float64, C=2, C_f32=4),
 
-    # capstone/model.py (lesson 09): the whole model, tied head, and with a KV cache.
+    # models/char_lm.py (lesson 09): the whole model, tied head, and with a KV cache.
     # measured (30 seeds) 5.33 / 1.78 / 1.52, the same with the cache
     Case("CharTransformer logits", module(lambda: CharTransformer(40, D_MODEL, 4, 2, 64, 16)),
          lambda dt: (torch.randint(0, 40, (2, T)),), same_module_in_float64, C=4, C_f32=11),
@@ -366,28 +367,28 @@ CASES = [
          lambda dt: (torch.randint(0, 40, (2, T)),),
          lambda m, a: f64(m.model)(*a), C=4, C_f32=11),
 
-    # capstone/decoder.py (lesson 10): RMSNorm, RoPE, GQA, SwiGLU, tied head; with its KV caches.
+    # models/llama.py (lesson 10): RMSNorm, RoPE, GQA, SwiGLU, tied head; with its KV caches.
     # measured (30 seeds) 4.29 / 2.12 / 1.70, the same with the caches
-    *[Case(f"Decoder (Llama-style), {label}",
-           module(lambda wrap=wrap: wrap(Decoder(DecoderConfig(n_vocab=40, d_model=D_MODEL,
-                                                               n_layers=2, n_heads=4,
-                                                               n_kv_heads=2, d_ff=64)))),
+    *[Case(f"LlamaDecoder, {label}",
+           module(lambda wrap=wrap: wrap(LlamaDecoder(LlamaConfig(n_vocab=40, d_model=D_MODEL,
+                                                                  n_layers=2, n_heads=4,
+                                                                  n_kv_heads=2, d_ff=64)))),
            lambda dt: (torch.randint(0, 40, (2, T)),),
            (lambda m, a: f64(m.model)(*a)) if wrap is CachedChars else same_module_in_float64,
            C=C, C_f32=C_f32)
       for label, wrap, C, C_f32 in [("logits", lambda m: m, 5, 9),
                                     ("KV cache decoding", CachedChars, 5, 9)]],
 
-    # complexity.py (lesson 08): scores and the online-softmax state in float32, rounded once.
+    # flash_attention.py (lesson 08): scores and the online-softmax state in float32, rounded once.
     # measured 1.13 / 0.43 / 0.44
     Case("tiled_attention, causal and fully masked rows",
-         lambda dt: lambda Q, K, V, m: complexity.tiled_attention(Q, K, V, m, block_size=3),
+         lambda dt: lambda Q, K, V, m: flash_attention.tiled_attention(Q, K, V, m, block_size=3),
          lambda dt: cast((randn(2, 7, 16), randn(2, 5, 16), randn(2, 5, 16),
                           masks.causal_mask(7, 5)), dt),
          lambda f, a: attention.attention_np(*(t.numpy() for t in a)), C=1, C_f32=3),
     # measured 1.97 / 0.47 / 0.49
     Case("tiled_attention, large close scores",
-         lambda dt: lambda Q, K, V: complexity.tiled_attention(Q, K, V, block_size=3),
+         lambda dt: lambda Q, K, V: flash_attention.tiled_attention(Q, K, V, block_size=3),
          close_large_scores, lambda f, a: attention.attention_np(*(t.numpy() for t in a)), C=1, C_f32=4),
 ]
 

@@ -22,10 +22,20 @@ import torch
 
 from txlearn.precision import compute_dtype, upcast
 
-__all__ = ["masked_softmax", "scaled_dot_product_attention", "attention_np", "masked_softmax_np"]
+__all__ = ["masked_softmax", "scaled_dot_product_attention", "attention_np", "masked_softmax_np",
+           "check_mask"]
 
 
-def _check_mask(mask, scores_shape: tuple, is_bool) -> None:
+def check_mask(mask, scores_shape: tuple, is_bool: bool) -> None:
+    """Check an attention mask against the scores it masks (every attention of the course uses
+    this one rule): it must be boolean (True = may attend; ``is_bool`` says whether its dtype is
+    the framework's bool) and broadcast to ``scores_shape`` ``(..., L, S)`` exactly.
+
+    Raises:
+        ValueError: a mask that is not boolean (naming its dtype, and how to turn an additive
+            float mask into a boolean one), or whose shape does not broadcast to the scores'
+            (naming both shapes).
+    """
     if not is_bool:
         raise ValueError(f"mask must be boolean (True = may attend), got dtype {mask.dtype}; "
                          "for an additive float mask m use `m == 0` to get the boolean one")
@@ -77,7 +87,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None = None,
     work = compute_dtype(scores.dtype)  # float32 for float16/bfloat16 scores
     if mask is None:  # the max-shifted softmax of lesson 01, one kernel
         return torch.softmax(scores, dim=dim, dtype=work).to(scores.dtype)
-    _check_mask(mask, scores.shape, mask.dtype == torch.bool)
+    check_mask(mask, scores.shape, mask.dtype == torch.bool)
     empty = ~mask.any(dim=dim, keepdim=True)  # (..., L, 1) rows with no allowed key
     scores = scores.masked_fill(~mask, float("-inf"))  # hidden entries: exp(-inf) = 0
     scores = scores.masked_fill(empty, 0.0)  # an empty row: finite softmax, zeroed just below
@@ -135,7 +145,7 @@ def masked_softmax_np(scores: np.ndarray, mask: np.ndarray | None = None,
     if mask is None:
         mask = np.ones(scores.shape, dtype=bool)
     mask = np.asarray(mask)
-    _check_mask(mask, scores.shape, mask.dtype == np.bool_)
+    check_mask(mask, scores.shape, mask.dtype == np.bool_)
     mask = np.broadcast_to(mask, scores.shape)
     s = np.where(mask, scores, -np.inf)
     m = s.max(axis=axis, keepdims=True)

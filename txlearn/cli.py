@@ -65,7 +65,7 @@ def _cmd_build(args) -> int:
         print("txlearn build --check: every generated notebook matches its source")
         return 0
     try:
-        changed = build.build()
+        changed = build.build_course()
     except build.BuildError as err:
         print(f"txlearn build: error: {err}", file=sys.stderr)
         return 1
@@ -117,8 +117,9 @@ def _cmd_book(args) -> int:
             print(f"wrote {page.path}", flush=True)
 
     try:
-        book.build(Path(args.dest), lessons=args.lessons, execute_lessons=not args.no_execute,
-                   timeout=args.cell_timeout, progress=report)
+        book.write_book(Path(args.dest), lessons=args.lessons,
+                        execute_lessons=not args.no_execute, timeout=args.cell_timeout,
+                        progress=report)
     except book.BookError as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
         return 1
@@ -141,7 +142,8 @@ def _expand(patterns: list[str]) -> tuple[list[Path], int]:
 
 def _cmd_grade(args) -> int:
     from txlearn.checks import clean
-    from txlearn.course import grading, sandbox
+    from txlearn.course import grading
+    from txlearn.course.grading import sandbox
 
     paths, unmatched = _expand(args.notebooks)
     if not paths:
@@ -229,7 +231,7 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_grade)
 
     if with_training:
-        from txlearn.capstone import cli  # imports torch: only for the commands that need it
+        from txlearn.training import cli  # imports torch: only for the commands that need it
 
         cli.add_train_parser(sub)
         cli.add_sample_parser(sub)
@@ -258,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         print("txlearn: interrupted", file=sys.stderr)
         return 130
     except Exception as err:  # a user error from a subcommand: one line, no traceback
-        user_error = getattr(sys.modules.get("txlearn.capstone.data"), "UserError", None)
+        user_error = getattr(sys.modules.get("txlearn.training.data"), "UserError", None)
         if user_error is not None and isinstance(err, user_error):
             print(f"txlearn: error: {err}", file=sys.stderr)
             return 2

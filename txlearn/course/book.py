@@ -46,7 +46,7 @@ import nbformat
 
 from txlearn.course.build import ROOT, Layout
 
-__all__ = ["BookError", "LessonEntry", "Page", "build", "check_links", "execute", "lesson_table",
+__all__ = ["BookError", "LessonEntry", "Page", "write_book", "check_links", "execute", "lesson_table",
            "mathjax_source"]
 
 MARKER = ".txlearn-book"  # marks a folder as a book this module wrote (safe to replace)
@@ -344,8 +344,9 @@ def _prepare(dest: Path) -> Path:
     return partial
 
 
-def build(dest: Path, lessons=None, execute_lessons: bool = True, timeout: int = 1200,
-          layout: Layout = Layout(), readme: Path | None = None, progress=None) -> list[Page]:
+def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: int = 1200,
+               layout: Layout = Layout(), readme: Path | None = None,
+               progress=None) -> list[Page]:
     """Write the book into `dest` (created; a previous book there is replaced).
 
     Args:

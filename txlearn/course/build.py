@@ -24,6 +24,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from txlearn.checks.registry import exercise_modules
+
 ROOT = Path(__file__).resolve().parents[2]  # the repository (txlearn/course/build.py)
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -272,7 +274,11 @@ def intro_cell(info: SetInfo, names: list[str], titles: dict[str, str]):
 
 
 def build_exercises(path: Path, layout: Layout = Layout()):
-    """(student, solution) notebooks generated from the exercise source `path`."""
+    """(student, solution) notebooks generated from the exercise source `path`.
+
+    Raises BuildError for a source that breaks the format (its header, its cells, its solution
+    markers) or names an exercise no check module defines (the checks' one index,
+    :func:`txlearn.checks.registry.exercise_modules`)."""
     src = read_source(path)
     rel = path.relative_to(layout.root).as_posix()
     names = exercise_names(src, rel)
@@ -311,6 +317,10 @@ def build_exercises(path: Path, layout: Layout = Layout()):
             solution.cells.append(_copy_cell(cell, cell_id))
         if cell.cell_type == "code":
             count += 1
+    unchecked = [n for n in names if n not in exercise_modules()]
+    if unchecked:
+        raise BuildError(f"{rel}: no check module defines {', '.join(unchecked)} (write its "
+                         f'@exercise("...") check in txlearn/checks/)')
     return student, solution
 
 
@@ -347,7 +357,7 @@ def _generated_dirs(layout: Layout) -> list[Path]:
     return [layout.notebooks, layout.student, layout.solutions]
 
 
-def build(layout: Layout = Layout()) -> list[Path]:
+def build_course(layout: Layout = Layout()) -> list[Path]:
     """Write every generated notebook; remove generated notebooks whose source is gone.
 
     Returns the paths written or removed (only those whose content changed).
