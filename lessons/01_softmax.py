@@ -434,7 +434,10 @@ ax.loglog(cs, vjp_bound, "k--", label="bound $2(1 - \\max_i s_i)(\\max g - \\min
 ax.set(xlabel="logit scale $c$", ylabel="size of the gradient into the logits",
        title="the softmax's backward pass vs logit scale (S = 16)")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot against the logit scale c from {cs[0]:g} to {cs[-1]:g}: the measured "
+     f"size of the gradient into the logits, {vjp_l1[0]:.2f} at the smallest scale and "
+     f"{vjp_l1[-1]:.1e} at the largest, always under the dashed bound 2(1 - max s)(max g - min g), "
+     f"both falling steeply once the softmax saturates.")
 print(f"|dx|_1 at c = 0.01: {vjp_l1[0]:.3f}; at c = 100: {vjp_l1[-1]:.1e}")
 assert np.all(vjp_l1 <= vjp_bound + 1e-12)            # the bound holds at every scale
 assert vjp_l1[-1] < 1e-6 * vjp_l1.max()                # saturated: almost nothing comes back
@@ -502,7 +505,10 @@ ax.axhline(1, color="gray", ls=":")
 ax.set(xlabel="$d_k$", ylabel="median gradient, unscaled / scaled",
        title="what leaving out $1/\\sqrt{d_k}$ does to the gradient")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot against d_k from {d_ks[0]} to {d_ks[-1]} of the median gradient "
+     f"without the scale divided by the one with it, with a dotted line at 1. Into the scores "
+     f"the ratio falls from {ratio_scores[0]:.2f} to {ratio_scores[-1]:.1e}; reaching W_Q it "
+     f"rises above 1 (up to {ratio_W_Q.max():.2f}) and crosses below 1 between 64 and 128.")
 for d_k, a, b in zip(d_ks, ratio_scores, ratio_W_Q):
     print(f"d_k = {d_k:5d}: unscaled / scaled, into the scores {a:.3f}, reaching W_Q {b:.3f}")
 crossover = d_ks[1:][(ratio_W_Q[:-1] > 1) & (ratio_W_Q[1:] < 1)]
