@@ -28,7 +28,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from txlearn.course import book
+from txlearn.course import book, figures
 from txlearn.course.build import ROOT, Layout, solution_texts
 from txlearn.plotting import MIN_ALT_WORDS
 
@@ -289,7 +289,7 @@ def test_alt_text_reaches_the_page_and_the_browser_check_sees_a_missing_one(brow
     nb = _figure_notebook("import matplotlib.pyplot as plt\nfrom txlearn.plotting import show\n"
                           f"fig, ax = plt.subplots()\nax.plot([0, 1])\nshow(fig, alt={alt!r})")
     book.execute(nb, tmp_path, timeout=120)
-    assert book.figures_without_alt(nb) == [] and book._figures(nb) == 1
+    assert book.figures_without_alt(nb) == [] and figures.figure_count(nb) == 1
     (tmp_path / "mathjax").symlink_to(book.mathjax_source(), target_is_directory=True)
     book._write(book._exporter(0), nb, tmp_path / "probe.html", "probe", "", "")
     report = open_page(browser, tmp_path / "probe.html")

@@ -54,7 +54,7 @@ from urllib.parse import unquote, urlsplit
 import nbformat
 
 from txlearn.course.build import ROOT, Layout, read_source, set_info
-from txlearn.plotting import MIN_ALT_WORDS
+from txlearn.course.figures import alt_text, figure_count, figures_without_alt
 
 __all__ = ["BookError", "LessonEntry", "Page", "alt_text", "write_book", "check_links", "execute",
            "figures_without_alt", "lesson_table", "mathjax_source"]
@@ -265,39 +265,6 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> float:
             log.seek(0)
             raise BookError(f"the kernel died ({err}); its log:\n{log.read()[-2000:]}") from None
     return time.perf_counter() - start
-
-
-def _figures(nb) -> int:
-    return sum(1 for cell in nb.cells if cell.cell_type == "code"
-               for out in cell.get("outputs", [])
-               if any(k.startswith("image/") for k in out.get("data", {})))
-
-
-def alt_text(output) -> str | None:
-    """The alt text of an image output: its metadata's ``[mime]["alt"]`` or ``["alt"]``."""
-    metadata = output.get("metadata", {})
-    for mime in output.get("data", {}):
-        if mime.startswith("image/"):
-            alt = metadata.get(mime, {}).get("alt") if isinstance(metadata.get(mime), dict) else None
-            return alt if alt is not None else metadata.get("alt")
-    return None
-
-
-def figures_without_alt(nb) -> list[str]:
-    """Image outputs of `nb` whose alt text is missing or under MIN_ALT_WORDS words, each as
-    "cell N (first line of its source)"."""
-    missing = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        for out in cell.get("outputs", []):
-            if not any(k.startswith("image/") for k in out.get("data", {})):
-                continue
-            alt = alt_text(out)
-            if not isinstance(alt, str) or len(alt.split()) < MIN_ALT_WORDS:
-                first = cell.source.strip().splitlines()[0][:60] if cell.source.strip() else ""
-                missing.append(f"cell {index} ({first!r}): alt {alt!r}")
-    return missing
 
 
 def _exporter(depth: int):
@@ -525,7 +492,7 @@ class _Writer:
         path = Path(self.lesson_pages[entry.stem])
         _write(self.top_level, nb, self.folder / path,
                f"{entry.number} {entry.title} \u00b7 txlearn", nav + note, nav)
-        return Page(path, "lesson", nb, seconds, _figures(nb))
+        return Page(path, "lesson", nb, seconds, figure_count(nb))
 
     def exercises(self, entry: LessonEntry, stem: str | None = None) -> Page:
         """The statements page of set `stem` (the lesson's own set when None), after `entry`."""
