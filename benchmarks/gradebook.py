@@ -55,7 +55,8 @@ def _needs_torch(answer: str, names: list[str]) -> bool:
     tree = ast.parse(answer)
     defs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     todo = [a.value.id for a in tree.body if isinstance(a, ast.Assign)
-            and isinstance(a.value, ast.Name) and a.targets[0].id in names]
+            and isinstance(a.value, ast.Name) and isinstance(a.targets[0], ast.Name)
+            and a.targets[0].id in names]
     seen = set()
     while todo:
         name = todo.pop()

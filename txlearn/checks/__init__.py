@@ -9,8 +9,9 @@ A check cell in an exercise notebook is always the same two lines::
 set, named like the package module it checks: ``softmax.py`` for lesson 01, ``attention.py`` for
 02, ...), loaded afresh from disk on every call, runs it and prints exactly one line,
 ``PASSED (public cases): <exercise>`` (the grader may hold hidden cases too). A wrong answer
-raises :class:`CheckFailure`, shown in a notebook as at most about eight lines: the case, what differs (shape, first differing index, got vs expected),
-the learner's own frames when their code raised, and a hint. Hints come in levels: the first
+raises :class:`CheckFailure`, shown in a notebook as at most about eight lines: the case, what
+differs (shape, first differing index, got vs expected), the learner's own frames when their
+code raised, and a hint. Hints come in levels: the first
 names the concept; running the check again with the same mistake, or calling
 ``hint("stable_softmax")``, gives the next, more specific level. No hint holds a line of a
 solution (a test enforces it).

@@ -11,8 +11,8 @@ objects the cell passes, with the learner's own names for the checks of the exer
 and prints exactly one line, ``PASSED (public cases): <exercise>`` (:func:`passed_line`), or
 raises the :class:`~txlearn.checks.feedback.CheckFailure`. The line says *public* cases because
 they are all a learner's kernel has: the grader may hold hidden ones, and a notebook that passes
-here can still fail there (its feedback then names the failed case as hidden). The same mistake twice in a row, or
-``hint("stable_softmax")``, gives the next, more specific hint level.
+here can still fail there (its feedback then names the failed case as hidden). The same
+mistake twice in a row, or ``hint("stable_softmax")``, gives the next, more specific hint level.
 """
 
 from __future__ import annotations
@@ -65,9 +65,10 @@ def passed_line(name: str) -> str:
 def check(name: str, *objects: Any) -> None:
     """Check the learner's `objects` (functions, classes, values) for exercise `name`.
 
-    Prints ``PASSED (public cases): <name>`` (:func:`passed_line`) on success. Raises :class:`CheckFailure` with feedback on a wrong
-    answer (in a notebook shown as a few lines, at the next hint level when the same mistake
-    comes back), and ``KeyError`` for an unknown exercise name.
+    Prints ``PASSED (public cases): <name>`` (:func:`passed_line`) on success. Raises
+    :class:`CheckFailure` with feedback on a wrong answer (in a notebook shown as a few lines, at
+    the next hint level when the same mistake comes back), and ``KeyError`` for an unknown
+    exercise name.
     """
     _install_display()
     caller = sys._getframe(1).f_globals
