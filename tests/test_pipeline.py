@@ -291,6 +291,7 @@ def test_every_stub_check_fails_with_not_implemented_in_eight_lines(stub_outputs
 def test_build_and_grade_commands_do_not_import_torch():
     code = ("import sys\nfrom txlearn.cli import main\n"
             "assert main(['build', '--check']) == 0\n"
-            "assert 'torch' not in sys.modules, 'txlearn build imported torch'\n")
+            "assert 'torch' not in sys.modules, 'txlearn build imported torch'\n"
+            "assert sys.modules.get('rfc3987_syntax') is None, 'its parser was built'\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
