@@ -131,8 +131,10 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 #   not the notebook, if you contribute.
 # - **Exercises** are your copies in `work/NN_name.ipynb` (git-ignored: a course update never
 #   overwrites your answers). Replace each `raise NotImplementedError` with your code, then run
-#   the **check cell** below it. It prints `PASSED: <exercise>`, or names the failing case, the
-#   first wrong value (got vs expected) and a hint aimed at the likely mistake.
+#   the **check cell** below it. It prints `PASSED (public cases): <exercise>`, or names the
+#   failing case, the first wrong value (got vs expected) and a hint aimed at the likely mistake.
+#   *Public* cases are the ones the course ships; a grader may also run hidden ones, and names a
+#   failed hidden case as hidden.
 # - **Grading**: `txlearn grade work/01_softmax.ipynb` prints a table (exercise, PASS/FAIL, first
 #   line of the feedback) and a score. It never runs the notebook's check cells and never reads
 #   its saved outputs: your setup and answer cells run in a separate process (inside a

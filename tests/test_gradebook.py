@@ -151,6 +151,11 @@ def test_every_graded_notebook_is_recorded_with_its_rows(graded):
     results = {r.exercise: r for r in eve.results}
     assert results["stable_softmax"].hidden and results["stable_softmax"].hidden_cases
     assert results["stable_softmax"].mistake.startswith("softmax.hidden-")
+    # the grader's own output names the failure as hidden, and shows none of the case's values
+    eve_sub, = [s for s in graded["subs"][0] if s.student == "eve"]
+    table = grading.table([eve_sub])
+    assert "case 'hidden: ties'" in table
+    assert "your code raised an exception" in table and str(HIDDEN_VALUE) not in table
     assert results["scaled_scores"].kind == "raised" and not results["scaled_scores"].hidden
     assert [r.mistake for r in by_student(rows, "carol")[0].results] == ["stub"] * 4
     first_bob = by_student(rows, "bob")[0]
@@ -230,6 +235,7 @@ def test_feedback_pages_never_hold_a_hidden_input_or_a_solution_line(written):
     eve = (out / "eve" / "01_softmax.html").read_text()
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in eve
     assert "hidden case" in eve and "your code raised an exception" in eve
+    assert '"PASSED (public cases)" in your notebook means the public cases passed' in eve
     alice = (out / "alice" / "01_softmax.html").read_text()
     assert "1 day 6 h late" in alice and "20% of the raw score" in alice and "3.2 / 4" in alice
 
@@ -353,6 +359,7 @@ def test_the_browser_shows_a_feedback_page_and_the_report_offline_with_the_scrip
                               ".map(s => s.getBoundingClientRect().width)")
         assert len(shown) >= 2 and min(shown) > 200
         assert "stable_softmax" in page.inner_text("body")
+        assert page.evaluate("() => document.scripts.length") == 0
         browser.close()
     assert all(url.startswith("file:") for url in requested), requested
 
@@ -371,6 +378,10 @@ def test_the_reading_commands_write_what_they_say(graded, tmp_path, capsys):
     assert main(["export", "gradescope", str(db), "--out", str(tmp_path / "one.json")]) == 2
     assert "5 notebooks match" in capsys.readouterr().err
     assert main(["similarity", str(db), "--out", str(tmp_path / "s.html")]) == 0
+    for page in [tmp_path / "s.html", tmp_path / "r.html", *(tmp_path / "fb").rglob("*.html")]:
+        text = page.read_text()   # no page a command writes holds a hidden input or a live tag
+        assert SECRET not in text and str(HIDDEN_VALUE) not in text, page
+        assert "<script" not in text.lower() and "<img" not in text.lower(), page
     assert main(["merge", str(tmp_path / "all.db"), str(db), str(db)]) == 0
     out = capsys.readouterr().out
     assert "1 new run(s), 5 new notebook(s)" not in out and "2 new run(s), 6 new notebook(s)" in out

@@ -11,6 +11,13 @@ import glob
 import sys
 from pathlib import Path
 
+# jsonschema (imported by nbformat, which every command but `train` reads notebooks with) imports
+# rfc3987_syntax when it is installed (Jupyter's dependencies bring it) only to check the "iri"
+# string format, which no notebook schema uses; it builds a Lark parser at import: 2 s of every
+# command on this machine, 13 s under heavy load (python -X importtime). Refused here, the
+# format checker is skipped as when the package is missing.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 GRADE_HELP = """\
 Grade exercise notebooks. The grader never runs a submission's code: each notebook gets its own
 runner in a bubblewrap sandbox (no network, no view of your files, only numpy, torch and the

@@ -5,11 +5,12 @@ Sources are jupytext percent scripts, edited by hand:
 - ``lessons/NN_name.py``           -> ``notebooks/NN_name.ipynb`` (no outputs)
 - ``exercises/source/NN_name.py``  -> ``exercises/student/NN_name.ipynb`` (solution regions replaced
   by ``raise NotImplementedError``, no outputs) and ``exercises/solutions/NN_name.ipynb`` (marker
-  lines removed, each check cell carrying its expected ``PASSED: <exercise>`` output).
+  lines removed, each check cell carrying its expected ``PASSED (public cases): <exercise>``
+  output, :func:`txlearn.checks.notebook.passed_line`).
 
 Cells marked ``tags=["answer"] exercise="NAME"`` hold the learner's code; cells marked
 ``tags=["check"] exercise="NAME"`` call ``check("NAME", ...)`` and are tagged
-``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED:`` line.
+``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED`` line.
 The format is documented in CONTRIBUTING.md. Cell ids are derived from the cell's position and
 exercise, so regenerating gives byte-identical files.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from txlearn.checks.notebook import passed_line
 from txlearn.checks.registry import exercise_modules
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (txlearn/course/build.py)
@@ -278,8 +280,10 @@ def intro_cell(info: SetInfo, names: list[str], titles: dict[str, str]):
         lines += ["", "This set uses your answers of " + ", ".join(
             f"`{u}.ipynb`" for u in info.uses) + ": keep those notebooks in the same folder."]
     lines += ["", "Write each answer in its cell, then run the check cell below it: it prints "
-              "`PASSED: <exercise>` or says what is wrong, with a hint. Run a failing check "
-              "again (or call `hint(\"<exercise>\")`) for a more specific hint."]
+              "`PASSED (public cases): <exercise>` or says what is wrong, with a hint. Run a "
+              "failing check again (or call `hint(\"<exercise>\")`) for a more specific hint. "
+              "*Public cases* are the ones the course ships; whoever grades your notebook may "
+              "also run hidden ones, and their feedback names a failed hidden case as hidden."]
     cell = nbformat.v4.new_markdown_cell("\n".join(lines))
     cell.id = "set-intro"
     return cell
@@ -324,7 +328,8 @@ def build_exercises(path: Path, layout: Layout = Layout()):
             s_cell = check_cell(cell, cell_id)
             student.cells.append(s_cell)
             solved = copy.deepcopy(s_cell)
-            solved.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"PASSED: {name}\n")]
+            solved.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                     text=passed_line(name) + "\n")]
             solved.execution_count = count + 1
             solution.cells.append(solved)
         else:

@@ -286,6 +286,13 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
                 cs.view_dir = str(Path(tmp) / f"view-{cs.name}")
                 make_view(Path(cs.view_dir), cs.view_modules)
                 sets[cs.name] = cs
+                if "bwrap" in modes:
+                    # once per run, before the workers start: the probe imports torch, and two
+                    # workers asking for the same set at once each ran it (the cache is not locked)
+                    try:
+                        sandbox.package_entries(cs.packages)
+                    except RuntimeError:
+                        pass   # each of the set's notebooks is then not graded, with the reason
         workers = max(1, int(jobs or os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txlearn-grade") as pool:
             futures = [pool.submit(grade_one, job, sets, hidden, dict(limits or {}))
