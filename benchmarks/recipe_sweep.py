@@ -65,6 +65,20 @@ RECIPES = {
                                               init="gpt2"),
     "d 96, T 64, B 12, gpt2 init, no dropout": dict(d_model=96, d_ff=384, block_size=64,
                                                     batch_size=12, dropout=0.0, init="gpt2"),
+    "d 96, T 64, B 12, gpt2 init, no dropout, lr 3e-3": dict(
+        d_model=96, d_ff=384, block_size=64, batch_size=12, dropout=0.0, init="gpt2", lr=3e-3,
+        min_lr=3e-4),
+    "d 64, T 64, B 12, gpt2 init, no dropout, lr 3e-3": dict(
+        d_model=64, d_ff=256, block_size=64, batch_size=12, dropout=0.0, init="gpt2", lr=3e-3,
+        min_lr=3e-4),
+    "d 64, T 32, B 24, gpt2 init, no dropout, lr 3e-3": dict(
+        d_model=64, d_ff=256, block_size=32, batch_size=24, dropout=0.0, init="gpt2", lr=3e-3,
+        min_lr=3e-4),
+    "T 64, B 12, gpt2 init, dropout 0.1, lr 3e-3": dict(block_size=64, batch_size=12,
+                                                        init="gpt2", lr=3e-3, min_lr=3e-4),
+    "d 96, T 128, B 12, gpt2 init, dropout 0.1": dict(d_model=96, d_ff=384, init="gpt2"),
+    # the other recipe of benchmarks/minigpt.py (its own model and schedule), for reference
+    "minigpt": dict(block_size=64, batch_size=12, dropout=0.0, lr=1e-3, min_lr=1e-4),
 }
 
 
@@ -129,6 +143,11 @@ def cmd_run(args) -> None:
             if (name, budget) in done and not args.again:
                 continue
             config, fields = config_of(name)
+            if name == "minigpt":
+                row = run_minigpt(budget, config)
+                print(f"{name} @ {budget}: {row['steps']} steps, held-out "
+                      f"{row['held_out_nats']:.4f} nats/char ({row['wall_s']} s)", flush=True)
+                continue
             if "init" in fields and not hasattr(config, "init"):
                 _with_init(fields["init"])
             elif not hasattr(config, "init"):
@@ -153,6 +172,32 @@ def cmd_run(args) -> None:
             print(f"{name} @ {budget}: {result.step} steps, held-out "
                   f"{result.val_nats:.4f} nats/char ({row['wall_s']} s, load {row['load']})",
                   flush=True)
+
+
+def run_minigpt(budget: float, config: TrainConfig) -> dict:
+    """benchmarks/minigpt.py for the budget's iterations, on the sweep's protocol, one thread."""
+    import subprocess
+
+    steps = round(budget * C_FULL / flops_per_step(config))
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve().parent / "minigpt.py"),
+                          "--iters", str(steps), "--threads", "1", "--held-out"],
+                         capture_output=True, text=True, check=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    history = []   # "iter 250: train 2.1, val 2.2 (estimates)"
+    for line in out.splitlines():
+        if line.startswith("iter ") and "(estimates)" in line:
+            words = line.split()
+            history.append((int(words[1].rstrip(":")), float(words[-2])))
+    row = {"name": "minigpt", "budget": budget, "settings": RECIPES["minigpt"],
+           "steps": r["steps"], "chars": r["steps"] * r["B"] * r["T"],
+           "flops": r["steps"] * flops_per_step(config), "held_out_nats": r["val_nats"],
+           "history": history, "wall_s": round(time.perf_counter() - t, 1),
+           "cpu_s": r["loop_s"], "load": r["load"], "torch": torch.__version__,
+           "time": time.strftime("%Y-%m-%d %H:%M")}
+    with RUNS.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
 
 
 def cmd_table(args) -> None:
