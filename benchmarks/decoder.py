@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/decoder.py --quick    # the 37-token chat prompt only, ~1 min
 
 SmolLM2-135M-Instruct (float32, greedy) generates ``--new`` tokens after each prompt three ways:
-the course's ``Decoder`` through ``txlearn.capstone.generate.generate`` with its key/value cache
+the course's ``LlamaDecoder`` through ``txlearn.training.generate.generate`` with its key/value cache
 and without it (the whole context recomputed at every step), and ``transformers``'
 ``LlamaForCausalLM.generate`` (its own cache) on the same file. Every variant must produce the same
 tokens (checked). Times include the prefill of the prompt; each is the fastest of ``--repeats``
@@ -25,10 +25,10 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from txlearn.capstone.generate import generate  # noqa: E402
-from txlearn.capstone.gguf import load_decoder  # noqa: E402
-from txlearn.capstone.reference import (chat_ids, load_tokenizer, reference_generate,  # noqa: E402
-                                        reference_model)
+from txlearn.models.gguf import load_decoder  # noqa: E402
+from txlearn.models.llama_reference import (chat_ids, load_tokenizer, reference_generate,  # noqa: E402
+                                            reference_model)
+from txlearn.training.generate import generate  # noqa: E402
 
 
 def prompts(tokenizer, quick: bool) -> dict[str, list[int]]:

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from txlearn.course import build, grading  # noqa: E402
+from txlearn.course.grading import sets  # noqa: E402
 
 SETS = ("01_softmax", "02_attention", "03_heads")
 CATALOGUE = {"01_softmax": "softmax", "02_attention": "attention", "03_heads": "heads"}
@@ -73,7 +74,7 @@ def make_submissions(folder: Path, n: int, seed: int = 0) -> list[Path]:
     for set_name in SETS:
         nb, answers = _answer_cells(set_name)
         module, source = _catalogue(CATALOGUE[set_name])
-        cs = grading._load_set(build.find_source(set_name), grading._exercise_modules())
+        cs = sets.load_set(build.find_source(set_name))
         plans[set_name] = (nb, answers, module, source, cs.objects)
     while len(paths) < n:
         set_name = SETS[len(paths) % len(SETS)]

@@ -14,12 +14,12 @@ Prints three markdown tables (copy them into benchmarks/README.md):
    ``need_weights=True`` on its explicit path (the same algorithm: bmm, softmax, bmm; its fast
    path switched off) and on its native fused kernel (what inference mode picks), and the
    ``use_sdpa=True`` path against ``need_weights=False`` (both fused); outputs checked equal;
-3. tiled attention with an online softmax (``txlearn.complexity.tiled_attention``, block 256)
+3. tiled attention with an online softmax (``txlearn.flash_attention.tiled_attention``, block 256)
    against ordinary attention: time and peak memory (PyTorch profiler allocation events) up to
    T = 8192.
 
 Runs on one thread by default (``--threads``), so that other programs on a shared machine
-disturb the ratios less. Times are the fastest of the repeats (``txlearn.complexity.time_callable``); ratio = ours /
+disturb the ratios less. Times are the fastest of the repeats (``txlearn.measuring.time_callable``); ratio = ours /
 PyTorch's (above 1 means ours is slower). Not part of the tests: timings depend on the machine.
 """
 
@@ -35,8 +35,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from txlearn.attention import scaled_dot_product_attention
-from txlearn.complexity import peak_memory_bytes, tiled_attention, time_callable
+from txlearn.flash_attention import tiled_attention
 from txlearn.heads import MultiHeadAttention
+from txlearn.measuring import peak_memory_bytes, time_callable
 
 
 def attention_same_ops_inline(Q, K, V):

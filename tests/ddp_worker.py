@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from txlearn.capstone.checkpoint import load_checkpoint
-from txlearn.capstone.data import load_corpus
-from txlearn.capstone.train import train
 from txlearn.cli import main
+from txlearn.training.checkpoint import load_checkpoint
+from txlearn.training.data import load_corpus
+from txlearn.training.loop import train
 
 text_file, out, port_a, port_b, *options = sys.argv[1:]
 out = Path(out)

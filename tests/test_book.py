@@ -10,7 +10,9 @@ unresolvable and every request not to a file: or data: URL recorded and aborted.
   the source with markdown-it's dollarmath/amsmath parser (not nbconvert's: an independent count);
   code cells are not counted (plot labels hold `$`), and MathJax must typeset nothing outside the
   markdown;
-- each image output of an executed lesson is an embedded data: image that decodes;
+- each image output of an executed lesson is an embedded data: image that decodes, with alt
+  text saying what it shows (at least MIN_ALT_WORDS words, each figure's own); a figure without
+  it stops the build (checked on a probe lesson), and the browser check sees a missing one;
 - every request stays on the machine and every link resolves to a file inside the book.
 
 A screenshot of lesson 01 is kept in build/test-artifacts/book-01_softmax.png.
@@ -28,6 +30,7 @@ import pytest
 
 from txlearn.course import book
 from txlearn.course.build import ROOT, Layout, solution_texts
+from txlearn.plotting import MIN_ALT_WORDS
 
 ARTIFACTS = ROOT / "build" / "test-artifacts"
 EXECUTED = ["00", "01", "02"]
@@ -86,7 +89,8 @@ REPORT_JS = r"""() => {
     if (at >= 0) raw.push(text.slice(Math.max(0, at - 40), at + 40));
   });
   const images = [...document.querySelectorAll(".jp-OutputArea-output img")].map(img => ({
-    data: img.src.startsWith("data:image/"), width: img.naturalWidth}));
+    data: img.src.startsWith("data:image/"), width: img.naturalWidth,
+    alt: img.hasAttribute("alt") ? img.getAttribute("alt") : null}));
   return {typeset: jax.length, errors, unrendered, outside, raw, images,
           font: MathJax.OutputJax["HTML-CSS"] ? MathJax.OutputJax["HTML-CSS"].fontInUse : null,
           links: [...document.querySelectorAll("a[href]")].map(a => a.href),
@@ -107,7 +111,7 @@ def chromium_path() -> str:
 def executed_book(tmp_path_factory):
     """Lessons 00-02 executed, zipped, and unzipped into another folder."""
     tmp = tmp_path_factory.mktemp("book")
-    pages = book.build(tmp / "book", lessons=EXECUTED)
+    pages = book.write_book(tmp / "book", lessons=EXECUTED)
     archive = shutil.make_archive(str(tmp / "book"), "zip", root_dir=tmp / "book")
     with zipfile.ZipFile(archive) as z:
         z.extractall(tmp / "elsewhere")
@@ -120,7 +124,7 @@ def text_book(tmp_path_factory):
     """The lessons after 02 and their exercise sets, not executed."""
     folder = tmp_path_factory.mktemp("text") / "book"
     rest = [e.number for e in book.lesson_table() if e.number not in EXECUTED]
-    return folder, book.build(folder, lessons=rest, execute_lessons=False)
+    return folder, book.write_book(folder, lessons=rest, execute_lessons=False)
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +246,60 @@ def test_every_figure_of_the_executed_lessons_is_an_embedded_image(reports):
             f"{path}: {len(report['images'])} images on the page, {page.figures} figure outputs")
         for image in report["images"]:
             assert image["data"] and image["width"] > 0, f"{path}: {image}"
+        assert images_without_alt(report) == [], f"{path}: figures without alt text"
+        alts = [image["alt"] for image in report["images"]]
+        assert len(set(alts)) == len(alts), f"{path}: two figures share one alt text"
+
+
+def images_without_alt(report) -> list[int]:
+    """Indexes of the page's output images whose alt text is missing or under MIN_ALT_WORDS."""
+    return [i for i, image in enumerate(report["images"])
+            if image["alt"] is None or len(image["alt"].split()) < MIN_ALT_WORDS]
+
+
+def _figure_notebook(cell: str):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# figures"),
+                                         nbformat.v4.new_code_cell(cell)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    return nb
+
+
+def test_a_lesson_figure_without_alt_text_stops_the_book(tmp_path):
+    import nbformat
+
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(_figure_notebook("import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()"),
+                   tmp_path / "notebooks" / "00_figure.ipynb")
+    (tmp_path / "README.md").write_text("| NN | lesson | what it measures |\n|---|---|---|\n"
+                                        "| 00 | [a figure](notebooks/00_figure.ipynb) | a line |\n")
+    with pytest.raises(book.BookError, match="(?s)1 figure.* without alt text.*cell 1"):
+        book.write_book(tmp_path / "out", layout=Layout(root=tmp_path), timeout=120)
+    assert not (tmp_path / "out").exists()
+
+
+def test_alt_text_reaches_the_page_and_the_browser_check_sees_a_missing_one(browser, tmp_path):
+    """The book writes show()'s alt text as the img's alt attribute, HTML-escaped; the same page
+    with the attribute removed fails the check of the test above (its oracle can fail)."""
+    import nbformat
+
+    alt = 'A line rising from 0 to 1, drawn "as a test" <with> & without markup.'
+    nb = _figure_notebook("import matplotlib.pyplot as plt\nfrom txlearn.plotting import show\n"
+                          f"fig, ax = plt.subplots()\nax.plot([0, 1])\nshow(fig, alt={alt!r})")
+    book.execute(nb, tmp_path, timeout=120)
+    assert book.figures_without_alt(nb) == [] and book._figures(nb) == 1
+    (tmp_path / "mathjax").symlink_to(book.mathjax_source(), target_is_directory=True)
+    book._write(book._exporter(0), nb, tmp_path / "probe.html", "probe", "", "")
+    report = open_page(browser, tmp_path / "probe.html")
+    assert [image["alt"] for image in report["images"]] == [alt]
+    assert images_without_alt(report) == []
+    page = tmp_path / "probe.html"
+    page.write_text(re.sub(r'<img src="data:image/png;base64,([^"]*)" alt="[^"]*"',
+                           r'<img src="data:image/png;base64,\1"', page.read_text()))
+    stripped = open_page(browser, page)
+    assert len(stripped["images"]) == 1 and images_without_alt(stripped) == [0]
 
 
 def test_no_page_requests_anything_off_the_machine(reports):
@@ -348,7 +406,7 @@ def test_check_links_refuses_remote_loads_and_missing_files(tmp_path):
 def test_build_refuses_a_folder_it_did_not_write(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(book.BookError, match="not a book written by txlearn"):
-        book.build(tmp_path, lessons=["00"], execute_lessons=False)
+        book.write_book(tmp_path, lessons=["00"], execute_lessons=False)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -366,7 +424,7 @@ def test_readme_table_and_notebooks_must_agree(tmp_path):
     readme.write_text("| NN | lesson | what it measures |\n|---|---|---|\n"
                       "| 00 | [the map](notebooks/00_map.ipynb) | a diagram |\n")
     with pytest.raises(book.BookError, match="without a row: .*01_softmax"):
-        book.build(tmp_path / "out", execute_lessons=False, readme=readme)
+        book.write_book(tmp_path / "out", execute_lessons=False, readme=readme)
 
 
 def test_math_span_count_ignores_code_and_counts_blocks():
@@ -409,5 +467,5 @@ def test_a_lesson_whose_claim_fails_stops_the_book(tmp_path):
     (tmp_path / "README.md").write_text("| NN | lesson | what it measures |\n|---|---|---|\n"
                                         "| 00 | [a claim](notebooks/00_claim.ipynb) | 1 + 1 |\n")
     with pytest.raises(book.BookError, match="(?s)lesson 00_claim: a cell failed.*measured 2"):
-        book.build(tmp_path / "out", layout=Layout(root=tmp_path), timeout=60)
+        book.write_book(tmp_path / "out", layout=Layout(root=tmp_path), timeout=60)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()

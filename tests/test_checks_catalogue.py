@@ -43,9 +43,11 @@ def test_reference_passes(stem, name, capsys):
 def _nudge(value):
     """A right answer made slightly wrong in a way no learner's mistake is: floats scaled by
     1.013 and shifted by 0.0137 (a pattern no scale, sign, axis or order mistake gives), whole
-    numbers plus 7, a boolean's first entry flipped; pairs and lists element by element."""
+    numbers plus 7, a boolean's first entry flipped; pairs, lists and dicts element by element."""
     if isinstance(value, (tuple, list)):
         return type(value)(_nudge(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _nudge(v) for k, v in value.items()}
     if isinstance(value, (bool, np.bool_)):
         return not value
     if isinstance(value, (int, np.integer)):
@@ -203,3 +205,23 @@ def test_check_cells_pass_the_names_their_checks_take():
             name = cell.metadata["exercise"]
             assert passed == parameters(name), f"{source.name}, {name}: cell passes {passed}, " \
                                                f"the check takes {parameters(name)}"
+
+
+def test_set_09s_hidden_cases_live_in_one_capstone_file(tmp_path):
+    # capstone.py's checks use helper modules (capstone_*.py), but every exercise of set 09 is
+    # registered under the stem "capstone": an instructor's hidden cases go in capstone.py
+    from tests.catalogue.capstone import REFERENCE
+    from txlearn.checks.registry import exercise_modules
+    from txlearn.course.grading import GradingError, validate_hidden
+    stems = exercise_modules()
+    assert {stems[name] for name in REFERENCE} == {"capstone"}
+    (tmp_path / "capstone.py").write_text(
+        "from txlearn.checks import CheckFailure\n"
+        "def top_p(next_token_distribution):\n"
+        "    raise CheckFailure('secret case', case='instructor', hint='hidden hint')\n")
+    validate_hidden(tmp_path)
+    verdict = run_exercise("top_p", REFERENCE["top_p"], hidden=tmp_path)
+    assert not verdict.passed and verdict.failure.case == "hidden: instructor"
+    (tmp_path / "capstone_model.py").write_text("def char_model(CharModel):\n    pass\n")
+    with pytest.raises(GradingError, match="capstone_model.py is not named like a check module"):
+        validate_hidden(tmp_path)

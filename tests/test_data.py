@@ -1,4 +1,4 @@
-"""Tests of txlearn.capstone.data: corpus loading, the character vocabulary, the split and the baselines."""
+"""Tests of txlearn.training.data: corpus loading, the character vocabulary, the split and the baselines."""
 
 import math
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from txlearn.capstone.data import (CharVocab, UserError, baselines, bigram_nats, load_corpus, min_chars,
-                          nats_to_bits, random_windows, split_by_position, unigram_nats,
-                          val_windows)
+from txlearn.training.data import (CharVocab, UserError, baselines, bigram_nats, load_corpus, min_chars,
+                                   nats_to_bits, random_windows, split_by_position, unigram_nats,
+                                   val_windows)
 
 
 @pytest.fixture(scope="module")

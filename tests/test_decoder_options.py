@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from txlearn.attention import attention_np
-from txlearn.capstone.gguf import interleaved_to_half_heads
 from txlearn.heads import KVCache, MultiHeadAttention
 from txlearn.layer import TransformerLayer, TransformerStack
 from txlearn.masks import causal_mask, causal_mask_np
+from txlearn.models.gguf import interleaved_to_half_heads
 from txlearn.norms import LayerNorm, RMSNorm
 from txlearn.positional import apply_rope_np, half_to_interleaved
 

@@ -20,9 +20,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from txlearn.capstone.checkpoint import load_checkpoint
-from txlearn.capstone.data import load_corpus, split_by_position
-from txlearn.capstone.train import ENV_SECONDS, evaluate, train
+from txlearn.training.checkpoint import load_checkpoint
+from txlearn.training.data import load_corpus, split_by_position
+from txlearn.training.loop import evaluate, train
+from txlearn.training.schedule import ENV_SECONDS
 
 OPTIONS = ["--d-model", "32", "--n-heads", "2", "--n-layers", "2", "--d-ff", "64",
            "--block-size", "32", "--batch-size", "8", "--max-steps", "16", "--warmup-steps", "4",

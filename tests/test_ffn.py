@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from txlearn.complexity import (MODEL_SIZES, ffn_flop_share, ffn_param_share, layer_flops,
-                                layer_param_counts)
+from txlearn.counting import (MODEL_SIZES, ffn_flop_share, ffn_param_share, layer_flops,
+                              layer_param_counts)
 from txlearn.ffn import (ACTIVATIONS, FeedForward, feed_forward_np, gelu, gelu_np, relu,
                          silu, silu_np, swiglu_d_ff)
 

@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from txlearn.course import build, grading, sandbox
+from txlearn.course import build, grading
+from txlearn.course.grading import grade_one, sandbox, session
 
 ROOT = build.ROOT
 STUDENT = ROOT / "exercises" / "student" / "01_softmax.ipynb"
@@ -743,7 +744,7 @@ def test_a_notebook_past_its_total_time_is_not_graded(tmp_path):
 
 
 def test_many_made_up_type_names_do_not_grow_the_grader(tmp_path):
-    flood = (RIGHT + "import sys\n_rm = sys.modules['txlearn.course.runner']\n_n = [0]\n"
+    flood = (RIGHT + "import sys\n_rm = sys.modules['txlearn.course.grading.runner']\n_n = [0]\n"
              "def _keep(self, value):\n    _n[0] += 1\n"
              "    return {'handle': 1, 'is_module': False, 'type': f'T{_n[0]}'}\n"
              "_rm.Runner._keep = _keep\n"
@@ -751,7 +752,7 @@ def test_many_made_up_type_names_do_not_grow_the_grader(tmp_path):
     path = _notebook(SOLUTION, tmp_path / "types" / "01_softmax.ipynb",
                      answers={"stable_softmax": flood + "softmax = make\n"})
     _grade_alone(path)
-    assert len(grading._REMOTE_CLASSES) <= grading.MAX_PROXY_CLASSES
+    assert len(session.PROXY_CLASSES) <= session.MAX_PROXY_CLASSES
 
 
 def test_a_symlink_inside_work_does_not_count_as_work(tmp_path):
@@ -762,15 +763,15 @@ def test_a_symlink_inside_work_does_not_count_as_work(tmp_path):
     target.mkdir()
     try:
         link.symlink_to(target)
-        assert not grading._in_work(link / "01_softmax.ipynb")
-        assert grading._in_work(work / "01_softmax.ipynb")
+        assert not grade_one.in_work(link / "01_softmax.ipynb")
+        assert grade_one.in_work(work / "01_softmax.ipynb")
     finally:
         link.unlink()
 
 
 def test_rebinding_the_runners_gradient_function(tmp_path):
-    # an MHA that cannot train (no_grad) plus a rebound protocol.local_forward_backward that
-    # would report finite-difference gradients: the runner kept its own reference
+    # an MHA that cannot train (no_grad) plus a rebound learner_calls.local_forward_backward
+    # that would report finite-difference gradients: the runner kept its own reference
     src = (ROOT / "exercises" / "solutions" / "03_heads.ipynb")
     nb = json.loads(src.read_text())
     answer = next(c for c in nb["cells"] if c.get("metadata", {}).get("exercise") ==
@@ -780,7 +781,7 @@ def test_rebinding_the_runners_gradient_function(tmp_path):
                                                "    @torch.no_grad()\n    def forward(self, x, "
                                                "mask=None, use_cache=False):")
     assert "@torch.no_grad()" in source
-    source += ("\nimport sys\n_p = sys.modules['txlearn.course.protocol']\n"
+    source += ("\nimport sys\n_p = sys.modules['txlearn.learner_calls']\n"
                "def _fake(module, args, kwargs, grad_output):\n"
                "    raise SystemExit('the rebound function ran')\n"
                "_p.local_forward_backward = _fake\n")
@@ -828,10 +829,10 @@ def _classmates_unchanged(subs):
 def test_one_array_named_many_times_in_a_reply(tmp_path):
     # a runner whose encoder names its first array again for every later one: 40 KiB sent would
     # be decoded into 400 arrays (a million names fit in one message: the grader ran out of memory)
-    reuse = ("import sys, numpy as np\n_P = sys.modules['txlearn.course.protocol']\n"
-             "_orig = _P.Encoder._blob\n"
+    reuse = ("import sys, numpy as np\n_P = sys.modules['txlearn.course.grading.protocol']\n"
+             "_orig = _P.MessageEncoder._blob\n"
              "def _blob(self, arr):\n    return 0 if self.blobs else _orig(self, arr)\n"
-             "_P.Encoder._blob = _blob\n_big = np.zeros(5000)\n"
+             "_P.MessageEncoder._blob = _blob\n_big = np.zeros(5000)\n"
              "def softmax(x, axis=-1):\n    return [_big] * 400\n")
     attacker = _notebook(STUDENT, tmp_path / "reuse" / "01_softmax.ipynb",
                          answers={"stable_softmax": reuse})
@@ -843,16 +844,16 @@ def test_one_array_named_many_times_in_a_reply(tmp_path):
 
 
 def test_a_tensor_widened_on_arrival(tmp_path):
-    from txlearn.course import protocol
-    encoder = protocol.Encoder()
+    from txlearn.course.grading import protocol
+    encoder = protocol.MessageEncoder()
     value = encoder.encode(np.zeros(4, np.int8))
     forged = {"tensor": value["ndarray"], "dtype": "complex128"}   # 16 times the bytes sent
     with pytest.raises(protocol.ProtocolError, match="complex128 tensor sent as int8"):
-        protocol.Decoder(encoder.blobs).decode(forged)
-    twice = protocol.Encoder()
+        protocol.MessageDecoder(encoder.blobs).decode(forged)
+    twice = protocol.MessageEncoder()
     blob = twice.encode(np.zeros(3))["ndarray"]
     with pytest.raises(protocol.ProtocolError, match="used twice"):
-        protocol.Decoder(twice.blobs).decode([{"ndarray": blob}, {"npscalar": blob}])
+        protocol.MessageDecoder(twice.blobs).decode([{"ndarray": blob}, {"npscalar": blob}])
 
 
 def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
@@ -866,8 +867,8 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
         "    expect_close(got, np.exp(x) / np.exp(x).sum(), case='secret')\n")
     # the grader asks for the runner's report just before the hidden cases: from then on every
     # input is a hidden one, spelled out in the exit status, the last line of output, a reply
-    spy = (RIGHT + "import os, sys\n_right = softmax\n_R = sys.modules['txlearn.course.runner']"
-           ".Runner\n_P = sys.modules['txlearn.course.protocol']\n_rep = _R.op_report\n"
+    spy = (RIGHT + "import os, sys\n_right = softmax\n_R = sys.modules['txlearn.course.grading.runner']"
+           ".Runner\n_P = sys.modules['txlearn.course.grading.protocol']\n_rep = _R.op_report\n"
            "_hidden = []\n"
            "def _op_report(self, msg, blobs):\n    _hidden.append(1)\n"
            "    return _rep(self, msg, blobs)\n_R.op_report = _op_report\n")
@@ -876,7 +877,7 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
                      "        os._exit(int(abs(x.ravel()[0]) * 10) % 256)\n"
                      "    return _right(x, axis)\n")
     by_reply = spy + ("def softmax(x, axis=-1):\n    if _hidden:\n"
-                      "        _P.Encoder.encode = lambda self, v, depth=0: "
+                      "        _P.MessageEncoder.encode = lambda self, v, depth=0: "
                       "{('LEAK' + repr(x.tolist()))[:40]: 1}\n"
                       "    return _right(x, axis)\n")
     correct, wrong = _classmates(tmp_path)
@@ -886,7 +887,7 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
     subs = grading.grade([correct, *attackers, wrong], hidden=hidden, jobs=2, limits=LIMITS)
     _classmates_unchanged(subs)
     for sub in subs[1:3]:
-        assert sub.error == grading.DIED_IN_HIDDEN, sub.error
+        assert sub.error == grade_one.DIED_IN_HIDDEN, sub.error
     text = grading.table(subs)
     assert "LEAK" not in text and "7.25" not in text and "status 72" not in text
 
@@ -922,11 +923,12 @@ def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
     # student's check made in between (a right training_loop failed 1 time in 2 in a trial).
     # Here the other thread's draws are made deterministic: inside the constructors.
     import torch
-    from txlearn.capstone import model
-    from txlearn.checks import capstone as checks
-    sizes = {k: checks.RUN[k] for k in ("d_model", "n_heads", "d_ff", "n_layers", "block_size")}
-    quiet = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
-             checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    from txlearn.models import char_lm as model
+    from txlearn.checks.capstone_model import char_reference, course_init
+    from txlearn.checks.capstone_training import PROBE_SIZES, RUN
+    sizes = {k: RUN[k] for k in ("d_model", "n_heads", "d_ff", "n_layers", "block_size")}
+    quiet = [char_reference(seed=2, sizes=PROBE_SIZES)[1],
+             char_reference(seed=3, e_scale=0.3)[1], course_init(103, sizes)[1]]
     real = model.LearnedPositionalEmbedding
 
     class Interrupted(real):
@@ -935,8 +937,8 @@ def test_another_students_check_drawing_from_the_global_generator(monkeypatch):
             torch.randn(99)
             super().__init__(*args, **kwargs)
     monkeypatch.setattr(model, "LearnedPositionalEmbedding", Interrupted)
-    loud = [checks._char_reference(seed=2, sizes=checks.PROBE_SIZES)[1],
-            checks._char_reference(seed=3, e_scale=0.3)[1], checks._course_init(103, sizes)[1]]
+    loud = [char_reference(seed=2, sizes=PROBE_SIZES)[1],
+            char_reference(seed=3, e_scale=0.3)[1], course_init(103, sizes)[1]]
     for a, b in zip(quiet, loud):
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 

@@ -1,6 +1,6 @@
 """Tests of txlearn.layer: equality with nn.TransformerEncoderLayer / nn.TransformerEncoder /
 nn.TransformerDecoderLayer with copied weights, a float64 NumPy reference of the layer, the KV cache, weights returned, embeddings
-and the output head, and parameter counts against the counters of txlearn.complexity."""
+and the output head, and parameter counts against the counters of txlearn.counting."""
 
 import math
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from txlearn import complexity as cx
-from txlearn.layer import (DecoderLayer, OutputHead, TokenEmbedding, TransformerLayer,
+from txlearn import counting
+from txlearn.layer import (OutputHead, TokenEmbedding, TransformerDecoderLayer, TransformerLayer,
                            TransformerStack)
 from txlearn.masks import causal_mask
 from txlearn.positional import sinusoidal_encoding_np
@@ -179,7 +179,8 @@ def test_layer_errors():
                                 dict(bias=False), dict(activation="gelu", n_kv_heads=1)])
 def test_param_count_matches_counter(kw):
     layer = TransformerLayer(32, 8, 72, **kw)
-    assert sum(p.numel() for p in layer.parameters()) == cx.layer_param_count(d_model=32, n_heads=8, d_ff=72, **kw)
+    expected = counting.layer_param_count(d_model=32, n_heads=8, d_ff=72, **kw)
+    assert sum(p.numel() for p in layer.parameters()) == expected
 
 
 def test_model_param_count_tied_and_untied():
@@ -189,8 +190,9 @@ def test_model_param_count_tied_and_untied():
     for tied in (True, False):
         head = OutputHead(D, V, tie_to=emb if tied else None)
         model = nn.ModuleList([emb, stack, head])
-        expected = sum(cx.stack_param_counts(n_layers=2, d_model=D, n_heads=H, d_ff=F_, n_vocab=V,
-                                             tied=tied, final_norm=True, max_len=T).values())
+        expected = sum(counting.stack_param_counts(n_layers=2, d_model=D, n_heads=H, d_ff=F_,
+                                                   n_vocab=V, tied=tied, final_norm=True,
+                                                   max_len=T).values())
         assert sum(p.numel() for p in model.parameters()) == expected
 
 
@@ -234,7 +236,7 @@ def torch_decoder_layer(norm_first, activation, seed=0):
 @pytest.mark.parametrize("padded", [False, True])
 def test_decoder_layer_equals_torch_decoder_layer(norm_first, activation, padded):
     ref = torch_decoder_layer(norm_first, activation)
-    ours = DecoderLayer.from_torch(ref).eval()
+    ours = TransformerDecoderLayer.from_torch(ref).eval()
     assert ours.norm_first is norm_first
     memory, real = inputs()                                  # encoder output (3, 6, D), S = 6
     x = torch.randn(3, 4, D, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
@@ -256,7 +258,7 @@ def test_decoder_cross_attention_reads_the_memory():
     """Cross-attention's keys and values come from the memory: changing one memory position
     changes every decoder output, and the decoder's own positions change only through x."""
     torch.manual_seed(0)
-    layer = DecoderLayer(D, H, F_).double().eval()
+    layer = TransformerDecoderLayer(D, H, F_).double().eval()
     x = torch.randn(2, 3, D, dtype=torch.float64)
     memory = torch.randn(2, 5, D, dtype=torch.float64)
     edited = memory.clone()

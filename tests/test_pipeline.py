@@ -39,7 +39,7 @@ def test_drift_is_reported(tmp_path):
     layout.exercise_sources.mkdir(parents=True)
     layout.lessons.mkdir()
     shutil.copy(SOURCES[0], layout.exercise_sources / SOURCES[0].name)
-    assert len(build.build(layout)) == 2
+    assert len(build.build_course(layout)) == 2
     assert build.drift(layout) == []
     student = layout.student / f"{SOURCES[0].stem}.ipynb"
     student.write_text(student.read_text().replace("NotImplementedError", "NotImplemented"))
@@ -69,6 +69,10 @@ def test_unbalanced_solution_markers_are_a_build_error(tmp_path):
     bad.write_text(header.replace("#     minutes: 5\n", "#     minutes: 5\n#     limits: {cpu: 1}\n")
                    + body.replace("    ### BEGIN SOLUTION\n", ""))
     with pytest.raises(build.BuildError, match=r"unknown limits \['cpu'\]"):
+        build.build_exercises(bad, build.Layout(tmp_path))
+    # well formed, but no check module defines exercise "x" (the checks' one index says so)
+    bad.write_text(header + body.replace("    ### BEGIN SOLUTION\n", ""))
+    with pytest.raises(build.BuildError, match="no check module defines x"):
         build.build_exercises(bad, build.Layout(tmp_path))
 
 

@@ -1,4 +1,4 @@
-"""Tests of txlearn.capstone.pretrained: all-MiniLM-L6-v2 rebuilt from the course's modules.
+"""Tests of txlearn.models.minilm: all-MiniLM-L6-v2 rebuilt from the course's modules.
 
 The oracle is sentence-transformers' own ``encode`` of the same shipped package. The model and the
 oracle are loaded once per module (loading takes seconds). A missing package fails these tests.
@@ -13,8 +13,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from txlearn.capstone.pretrained import (load_encoder, load_tokenizer, mean_pool, model_dir,  # noqa: E402
-                                reference_encode, reference_model, tokenize)
+from txlearn.models.minilm import (load_encoder, load_tokenizer, mean_pool, model_dir,  # noqa: E402
+                                   reference_encode, reference_model, tokenize)
 
 SENTENCES = [
     "Hi",                                                         # short

@@ -1,5 +1,5 @@
-"""The grader-runner wire format (txlearn.course.protocol): values survive a round trip through a
-real pipe with their types; every limit and every malformed message is a ProtocolError."""
+"""The grader-runner wire format (txlearn.course.grading.protocol): values survive a round trip
+through a real pipe with their types; every limit and every malformed message is a ProtocolError."""
 
 import json
 import math
@@ -10,19 +10,22 @@ import numpy as np
 import pytest
 import torch
 
-from txlearn.checks import Given as ChecksGiven, given as checks_given, local_forward_backward
-from txlearn.course import protocol
-from txlearn.course.protocol import Channel, Decoder, Encoder, ProtocolError, given
+from txlearn import learner_calls
+from txlearn.checks import Given as ChecksGiven, given as checks_given
+from txlearn.course.grading import protocol
+from txlearn.course.grading.protocol import (Channel, MessageDecoder, MessageEncoder,
+                                             ProtocolError)
+from txlearn.learner_calls import given, local_forward_backward
 
 
 def _round_trip(value, on_other=None, on_handle=None):
     r, w = os.pipe()
     try:
-        enc = Encoder(on_other=on_other)
+        enc = MessageEncoder(on_other=on_other)
         message = {"v": enc.encode(value)}
         Channel(r, w).send(message, enc.blobs)
         got, blobs = Channel(r, w).recv()
-        return Decoder(blobs, on_handle=on_handle).decode(got["v"])
+        return MessageDecoder(blobs, on_handle=on_handle).decode(got["v"])
     finally:
         os.close(r)
         os.close(w)
@@ -64,23 +67,23 @@ def test_given_is_rebuilt_from_kind_and_data():
     np.testing.assert_allclose(g(x), np.tanh(x @ W))
     tx = torch.tensor(x, dtype=torch.float32)
     torch.testing.assert_close(g(tx), torch.tanh(tx @ torch.tensor(W, dtype=torch.float32)))
-    assert ChecksGiven is protocol.Given and checks_given is given  # re-exported by the checks
+    assert ChecksGiven is learner_calls.Given and checks_given is given  # re-exported by the checks
     with pytest.raises(KeyError, match="unknown given kind"):
         given("not a kind")
 
 
 def test_objects_that_cannot_cross_need_a_handle():
     with pytest.raises(ProtocolError, match="function cannot cross"):
-        Encoder().encode(lambda x: x)
+        MessageEncoder().encode(lambda x: x)
     with pytest.raises(ProtocolError, match="cannot cross"):
-        Encoder().encode(np.array([object()], dtype=object))
+        MessageEncoder().encode(np.array([object()], dtype=object))
     kept = []
     got = _round_trip([print, 2], on_other=lambda v: kept.append(v) or {"handle": 1,
                                                                         "is_module": False},
                       on_handle=lambda obj: ("proxy", obj["handle"]))
     assert got == [("proxy", 1), 2] and kept == [print]
     with pytest.raises(ProtocolError, match="cannot be decoded"):
-        Decoder([]).decode({"handle": 1})
+        MessageDecoder([]).decode({"handle": 1})
 
 
 def test_limits_depth_items_and_size():
@@ -88,13 +91,13 @@ def test_limits_depth_items_and_size():
     for _ in range(protocol.MAX_DEPTH + 2):
         deep = [deep]
     with pytest.raises(ProtocolError, match="nested"):
-        Encoder().encode(deep)
+        MessageEncoder().encode(deep)
     with pytest.raises(ProtocolError, match="nested"):
-        Decoder([]).decode(json.loads(json.dumps(deep)))
+        MessageDecoder([]).decode(json.loads(json.dumps(deep)))
     with pytest.raises(ProtocolError, match="MiB"):
-        Encoder().encode(np.zeros(protocol.MAX_MESSAGE_BYTES // 8 + 1))
+        MessageEncoder().encode(np.zeros(protocol.MAX_MESSAGE_BYTES // 8 + 1))
     with pytest.raises(ProtocolError, match="values in one message"):
-        Decoder([]).decode([0] * (protocol.MAX_ITEMS + 1))
+        MessageDecoder([]).decode([0] * (protocol.MAX_ITEMS + 1))
 
 
 @pytest.mark.parametrize("raw, match", [
@@ -120,7 +123,7 @@ def test_malformed_frames_are_protocol_errors(raw, match):
 def test_malformed_values_are_protocol_errors(obj, match):
     blob = [b"\x93NUMPY garbage"] if "tensor" in obj else []
     with pytest.raises(ProtocolError, match=match if not blob else "not a valid .npy|not allowed"):
-        Decoder(blob).decode(obj)
+        MessageDecoder(blob).decode(obj)
 
 
 def test_eof_and_deadline():

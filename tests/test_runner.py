@@ -2,6 +2,8 @@
 for objects in a sandboxed runner: what module exercises need, compared with the same helpers on
 local objects (the oracle: the learner's kernel)."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,8 @@ import torch
 from txlearn.checks import (CheckFailure, call, construct, forward_backward, given, load_state,
                             state_shapes)
 from txlearn.course import build, grading
+from txlearn.course.grading import sandbox, sets, submission, view
+from txlearn.course.grading.session import Session
 
 ANSWER = '''
 import numpy as np
@@ -47,18 +51,15 @@ def broken(x):
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("runner")
-    stems = grading._exercise_modules()
-    cs = grading._load_set(build.find_source("03_heads"), stems)
-    cs.view_modules = grading._view_modules(cs, stems)
+    cs = sets.load_set(build.find_source("03_heads"))
+    cs.view_modules = view.view_modules(cs)
     cs.view_dir = str(tmp / "view")
-    grading._make_view(tmp / "view", cs.view_modules)
-    if not grading._TXLEARN_MODULES:
-        grading._TXLEARN_MODULES.extend(grading._all_txlearn_modules())
-    cells = [grading._Cell(0, ANSWER, "", "setup cell 1")]
+    view.make_view(tmp / "view", cs.view_modules)
+    cells = [submission.Cell(0, ANSWER, "", "setup cell 1")]
     limits = dict(cs.info.limits, call_seconds=20)
     mode = grading.sandbox_modes([tmp / "x.ipynb"])[0]
-    lease = grading.sandbox.UidLease() if mode == "bwrap" and grading.os.geteuid() == 0 else None
-    s = grading._Session(cs, cells, limits, mode, [], lease.uid if lease else None)
+    lease = sandbox.UidLease() if mode == "bwrap" and os.geteuid() == 0 else None
+    s = Session(cs, cells, limits, mode, [], lease.uid if lease else None)
     s.boot()
     yield s
     s.close()
@@ -122,3 +123,18 @@ def test_the_learners_exception_comes_back_with_their_frame(session):
     assert "in broken: return undefined_name + x" in text
     with pytest.raises(CheckFailure, match="state-dict names|has no V"):
         load_state(construct(session.proxy("Lin"), 3, 2, case="b"), {"V": np.ones(2)}, case="l")
+
+
+@pytest.mark.parametrize("source,forbidden", [
+    ("08_complexity", "txlearn.flash_attention"),     # set 08's answers live in four modules
+    ("08_complexity", "txlearn.counting"),
+    ("09_capstone", "txlearn.sampling"),
+    ("10_decoder", "txlearn.models.llama"),
+    ("02_attention", "txlearn.attention"),
+])
+def test_a_view_never_holds_the_module_that_answers_the_set(source, forbidden):
+    cs = sets.load_set(build.find_source(source))
+    assert forbidden not in view.view_modules(cs)
+    cs.allowed = [*cs.allowed, forbidden]
+    with pytest.raises(sets.GradingError, match="implements its own exercises"):
+        view.view_modules(cs)

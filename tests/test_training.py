@@ -1,4 +1,5 @@
-"""Tests of txlearn.capstone: model, schedule, training, checkpoints, resume, generation, CLI."""
+"""Tests of txlearn.training and its model (txlearn.models.char_lm): model, schedule, training,
+checkpoints, resume, generation, CLI."""
 
 import dataclasses
 import math
@@ -7,12 +8,13 @@ import pytest
 import torch
 
 from txlearn.cli import main
-from txlearn.capstone.checkpoint import load_checkpoint, save_checkpoint
-from txlearn.capstone.config import TrainConfig
-from txlearn.capstone.data import UserError, load_corpus
-from txlearn.capstone.generate import generate, sample_text
-from txlearn.capstone.model import CharTransformer
-from txlearn.capstone.train import ENV_SECONDS, evaluate, learning_rate, time_budget, train
+from txlearn.models.char_lm import CharTransformer
+from txlearn.training.checkpoint import load_checkpoint, save_checkpoint
+from txlearn.training.config import TrainConfig
+from txlearn.training.data import UserError, load_corpus
+from txlearn.training.generate import generate, sample_text
+from txlearn.training.loop import evaluate, train
+from txlearn.training.schedule import ENV_SECONDS, learning_rate, time_budget
 
 TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
                    max_steps=80, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
@@ -92,7 +94,7 @@ def test_fused_model_equals_teaching_model_with_gradients():
 
 def test_bfloat16_autocast_step_is_close_to_float32():
     """What precision="bf16" changes: the loss by < 0.01 nats, gradients' direction > 0.999."""
-    from txlearn.capstone.runtime import autocast
+    from txlearn.training.runtime import autocast
     torch.manual_seed(0)
     model = CharTransformer(11, 32, 2, 2, 64, block_size=16)
     ids = torch.randint(0, 11, (4, 16))
@@ -161,7 +163,7 @@ def test_resume_continues_the_same_trajectory(text, tmp_path, dropout):
 
 
 def test_interrupted_run_resumes_from_its_last_interval(text, tmp_path, monkeypatch):
-    import txlearn.capstone.train as training
+    import txlearn.training.loop as training
 
     config = dataclasses.replace(TINY, max_steps=12, eval_interval=4)
     straight = train(config, text, progress=False, log=None)
@@ -203,10 +205,11 @@ def test_bad_checkpoints(tmp_path, trained):
     with pytest.raises(UserError, match="not a safetensors checkpoint"):
         load_checkpoint(junk)
     # weights that do not fit the configuration stored beside them
-    model = CharTransformer.from_config(dataclasses.replace(TINY, d_ff=48), len(trained.vocab))
+    model = CharTransformer(len(trained.vocab), **dataclasses.replace(TINY, d_ff=48).model_sizes())
     opt = torch.optim.AdamW(model.parameters())
-    bad = save_checkpoint(tmp_path / "bad.safetensors", model, opt, TINY, trained.vocab, 0,
-                          torch.Generator(), [], "0", {})
+    bad = save_checkpoint(tmp_path / "bad.safetensors", model=model, optimizer=opt, config=TINY,
+                          vocab=trained.vocab, step=0, data_generator=torch.Generator(),
+                          history=[], text_fingerprint="0", baseline_nats={})
     with pytest.raises(UserError, match="do not match its configuration"):
         load_checkpoint(bad)
 
@@ -245,7 +248,7 @@ def test_schedule_is_planned_against_the_budget(monkeypatch, text, tmp_path):
 
 
 def test_schedule_replanned_keeps_the_learning_rate_continuous():
-    from txlearn.capstone.train import Schedule
+    from txlearn.training.schedule import Schedule
     c = TrainConfig(lr=1.0, min_lr=0.1, warmup_steps=10, max_steps=110)
     fixed, lrs = Schedule(c, 110), []
     for t in range(110):
@@ -266,7 +269,7 @@ def test_schedule_replanned_keeps_the_learning_rate_continuous():
 
 
 def test_thread_probe_keeps_the_faster_count():
-    from txlearn.capstone.runtime import ThreadProbe
+    from txlearn.training.runtime import ThreadProbe
     for slow, want in ((2, 1), (1, 2)):
         probe = ThreadProbe(rounds=2, n=2)
         assert [probe.threads_for(i) for i in range(6)] == [2, 2, 1, 2, 1, 2]
@@ -288,7 +291,7 @@ def test_thread_probe_keeps_the_faster_count():
 
 
 def test_device_and_precision_choices():
-    from txlearn.capstone.runtime import native_bf16, resolve_device, resolve_precision
+    from txlearn.training.runtime import native_bf16, resolve_device, resolve_precision
     cpu = torch.device("cpu")
     assert resolve_device("cpu") == cpu and resolve_device(" CPU ") == cpu
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -402,7 +405,7 @@ def test_cli_train_and_sample(tmp_path, capsys, text, trained):
 
 
 def test_cli_sample_uses_the_course_sampler(trained, capsys):
-    from txlearn.capstone.generate import sample_text as direct
+    from txlearn.training.generate import sample_text as direct
     ckpt = str(trained.checkpoint)
     assert main(["sample", ckpt, "--prompt", "def ", "--length", "30", "--temperature", "0.9",
                  "--top-k", "0", "--top-p", "0.8", "--seed", "4"]) == 0

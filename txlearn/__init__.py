@@ -1,36 +1,32 @@
-"""txlearn: the transformer from first principles.
+"""txlearn: the transformer from first principles; this file gives lazy access to its modules.
 
 The components, one module per lesson, in the order the course builds them: ``softmax`` (01),
 ``masks`` and ``attention`` (02), ``heads`` (03), ``positional`` (04), ``ffn`` (05), ``norms`` (06),
-``layer`` (07), ``complexity`` (08), and ``sampling`` (choosing the next token, 09); ``precision``
-states the dtype rule (float32 arithmetic for float16/bfloat16 inputs); ``plotting`` draws the
-course's figures. Two subpackages: ``capstone`` (lesson 09: data, model, training,
-checkpoints, generation, the pretrained encoder) and ``course`` (notebook generation and grading);
-``checks`` holds the exercise checks that learners' check cells call. Import what you need from its
-module, e.g. ``from txlearn.attention import scaled_dot_product_attention``. Modules load lazily, so
-``import txlearn`` is cheap.
-
-Modules that moved into the subpackages keep their old import paths (``txlearn.training``,
-``txlearn.data``, ``txlearn.pretrained``, ``txlearn.build``, ``txlearn.grading``): see
-:mod:`txlearn._moved`.
+``layer`` (07), what a layer costs (08: ``counting``, ``measuring``, ``recurrent`` and
+``flash_attention``), and ``sampling`` (choosing the next token, 09); ``precision`` states the
+dtype rule (float32 arithmetic for float16/bfloat16 inputs); ``plotting`` draws the course's
+figures. Then what is built from them, ``models`` (the character model, the MiniLM encoder, the
+Llama-style decoder), what trains them, ``training`` (data, configuration, schedule, loop,
+checkpoints, generation, ``txlearn train``), and the course's machinery: ``checks`` (the exercise
+checks that learners' check cells call), ``learner_calls`` (what those checks and the grader's
+sandboxed runner compute the same way) and ``course`` (notebook generation, grading, the book).
+Import what you need from its module, e.g. ``from txlearn.attention import
+scaled_dot_product_attention``. Modules load lazily, so ``import txlearn`` is cheap.
 """
 
 import importlib
-
-from txlearn import _moved
 
 __version__ = "0.1.0"
 
 _MODULES = (
     "softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
-    "complexity", "sampling", "precision", "plotting", "checks", "capstone", "course", "cli",
+    "counting", "measuring", "recurrent", "flash_attention", "sampling", "precision", "plotting",
+    "models", "training", "learner_calls", "checks", "capstone", "course", "cli",
 )
-
-_moved.install()
 
 
 def __getattr__(name):
-    if name in _MODULES or f"{__name__}.{name}" in _moved.MOVED:
+    if name in _MODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'txlearn' has no attribute {name!r}")
 

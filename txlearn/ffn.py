@@ -10,8 +10,8 @@ applied on the right, ``x @ W``. GELU is exact, ``x * Phi(x) = 0.5 x (1 + erf(x 
 :func:`swiglu_d_ff` gives the "2/3" size that keeps the parameter count of a 4 d_model FFN.
 
 What the FFN costs (its parameters and FLOPs, and their share of a layer's) is counted by the
-course's one counter, :func:`txlearn.complexity.layer_param_counts` and
-:func:`txlearn.complexity.layer_flops` (lesson 05 uses them; lesson 08 derives them).
+course's one counter, :func:`txlearn.counting.layer_param_counts` and
+:func:`txlearn.counting.layer_flops` (lesson 05 uses them; lesson 08 derives them).
 
 Naming: the course keeps the paper's W_1 (into d_ff) and W_2 (back to d_model) and adds the gate as
 W_3, so its numbering runs opposite to Meta's LLaMA code for two of the three matrices:

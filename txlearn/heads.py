@@ -26,7 +26,7 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from txlearn.attention import _check_mask, scaled_dot_product_attention
+from txlearn.attention import check_mask, scaled_dot_product_attention
 from txlearn.masks import combine_masks, key_padding_to_attn_mask
 from txlearn.positional import PAIRINGS, apply_rope
 
@@ -284,7 +284,7 @@ class MultiHeadAttention(nn.Module):
         full_mask = combine_masks(mask, key_padding_mask)
         if self.use_sdpa and not return_weights:
             if full_mask is not None:  # the same errors as the teaching path
-                _check_mask(full_mask, (*Q.shape[:-1], K.shape[-2]), full_mask.dtype == torch.bool)
+                check_mask(full_mask, (*Q.shape[:-1], K.shape[-2]), full_mask.dtype == torch.bool)
             heads = _fused_attention(Q, K, V, full_mask)  # (B, n_heads, L, d_k)
             return self._project(merge_heads(heads), self.W_O, self.b_O)  # (B, L, d_model)
         heads, weights = scaled_dot_product_attention(Q, K, V, full_mask, return_weights=True)

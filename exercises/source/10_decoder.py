@@ -50,7 +50,7 @@ check("rope_pairing_permutation", to_half_pairing)
 # %% [markdown]
 # ## Exercise 2: the model's KV cache, from its file
 #
-# A GGUF file describes its model in metadata. `txlearn.capstone.gguf.read_metadata()` returns it
+# A GGUF file describes its model in metadata. `txlearn.models.gguf.read_metadata()` returns it
 # as a dict; for SmolLM2 it holds, among others:
 #
 # | key | value |

@@ -8,8 +8,8 @@ diagnostic case runs first.
 import numpy as np
 
 from txlearn.checks import as_array, call, diagnose, expect_close, expect_shape, expect_true, exercise
-from txlearn.complexity import attention_flops as _attention_flops
-from txlearn.complexity import online_softmax_update_np, tiled_attention_np
+from txlearn.counting import attention_flops as _attention_flops
+from txlearn.flash_attention import online_softmax_update_np, tiled_attention_np
 
 # ---------------------------------------------------------------- exercise: attention_flops
 

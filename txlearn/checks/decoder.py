@@ -1,7 +1,7 @@
 """Checks for lesson 10's exercises: the permutation between the two RoPE pairings (checked on
 SmolLM2's own W_Q and W_K) and the model's KV-cache size read from its GGUF metadata.
 
-Each check computes the right answer with :mod:`txlearn.capstone.gguf`, :mod:`txlearn.positional`
+Each check computes the right answer with :mod:`txlearn.models.gguf`, :mod:`txlearn.positional`
 and :func:`txlearn.heads.kv_cache_bytes`; when the learner's answer differs, it is compared with
 the catalogued mistakes (tests/catalogue/decoder.py) to choose the hint. The learner's functions
 receive only NumPy arrays, ints and a dict of ints.
@@ -80,7 +80,7 @@ def rope_pairing_permutation(to_half_pairing):
     W = rows + np.arange(16.0)[None, :]              # W[r, c] = 100 r + c: every entry says where it was
     _check_permutation(to_half_pairing, W, 2, "2 heads of d_k = 8, W[r, c] = 100 r + c")
 
-    from txlearn.capstone.gguf import read_config, read_tensor
+    from txlearn.models.gguf import read_config, read_tensor
 
     config = read_config()
     W_Q = read_tensor("blk.0.attn_q.weight").T.astype(np.float64)   # (d_model, n_heads * d_k)
@@ -151,7 +151,7 @@ def kv_cache_from_metadata(kv_cache_size):
            "llama.rope.dimension_count": 16}
     _check_kv(kv_cache_size, toy, 100, 2, "a toy model: 4 layers, d_model 96, 6 heads, 2 KV heads, 100 tokens, bf16")
 
-    from txlearn.capstone.gguf import read_metadata
+    from txlearn.models.gguf import read_metadata
 
     meta = {k: v for k, v in read_metadata().items() if isinstance(v, int)}
     _check_kv(kv_cache_size, meta, 8192, 2, "SmolLM2-135M at 8192 tokens in bf16 (180 MiB)")

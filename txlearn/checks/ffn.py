@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.checks import exercise, expect_close, expect_true
-from txlearn.checks._tensors import (F32, backward, build, expect_dtype, expect_match,
-                                     expect_shape_of, expect_tensor, load, np64, run)
+from txlearn.checks.modules import (F32, backward, expect_dtype, expect_match, expect_shape_of,
+                                    expect_tensor, load, make_module, np64, run)
 
 # ----------------------------------------------------------------------------- gelu
 
@@ -167,7 +167,7 @@ def feed_forward(FeedForward):
     for case, bias, x in (("d_model=8, d_ff=16, x (2, 3, 8) float32", True, torch.randn(2, 3, 8, generator=g)),
                           ("bias=False, d_model=8, d_ff=16, x (5, 8) float32", False,
                            torch.randn(5, 8, generator=g))):
-        m = build(FeedForward, 8, 16, case=case, **({} if bias else {"bias": False}))
+        m = make_module(FeedForward, 8, 16, case=case, **({} if bias else {"bias": False}))
         state = _state(shapes if bias else {k: s for k, s in shapes.items() if k[0] == "W"}, 7)
         load(m, state, case=case, names=FF_NAMES, shapes={"W_1": FF_LAYOUT, "W_2": FF_LAYOUT})
         got = run(m, x.clone(), case=case)
@@ -176,7 +176,7 @@ def feed_forward(FeedForward):
                      default=FF_DEFAULT)
 
     case = "gradients: d_model=8, d_ff=16, x (2, 3, 8)"
-    m = build(FeedForward, 8, 16, case=case)
+    m = make_module(FeedForward, 8, 16, case=case)
     state = _state(shapes, 8)
     load(m, state, case=case, names=FF_NAMES, shapes={"W_1": FF_LAYOUT, "W_2": FF_LAYOUT})
     x, g_out = torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g)
@@ -255,7 +255,7 @@ def swiglu(SwiGLU):
     for case, bias, x in (("d_model=8, d_ff=12, default bias=False, x (2, 3, 8) float32", False,
                            torch.randn(2, 3, 8, generator=g)),
                           ("bias=True, x (4, 8) float32", True, torch.randn(4, 8, generator=g))):
-        m = build(SwiGLU, 8, 12, case=case, **({"bias": True} if bias else {}))
+        m = make_module(SwiGLU, 8, 12, case=case, **({"bias": True} if bias else {}))
         state = _state({**shapes, **biases} if bias else shapes, 10)
         load(m, state, case=case, names=SW_NAMES, shapes={n: FF_LAYOUT for n in shapes})
         got = run(m, x.clone(), case=case)
@@ -264,7 +264,7 @@ def swiglu(SwiGLU):
                      default=SW_DEFAULT)
 
     case = "gradients: d_model=8, d_ff=12, x (2, 3, 8)"
-    m = build(SwiGLU, 8, 12, case=case)
+    m = make_module(SwiGLU, 8, 12, case=case)
     state = _state(shapes, 11)
     load(m, state, case=case, names=SW_NAMES, shapes={n: FF_LAYOUT for n in shapes})
     x, g_out = torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g)

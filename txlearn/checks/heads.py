@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
 from txlearn.checks import diagnose, exercise, expect_close, expect_true
-from txlearn.checks._tensors import (F32, backward, build, expect_match, expect_pair,
-                                     expect_shape_of, load, np64, run)
+from txlearn.checks.modules import (F32, backward, expect_match, expect_pair, expect_shape_of, load,
+                                    make_module, mask_ref, mha_reference, mha_state, np64, run)
 from txlearn.heads import kv_cache_bytes
 
 # ----------------------------------------------------------------------------- split_heads
@@ -191,10 +189,6 @@ MASK_DTYPE = (
 MASK_DEFAULT = ("query i sees keys 0 .. S - L + i",)
 
 
-def _mask_ref(L, S):
-    return torch.ones(L, S, dtype=torch.bool).tril(S - L)
-
-
 @exercise("kv_cache")
 def kv_cache(append_kv, causal_mask):
     g = torch.Generator().manual_seed(2)
@@ -227,7 +221,7 @@ def kv_cache(append_kv, causal_mask):
         expect_shape_of(got, (L, S), case=case, hint=MASK_SHAPE)
         expect_true(getattr(got, "dtype", None) == torch.bool, case=case, hint=MASK_DTYPE,
                     message=f"dtype {getattr(got, 'dtype', type(got).__name__)}, expected bool")
-        right = _mask_ref(L, S)
+        right = mask_ref(L, S)
         ones = torch.ones(L, S, dtype=torch.bool)
         wrongs = [(ones.tril(), MASK_TOP_LEFT), (~right, MASK_POLARITY),
                   (ones.tril(S - L - 1), MASK_DIAGONAL), (ones.tril(L - S), MASK_SIGN),
@@ -318,43 +312,6 @@ MHA_DEFAULT = (
     "project, split, (cache), share heads, softmax(Q K^T / sqrt(d_k)) with the mask, merge, W_O")
 
 
-def _mha_state(d_model, n_heads, n_kv_heads, bias, seed):
-    rng = np.random.default_rng(seed)
-    d_kv = n_kv_heads * (d_model // n_heads)
-    shapes = {"W_Q": (d_model, d_model), "W_K": (d_model, d_kv), "W_V": (d_model, d_kv),
-              "W_O": (d_model, d_model)}
-    if bias:
-        shapes.update(b_Q=(d_model,), b_K=(d_kv,), b_V=(d_kv,), b_O=(d_model,))
-    return {k: rng.normal(0.0, 0.6, s) for k, s in shapes.items()}
-
-
-def _f64(v):
-    if torch.is_tensor(v) and v.dtype == torch.float64:
-        return v
-    return torch.as_tensor(np64(v))
-
-
-def _mha_reference(state, x, n_heads, mask=None):
-    """The right output, float64, on F.scaled_dot_product_attention (0 for a hidden query);
-    float64 tensors in `state` and `x` are used as they are (for gradients)."""
-    t = {k: _f64(v) for k, v in state.items()}
-    x = _f64(x)
-    B, L, d_model = x.shape
-    d_k = d_model // n_heads
-    n_kv = t["W_K"].shape[1] // d_k
-
-    def heads(name, h):
-        y = x @ t[f"W_{name}"] + t.get(f"b_{name}", 0.0)
-        return y.reshape(B, L, h, d_k).transpose(1, 2)                 # (B, h, L, d_k)
-
-    m = None if mask is None else torch.as_tensor(mask).bool()
-    out = F.scaled_dot_product_attention(heads("Q", n_heads), heads("K", n_kv), heads("V", n_kv),
-                                         attn_mask=m, enable_gqa=True)
-    if m is not None:
-        out = out.masked_fill(~m.any(-1, keepdim=True), 0.0)
-    return out.transpose(1, 2).reshape(B, L, d_model) @ t["W_O"] + t.get("b_O", 0.0)
-
-
 def _mha_variant(state, x, n_heads, mask=None, *, scale="d_k", split_ok=True, merge_ok=True,
                  transpose_k=True, invert_mask=False, softmax_dim=-1, empty="zero", W_O=True,
                  b_O=True, b_in=True, tile=False):
@@ -415,15 +372,15 @@ def _built(MultiHeadAttention, d_model, n_heads, n_kv_heads, bias, seed, case):
     kwargs = {} if n_kv_heads is None else {"n_kv_heads": n_kv_heads}
     if not bias:
         kwargs["bias"] = False
-    m = build(MultiHeadAttention, d_model, n_heads, case=case, **kwargs)
-    state = _mha_state(d_model, n_heads, n_kv_heads or n_heads, bias, seed)
+    m = make_module(MultiHeadAttention, d_model, n_heads, case=case, **kwargs)
+    state = mha_state(d_model, n_heads, n_kv_heads or n_heads, bias, seed)
     load(m, state, case=case, names=MHA_NAMES, shapes={"W_K": MHA_W_K_SHAPE, "W_V": MHA_W_K_SHAPE})
     return m, state
 
 
 def _expect_mha(got, state, x, n_heads, mask, case):
     expect_shape_of(got, tuple(x.shape), case=case, hint=("out has the shape of x, (B, L, d_model)",))
-    expect_match(got, _mha_reference(state, x, n_heads, mask), case=case, **F32,
+    expect_match(got, mha_reference(state, x, n_heads, mask), case=case, **F32,
                  mistakes=_mha_mistakes(state, x, n_heads, mask), default=MHA_DEFAULT)
 
 
@@ -432,7 +389,7 @@ def multi_head_attention(MultiHeadAttention):
     # 1. d_k == T, so that a K without its transpose still multiplies; batched; causal mask
     case = "B=2, T=4, d_model=8, n_heads=2 (d_k=4), causal mask"
     m, state = _built(MultiHeadAttention, 8, 2, None, True, 0, case)
-    x, mask = _x(2, 4, 8, 10), _mask_ref(4, 4)
+    x, mask = _x(2, 4, 8, 10), mask_ref(4, 4)
     got = run(m, x.clone(), mask=mask, case=case)
     _expect_mha(got, state, x, 2, mask, case)
 
@@ -457,7 +414,7 @@ def multi_head_attention(MultiHeadAttention):
     for n_kv, seed in ((2, 1), (1, 2)):
         case = f"GQA: B=2, T=5, d_model=8, n_heads=4, n_kv_heads={n_kv}, causal mask"
         m2, st2 = _built(MultiHeadAttention, 8, 4, n_kv, True, seed, case)
-        x2, mask2 = _x(2, 5, 8, 11 + seed), _mask_ref(5, 5)
+        x2, mask2 = _x(2, 5, 8, 11 + seed), mask_ref(5, 5)
         got = run(m2, x2.clone(), mask=mask2, case=case)
         _expect_mha(got, st2, x2, 4, mask2, case)
 
@@ -471,15 +428,15 @@ def multi_head_attention(MultiHeadAttention):
     case = "KV cache: n_heads=4, n_kv_heads=2, T=5 in one call without use_cache"
     m4, st4 = _built(MultiHeadAttention, 8, 4, 2, True, 4, case)
     x4 = _x(2, 5, 8, 14)
-    full = _mha_reference(st4, x4, 4, _mask_ref(5, 5))
-    got = run(m4, x4.clone(), mask=_mask_ref(5, 5), case=case)
-    _expect_mha(got, st4, x4, 4, _mask_ref(5, 5), case)
+    full = mha_reference(st4, x4, 4, mask_ref(5, 5))
+    got = run(m4, x4.clone(), mask=mask_ref(5, 5), case=case)
+    _expect_mha(got, st4, x4, 4, mask_ref(5, 5), case)
     case = "KV cache, step 1: positions 0-2, use_cache=True, mask causal_mask(3, 3)"
-    got = run(m4, x4[:, :3].clone(), mask=_mask_ref(3, 3), use_cache=True, case=case,
+    got = run(m4, x4[:, :3].clone(), mask=mask_ref(3, 3), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_ALWAYS)])
     expect_close(got, full[:, :3], case=case, **F32, hint=MHA_CACHE_ALWAYS)
     case = "KV cache, step 2: positions 3-4, use_cache=True, mask causal_mask(2, 5)"
-    got = run(m4, x4[:, 3:].clone(), mask=_mask_ref(2, 5), use_cache=True, case=case,
+    got = run(m4, x4[:, 3:].clone(), mask=mask_ref(2, 5), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_MISSING), ("shape", MHA_CACHE_MISSING)])
     expect_shape_of(got, (2, 2, 8), case=case, hint=MHA_CACHE_MISSING)
     expect_close(got, full[:, 3:], case=case, **F32, hint=MHA_CACHE_MISSING)
@@ -492,7 +449,7 @@ def multi_head_attention(MultiHeadAttention):
                           raised=[("grad", MHA_NO_GRAD)])
     xr = torch.as_tensor(np64(x)).requires_grad_(True)
     params = {k: torch.as_tensor(v, dtype=torch.float64).requires_grad_(True) for k, v in st5.items()}
-    _mha_reference(params, xr, 2, mask).backward(g.double())
+    mha_reference(params, xr, 2, mask).backward(g.double())
     for name, want in (("input 0", xr.grad), ("W_Q", params["W_Q"].grad), ("b_O", params["b_O"].grad)):
         have = grads.get(name)
         expect_true(have is not None, case=case, message=f"no gradient reached {name}",

@@ -19,9 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from txlearn.checks import exercise, expect_close, expect_true
-from txlearn.checks._tensors import (F32, backward, build, expect_match, expect_shape_of, load,
-                                     np64, run)
-from txlearn.checks.heads import _f64, _mask_ref, _mha_reference
+from txlearn.checks.modules import (F32, backward, expect_match, expect_shape_of, f64, load,
+                                    make_module, mask_ref, mha_reference, np64, run)
 from txlearn.positional import sinusoidal_encoding_np
 
 # ----------------------------------------------------------------------------- transformer_layer
@@ -101,14 +100,14 @@ def _sub(state, prefix):
 
 def _layer(state, x, n_heads, mask, norm_first, eps, variant="right"):
     """One layer (float64) from the course's equations, right or with one catalogued mistake."""
-    t = {k: _f64(v) for k, v in state.items()}
-    x = _f64(x)
+    t = {k: f64(v) for k, v in state.items()}
+    x = f64(x)
     d = x.shape[-1]
     attn_state = _sub(t, "attn")
     m = None if variant == "no mask" else mask
 
     def attn(h):
-        return _mha_reference(attn_state, h, n_heads, m)
+        return mha_reference(attn_state, h, n_heads, m)
 
     def ffn(h):
         return F.gelu(h @ t["ffn.W_1"] + t.get("ffn.b_1", 0.0)) @ t["ffn.W_2"] + t.get("ffn.b_2", 0.0)
@@ -170,7 +169,7 @@ def _layer_module(TransformerLayer, d_model, n_heads, d_ff, case, *, n_kv_heads=
         kwargs["eps"] = eps
     if not bias:
         kwargs["bias"] = False
-    m = build(TransformerLayer, d_model, n_heads, d_ff, case=case, **kwargs)
+    m = make_module(TransformerLayer, d_model, n_heads, d_ff, case=case, **kwargs)
     state = _layer_state(d_model, n_heads, d_ff, n_kv_heads or n_heads, bias, seed, scale)
     load(m, state, case=case, names=TL_NAMES, unexpected=None if bias else TL_BIAS,
          shapes={"attn.W_K": TL_KV, "attn.W_V": TL_KV})
@@ -188,7 +187,7 @@ def _expect_layer(got, want, state, x, n_heads, mask, norm_first, eps, case):
           needs=("multi_head_attention", "feed_forward", "layer_norm_module", "residual_connection"))
 def transformer_layer(TransformerLayer):
     g = torch.Generator().manual_seed(16)
-    mask = _mask_ref(5, 5)
+    mask = mask_ref(5, 5)
     for norm_first, seed in ((False, 30), (True, 31)):
         case = (f"{'pre' if norm_first else 'post'}-LN (norm_first={norm_first}), B=2, T=5, "
                 f"d_model=8, n_heads=2, d_ff=16, causal mask")
@@ -222,7 +221,7 @@ def transformer_layer(TransformerLayer):
             m, state = _layer_module(TransformerLayer, 8, 4, 16, case, n_kv_heads=2,
                                      norm_first=True, seed=34)
             full = _layer(state, x, 4, mask, True, 1e-5)
-        got = run(m, x[:, lo:hi].clone(), mask=_mask_ref(hi - lo, hi), use_cache=True, case=case,
+        got = run(m, x[:, lo:hi].clone(), mask=mask_ref(hi - lo, hi), use_cache=True, case=case,
                   raised=[("must match", TL_CACHE)])
         expect_shape_of(got, (1, hi - lo, 8), case=case, hint=TL_CACHE)
         expect_close(got, full[:, lo:hi], case=case, **F32, hint=TL_CACHE)
@@ -266,7 +265,7 @@ EMB_DEFAULT = ("x_t = W_E[ids_t] * sqrt(d_model) + PE[start + t]",)
 
 
 def _embed(W_E, ids, start, d, variant="right"):
-    W_E, ids = _f64(W_E), torch.as_tensor(ids)
+    W_E, ids = f64(W_E), torch.as_tensor(ids)
     T = ids.shape[-1]
     first = {"start ignored": 0, "from one": start + 1}.get(variant, start)
     pe = torch.as_tensor(sinusoidal_encoding_np(first + T, d)[first:])
@@ -291,7 +290,7 @@ def token_embedding(TokenEmbedding):
                               torch.randint(0, 11, (2, 5), generator=g), None),
                              ("ids (1, 3), start=4 (4 positions already cached)",
                               torch.randint(0, 11, (1, 3), generator=g), 4)):
-        m = build(TokenEmbedding, 11, 8, case=case)
+        m = make_module(TokenEmbedding, 11, 8, case=case)
         load(m, {"W_E": W_E}, case=case, names=EMB_NAMES)
         got = run(m, ids.clone(), case=case, **({} if start is None else {"start": start}))
         expect_shape_of(got, (*ids.shape, 8), case=case, hint=("(B, T) ids give (B, T, d_model)",))
@@ -301,7 +300,7 @@ def token_embedding(TokenEmbedding):
                      default=EMB_DEFAULT)
 
     case = "gradients: ids (2, 5)"
-    m = build(TokenEmbedding, 11, 8, case=case)
+    m = make_module(TokenEmbedding, 11, 8, case=case)
     load(m, {"W_E": W_E}, case=case, names=EMB_NAMES)
     ids, g_out = torch.randint(0, 11, (2, 5), generator=g), torch.randn(2, 5, 8, generator=g)
     _, grads = backward(m, ids, grad_output=g_out, case=case, raised=[("grad", EMB_GRAD)])
@@ -388,7 +387,7 @@ class _ReferenceLM(nn.Module):
         for ids in chunks:
             T = ids.shape[-1]
             x = _embed(self.embed.W_E, ids, 0 if variant == "start ignored" else start, d)
-            mask = None if variant == "no mask" else _mask_ref(T, start + T)
+            mask = None if variant == "no mask" else mask_ref(T, start + T)
             if variant == "top-left":
                 mask = torch.ones(T, start + T, dtype=torch.bool).tril()
             for layer, cache in zip(self.layers, caches):
@@ -424,7 +423,7 @@ def _lm_state(ref, seed):
 
 def _lm(LanguageModel, sizes, seed, case):
     kwargs = {} if sizes[5] is None else {"n_kv_heads": sizes[5]}
-    m = build(LanguageModel, *sizes[:5], case=case, **kwargs)
+    m = make_module(LanguageModel, *sizes[:5], case=case, **kwargs)
     ref = _ReferenceLM(*sizes).double()
     state = _lm_state(ref, seed)
     load(m, state, case=case, names=LM_NAMES, unexpected=LM_UNTIED)

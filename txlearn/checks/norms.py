@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.checks import GIVEN_KINDS, exercise, expect_close, expect_true, given
-from txlearn.checks._tensors import (F32, backward, build, expect_dtype, expect_match,
-                                     expect_shape_of, load, np64, run)
+from txlearn.checks.modules import (F32, backward, expect_dtype, expect_match, expect_shape_of,
+                                    load, make_module, np64, run)
 
 # ----------------------------------------------------------------------------- layer_norm_module
 
@@ -104,7 +104,7 @@ def _ln_cases(g):
 def layer_norm_module(LayerNorm):
     g = torch.Generator().manual_seed(12)
     for case, x, d, eps, affine in _ln_cases(g):
-        m = build(LayerNorm, d, case=case, **({} if eps is None else {"eps": eps}))
+        m = make_module(LayerNorm, d, case=case, **({} if eps is None else {"eps": eps}))
         gamma, beta = affine if affine else (torch.ones(d), torch.zeros(d))
         load(m, {"gamma": gamma, "beta": beta}, case=case, names=LN_NAMES)
         got = run(m, x.clone(), case=case)
@@ -115,7 +115,7 @@ def layer_norm_module(LayerNorm):
                      case=case, **F32, mistakes=_ln_mistakes(x, gamma, beta, eps), default=LN_DEFAULT)
 
     case = "gradients: x (2, 3, 8), gamma and beta"
-    m = build(LayerNorm, 8, case=case)
+    m = make_module(LayerNorm, 8, case=case)
     state = {"gamma": torch.randn(8, generator=g), "beta": torch.randn(8, generator=g)}
     load(m, state, case=case, names=LN_NAMES)
     x, g_out = torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g)
@@ -220,7 +220,7 @@ def _rms_cases(g):
 def rms_norm_module(RMSNorm):
     g = torch.Generator().manual_seed(13)
     for case, x, d, eps, gamma in _rms_cases(g):
-        m = build(RMSNorm, d, case=case, **({} if eps is None else {"eps": eps}))
+        m = make_module(RMSNorm, d, case=case, **({} if eps is None else {"eps": eps}))
         gamma = torch.ones(d) if gamma is None else gamma
         load(m, {"gamma": gamma}, case=case, names=RMS_NAMES)
         got = run(m, x.clone(), case=case)
@@ -233,7 +233,7 @@ def rms_norm_module(RMSNorm):
                      default=RMS_DEFAULT)
 
     case = "gradients: x (2, 3, 8), gamma"
-    m = build(RMSNorm, 8, case=case)
+    m = make_module(RMSNorm, 8, case=case)
     state = {"gamma": torch.randn(8, generator=g)}
     load(m, state, case=case, names=RMS_NAMES)
     x, g_out = torch.randn(2, 3, 8, generator=g), torch.randn(2, 3, 8, generator=g)

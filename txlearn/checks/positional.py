@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.checks import exercise
-from txlearn.checks._tensors import (F32, build, expect_dtype, expect_match, expect_shape_of,
-                                     expect_tensor, load, np64, run)
-from txlearn.checks.heads import MHA_NAMES, MHA_W_K_SHAPE, _f64, _mask_ref, _mha_state
+from txlearn.checks.modules import (F32, expect_dtype, expect_match, expect_shape_of, expect_tensor,
+                                    f64, load, make_module, mask_ref, mha_state, np64, run)
+from txlearn.checks.heads import MHA_NAMES, MHA_W_K_SHAPE
 from txlearn.positional import apply_rope, apply_rope_np, sinusoidal_encoding_np
 
 # ----------------------------------------------------------------------------- sinusoidal_table
@@ -198,8 +198,8 @@ def _rotary(state, x, n_heads, mask, q_rows, q_pos, k_pos, *, rot_q=True, rot_k=
             swap=False):
     """Rotary attention output (float64) for the queries of rows ``q_rows`` of ``x`` over every
     row as keys; ``q_pos`` and ``k_pos`` are the positions each side is rotated by."""
-    t = {k: _f64(v) for k, v in state.items()}
-    x = _f64(x)
+    t = {k: f64(v) for k, v in state.items()}
+    x = f64(x)
     B, S, d_model = x.shape
     d_k = d_model // n_heads
     n_kv = t["W_K"].shape[1] // d_k
@@ -232,8 +232,8 @@ def _rotary_mistakes(state, x, n_heads, mask, q_rows, q_pos, k_pos, k_pos_restar
 
 def _rotary_module(RotaryAttention, d_model, n_heads, n_kv_heads, seed, case):
     kwargs = {} if n_kv_heads is None else {"n_kv_heads": n_kv_heads}
-    m = build(RotaryAttention, d_model, n_heads, case=case, **kwargs)
-    state = _mha_state(d_model, n_heads, n_kv_heads or n_heads, True, seed)
+    m = make_module(RotaryAttention, d_model, n_heads, case=case, **kwargs)
+    state = mha_state(d_model, n_heads, n_kv_heads or n_heads, True, seed)
     load(m, state, case=case, names=MHA_NAMES, shapes={"W_K": MHA_W_K_SHAPE, "W_V": MHA_W_K_SHAPE})
     return m, state
 
@@ -243,7 +243,7 @@ def rotary_attention(RotaryAttention):
     g = torch.Generator().manual_seed(4)
     case = "B=2, T=5, d_model=8, n_heads=2 (d_k=4), causal mask, no cache"
     m, state = _rotary_module(RotaryAttention, 8, 2, None, 20, case)
-    x, mask = torch.randn(2, 5, 8, generator=g), _mask_ref(5, 5)
+    x, mask = torch.randn(2, 5, 8, generator=g), mask_ref(5, 5)
     got = run(m, x.clone(), mask=mask, case=case)
     expect_shape_of(got, (2, 5, 8), case=case, hint=("out has the shape of x",))
     rows, pos = slice(None), np.arange(5)
@@ -258,10 +258,10 @@ def rotary_attention(RotaryAttention):
                 f"d_model=16, mask causal_mask({hi - lo}, {hi})")
         if step == 1:
             m, state = _rotary_module(RotaryAttention, 16, 4, 2, 21, case)
-        got = run(m, x[:, lo:hi].clone(), mask=_mask_ref(hi - lo, hi), use_cache=True, case=case,
+        got = run(m, x[:, lo:hi].clone(), mask=mask_ref(hi - lo, hi), use_cache=True, case=case,
                   hint=ROT_DEFAULT)
         expect_shape_of(got, (1, hi - lo, 16), case=case, hint=("out has the shape of x",))
-        mask = _mask_ref(hi - lo, hi)
+        mask = mask_ref(hi - lo, hi)
         keys, rows = x[:, :hi], slice(lo, hi)
         restarted = np.concatenate([np.arange(4), np.arange(hi - 4)]) if step == 2 else None
         want = _rotary(state, keys, 4, mask, rows, pos[lo:hi], pos[:hi])

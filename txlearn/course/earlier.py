@@ -19,6 +19,8 @@ import linecache
 import types
 from pathlib import Path
 
+from txlearn.learner_calls import strip_magics
+
 __all__ = ["EarlierAnswerError", "load", "course_code_cells"]
 
 class EarlierAnswerError(ImportError):
@@ -43,12 +45,6 @@ def course_code_cells(nb: dict, set_name: str) -> list[str]:
         source = cell.get("source", "")
         out.append("".join(source) if isinstance(source, list) else str(source))
     return out
-
-
-def _strip_magics(source: str) -> str:
-    """Drop IPython magics and shell lines (``%...``, ``!...``): plain Python runs the rest."""
-    return "\n".join(line for line in source.splitlines()
-                     if not line.lstrip().startswith(("%", "!")))
 
 
 def load(set_name: str, *names: str):
@@ -79,7 +75,7 @@ def load(set_name: str, *names: str):
         module = types.ModuleType(f"txlearn_earlier_{set_name}")
         module.__file__ = str(path)
         for number, source in enumerate(course_code_cells(nb, set_name), start=1):
-            filename, source = f"{set_name}.ipynb, cell {number}", _strip_magics(source)
+            filename, source = f"{set_name}.ipynb, cell {number}", strip_magics(source)
             # the cell's lines for tracebacks (the grader's runner names the learner's frames)
             linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
             try:

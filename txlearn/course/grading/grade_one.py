@@ -1,0 +1,301 @@
+"""Grading one submission (:func:`grade_one`), and the run over many (:func:`grade`).
+
+Per submission: the set comes from the file name (or ``--set``), never from the notebook's
+metadata; the student is the submission's own folder; symbolic links are refused. A file that
+cannot be graded (not a notebook, odd metadata, a missing sibling notebook of an earlier set, a
+runner that died) gets status ERROR, "not graded: <reason>", without stopping the others. A cell
+that runs past its limit is named ("your answer cell did not finish within 20 s") and the runner
+restarts without it; a call past its limit fails that exercise. An exercise the copy lacks fails
+with "not in your copy: run make lab"; one the course retired is RETIRED and not counted. Every
+exercise's public cases run first, then the hidden cases of those that passed, so that no public
+feedback can carry what the learner's code saw of a hidden case. The checks themselves are
+:func:`txlearn.checks.run_exercise`, in this process, on :class:`~.session.Remote` proxies.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from txlearn.checks import clean, run_exercise
+from txlearn.course import build
+from txlearn.course.grading import sandbox
+from txlearn.course.grading.hidden import validate_hidden
+from txlearn.course.grading.integrity import changes, fingerprint, watched
+from txlearn.course.grading.reports import Result, Submission
+from txlearn.course.grading.session import CannotCross, RunnerDied, Session
+from txlearn.course.grading.sets import CourseSet, GradingError, load_set
+from txlearn.course.grading.submission import plan, read_notebook
+from txlearn.course.grading.view import make_view, view_modules
+
+__all__ = ["grade", "grade_one", "run_checks", "run_quietly", "sandbox_modes", "in_work", "Job",
+           "error_rows", "DIED_IN_HIDDEN", "NOT_IN_COPY"]
+
+DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
+                  "hidden cases (its exit status, output and reply are not shown: they could carry "
+                  "a hidden case's inputs)")
+NOT_IN_COPY = ("not in your copy: run make lab (it adds the course's new exercises to your copy "
+               "and keeps your answers)")
+
+
+@dataclass
+class Job:
+    """One path to grade: its number in the run, the student, the set's source, the mode."""
+
+    number: int
+    path: Path
+    student: str
+    source: Path | None
+    mode: str
+
+
+def error_rows(sub: Submission, cs: CourseSet | None) -> None:
+    """The ERROR rows of a notebook that was not graded: one per exercise of its set."""
+    names = cs.names if cs is not None else ["-"]
+    sub.results = [Result(sub.student, sub.path.name, n, status="ERROR", points=0,
+                          max_points=1 if cs is not None else 0, feedback=sub.error,
+                          integrity="; ".join(sub.integrity)) for n in names]
+
+
+def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
+              limits_override: dict) -> Submission:
+    """Grade one notebook in its own runner; never raises (a file that cannot be graded gets
+    ``error`` and ERROR rows; a bug of the grader is named in one line, for this file only)."""
+    sub = Submission(path=job.path, student=job.student, mode=job.mode)
+    cs = None
+    lease = None
+    session = None
+    try:
+        nb = read_notebook(job.path, sub)
+        if job.source is None:
+            raise GradingError(f"no exercise set matches the file name {job.path.name!r} (name "
+                               f"it like the handout, NN_name.ipynb, or pass --set)")
+        cs = sets[job.source.stem]
+        sub.set_name = cs.name
+        cells, present, notes, retired = plan(nb, cs)
+        sub.integrity += notes
+        files = []
+        for used in cs.info.uses:
+            sibling = job.path.parent / f"{used}.ipynb"
+            if sibling.is_symlink():
+                raise GradingError(f"{used}.ipynb beside it is a symbolic link")
+            if not sibling.is_file():
+                raise GradingError(f"needs {used}.ipynb beside it (this set uses your answers "
+                                   f"there)")
+            files.append((f"{used}.ipynb", str(sibling)))
+        limits = dict(cs.info.limits, **limits_override)
+        if job.mode == "bwrap" and os.geteuid() == 0:
+            lease = sandbox.UidLease()
+        folders = watched(job.path, hidden)
+        before = fingerprint(folders)
+        session = Session(cs, cells, limits, job.mode, files, lease.uid if lease else None)
+        session.boot()
+        run_checks(sub, cs, session, present, retired, hidden)
+        session.report()
+        session.close()
+        changed = changes(before, fingerprint(folders))
+        if changed:
+            shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if
+                                                len(changed) > 3 else "")
+            sub.integrity.append(f"files changed outside its private folder while it ran: {shown}")
+        where = {c.label: c.exercise for c in cells}
+        banned = sorted({clean(b.get("module", "?"), 60) for b in session.banned})
+        if banned:
+            sub.integrity.append(f"banned import attempted: {', '.join(banned)[:200]}")
+        for r in sub.results:
+            mine = sorted({clean(b.get("module"), 60) for b in session.banned
+                           if where.get(b.get("where")) == r.exercise
+                           or str(b.get("where", "")).removeprefix("call of ") in
+                           cs.objects.get(r.exercise, [])})
+            if mine:
+                r.flagged = f"tried to import {', '.join(mine)}"[:200]
+        sub.output_dropped = session.output_dropped
+    except GradingError as err:
+        sub.error = f"not graded: {err}"
+    except RunnerDied as err:
+        # once the hidden cases have started, what the runner made (its exit status, its last
+        # line of output, the text of a broken reply) may spell out a hidden input
+        sub.error = DIED_IN_HIDDEN if session is not None and session.frozen else \
+            f"not graded: {err}"
+    except CannotCross as err:
+        sub.error = f"not graded: {err}"
+    except Exception as err:  # noqa: BLE001 - a bug of the grader: this file only, in one line
+        first = (str(err).splitlines() or [""])[0][:200]
+        sub.error = f"not graded: the grader failed on this file ({type(err).__name__}" + \
+            ("" if session is not None and session.frozen else f": {first}") + ")"
+    finally:
+        if session is not None:
+            session.close()
+        if lease is not None:
+            lease.release()
+    if sub.error:
+        error_rows(sub, cs)
+    else:
+        for r in sub.results:
+            r.integrity = "; ".join(sub.integrity)
+    sub.graded_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return sub
+
+
+def run_quietly(name, objects, namespace, hidden, public=True):
+    """run_exercise, with the warnings a learner's odd values may raise kept out of the
+    instructor's terminal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return run_exercise(name, objects, namespace, hidden=hidden, public=public)
+
+
+def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[str],
+                retired: set[str], hidden: Path | None) -> None:
+    """Every exercise's public cases first, then the hidden cases of those that passed: a
+    learner's code sees a hidden case's inputs only once no more public feedback is written."""
+    setup_errors = [e for c in session.cells if not c.exercise
+                    for e in [session.cell_errors.get(c.index)] if e]
+    namespace = {n: session.proxy(n) for n in session.names}
+    graded = []
+    for name in cs.names:
+        result = Result(sub.student, sub.path.name, name)
+        sub.results.append(result)
+        if name not in present:
+            result.feedback, result.kind = NOT_IN_COPY, "not-in-copy"
+            continue
+        cell_error = next((session.cell_errors[c.index] for c in session.cells
+                           if c.exercise == name and c.index in session.cell_errors), "")
+        prefix = [e for e in [cell_error] + setup_errors[:1] if e]
+        missing = [o for o in cs.objects[name] if o not in session.names]
+        if missing:
+            result.feedback = "\n".join(prefix) or (
+                f"your answer cell does not define {', '.join(missing)} (the check needs it)")
+            result.kind = "missing"
+            continue
+        objects = [namespace[o] for o in cs.objects[name]]
+        try:
+            verdict = run_quietly(name, objects, namespace, None)
+        except (RunnerDied, CannotCross):
+            raise
+        except Exception as err:  # noqa: BLE001 - a check that could not use the result
+            result.feedback = clean(f"the check could not use what your code returned "
+                                    f"({type(err).__name__}: {err})", 300)
+            result.kind = "unusable"
+            continue
+        if verdict.passed:
+            result.status, result.points = "PASS", result.max_points
+            graded.append((result, objects))
+        else:
+            result.feedback = "\n".join(prefix + [verdict.failure.feedback(1)])
+            result.kind, result.hints = verdict.failure.kind, verdict.failure.hints
+    if hidden is not None:
+        # what the learner's code reports about itself (banned imports, dropped output) is read
+        # now, before it sees any hidden input, and frozen
+        session.report()
+        session.freeze()
+        for result, objects in graded:
+            try:
+                verdict = run_quietly(result.exercise, objects, namespace, hidden, public=False)
+            except (RunnerDied, CannotCross):
+                raise
+            except Exception as err:  # noqa: BLE001
+                verdict = None
+                result.feedback = f"a hidden case could not use what your code returned " \
+                                  f"({type(err).__name__})"
+            if verdict is None or not verdict.passed:
+                result.status, result.points, result.hidden = "FAIL", 0, True
+                result.kind = "unusable" if verdict is None else verdict.failure.kind
+                if verdict is not None:
+                    result.feedback = verdict.failure.feedback(1)
+                    result.hints = verdict.failure.hints
+    for name in sorted(retired):
+        sub.results.append(Result(sub.student, sub.path.name, name, status="RETIRED",
+                                  max_points=0, feedback=f"retired from the course: "
+                                                         f"{cs.info.retired[name]}"[:300]))
+
+
+# ---- the run over many ---------------------------------------------------------------------
+
+def in_work(path: Path) -> bool:
+    """Whether ``path`` really lies in the repository's ``work/`` (links resolved: a symbolic
+    link inside work/ to a folder elsewhere does not count)."""
+    try:
+        Path(os.path.realpath(path)).relative_to(Path(os.path.realpath(build.ROOT / "work")))
+        return True
+    except ValueError:
+        return False
+
+
+def sandbox_modes(paths: list[Path], no_sandbox: bool = False) -> list[str]:
+    """How each path is graded: ``"bwrap"`` where bubblewrap works, ``"plain"`` with
+    ``no_sandbox`` or for a learner's own ``work/`` without bubblewrap. Raises GradingError
+    when another path would need a sandbox that is not there."""
+    if no_sandbox:
+        return ["plain"] * len(paths)
+    ok, why = sandbox.available()
+    if ok:
+        return ["bwrap"] * len(paths)
+    outside = [p for p in paths if not in_work(p)]
+    if outside:
+        raise GradingError(f"grading {outside[0]} needs a sandbox: {why}; or pass --no-sandbox "
+                           f"to run the submissions' code unsandboxed (it prints what that risks)")
+    return ["plain"] * len(paths)
+
+
+def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None = None,
+          jobs: int | None = None, no_sandbox: bool = False,
+          limits: dict | None = None, on_graded=None) -> list[Submission]:
+    """Grade notebooks, each in its own sandboxed runner; return one Submission per path, in order.
+
+    ``hidden``: instructor-only cases (:func:`validate_hidden` checks the folder first; format in
+    :func:`txlearn.checks.hidden_dir`). ``set_name``: the exercise set of every file (otherwise
+    each file's name says it). ``jobs``: submissions graded at once (default: the number of CPU
+    cores). ``no_sandbox``: run the runners as plain processes. ``limits``: override the sets'
+    sandbox limits (tests shorten them). ``on_graded(sub)``: called in this thread with each
+    Submission as soon as it is graded, in the order they finish (the gradebook records each
+    notebook then). Originals are only read.
+
+    Raises:
+        GradingError: the run cannot start (a misnamed hidden case, an unknown ``set_name``, no
+            sandbox for a path that needs one). A file that cannot be graded is not an
+            exception: its Submission has ``error`` set and ERROR rows.
+    """
+    paths = [Path(p) for p in paths]
+    if hidden is not None:
+        validate_hidden(Path(hidden))
+        hidden = Path(hidden).resolve()
+    modes = sandbox_modes(paths, no_sandbox)
+    forced = None
+    if set_name is not None:
+        forced = build.find_source(set_name)
+        if forced is None:
+            raise GradingError(f"--set {set_name}: no such exercise set")
+    jobs_list = []
+    for number, (path, mode) in enumerate(zip(paths, modes)):
+        source = forced or build.find_source(path.stem)
+        student = Path(os.path.abspath(path)).parent.name
+        jobs_list.append(Job(number, path, student, source, mode))
+    sets: dict[str, CourseSet] = {}
+    with tempfile.TemporaryDirectory(prefix="txlearn-grade-") as tmp:
+        os.chmod(tmp, 0o755)
+        for job in jobs_list:
+            if job.source is not None and job.source.stem not in sets:
+                cs = load_set(job.source)
+                cs.view_modules = view_modules(cs)
+                cs.view_dir = str(Path(tmp) / f"view-{cs.name}")
+                make_view(Path(cs.view_dir), cs.view_modules)
+                sets[cs.name] = cs
+        workers = max(1, int(jobs or os.cpu_count() or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txlearn-grade") as pool:
+            futures = [pool.submit(grade_one, job, sets, hidden, dict(limits or {}))
+                       for job in jobs_list]
+            if on_graded is not None:
+                try:
+                    for future in as_completed(futures):
+                        on_graded(future.result())
+                except BaseException:
+                    for future in futures:   # a recording that fails stops the run
+                        future.cancel()
+                    raise
+            return [f.result() for f in futures]

@@ -1,0 +1,435 @@
+"""Start the grader's runner in a bubblewrap sandbox, or (when asked) as a plain process.
+
+The sandbox (Debian package ``bubblewrap``, command ``bwrap``) gives the runner
+(:mod:`txlearn.course.grading.runner`) new network, pid, ipc, uts and cgroup namespaces (and a
+user namespace when the grader is not root), and a file system of its own:
+
+- read only: ``/usr`` and the ``/lib*`` links, ``/etc/ld.so.cache``, the Python installation and
+  the venv the grader runs from (bound at their own paths, so the interpreter finds itself), with
+  an installed copy of the ``txlearn`` package masked; and a synthetic ``txlearn`` at
+  :data:`VIEW` holding only the runner, the protocol, :mod:`txlearn.learner_calls`, the
+  earlier-answers loader and the modules the exercise set may import;
+- private and writable: a small tmpfs home (the working folder, holding copies of the sibling
+  notebooks the set uses) and ``/tmp``; nothing the runner writes reaches the host;
+- nothing else: no repository, no checks, solutions, hidden cases or other submissions, no
+  network, no ``TXLEARN_*`` or other variables of the grader (the environment is cleared; PATH,
+  HOME, LANG, TMPDIR, one thread per maths library and MPLBACKEND=Agg are set).
+
+When the grader is root, each job's runner gets an unprivileged uid of its own (61000 and up,
+leased with a lock file so that concurrent grading runs never share one), so that RLIMIT_NPROC
+means something (the kernel exempts root's uid from it). bubblewrap cannot bind the Python
+installation when it runs as that uid if the installation sits in a folder the uid cannot enter
+(``/root/.pyenv``), so bwrap runs as root without a user namespace, keeps only CAP_SETUID and
+CAP_SETGID for the runner, and the runner drops to the job's uid before it reads anything of the
+learner's (and checks that it cannot become root again). The grader kills the whole process
+group on a timeout and at the end; with ``--die-with-parent`` and a pid namespace, nothing the
+learner's code started outlives it.
+
+``--no-sandbox`` runs the same runner as a plain subprocess (:data:`NO_SANDBOX_RISKS` says what
+that leaves open).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from functools import lru_cache
+from pathlib import Path
+
+from txlearn.course.grading.protocol import Channel
+from txlearn.course.grading.runner import BOOTSTRAP
+
+__all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
+           "UidLease", "NO_SANDBOX_RISKS", "VIEW", "HOME", "FIRST_UID"]
+
+VIEW = "/opt/txlearn-view"     # the synthetic txlearn inside the sandbox
+HOME = "/home/learner"         # the runner's private working folder inside the sandbox
+FIRST_UID = 61000              # the uids leased to jobs when the grader is root
+LAST_UID = 61999
+
+NO_SANDBOX_RISKS = (
+    "--no-sandbox: each submission's code runs as you ({user}), in a separate process with a "
+    "private working folder, a cleared environment and limits on memory, CPU time, file size "
+    "and open files, but WITHOUT a sandbox: it can read and change any file you can (your "
+    "course checkout, other submissions, the grades file), use the network, and start processes "
+    "that outlive the grading. Use it only for notebooks you trust.")
+
+
+def _env(home: str, tmp: str) -> dict:
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": tmp, "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+            "MPLBACKEND": "Agg"}
+
+
+# ---- the Python the runner uses ------------------------------------------------------------------
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@lru_cache(maxsize=1)
+def python_layout() -> tuple[str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """``(interpreter, roots, sys_path, masks)``: the interpreter the grader runs on, the folders
+    that hold it and its packages (to bind read-only; ``/usr`` is bound anyway), the grader's
+    ``sys.path`` entries inside those folders, and installed copies of ``txlearn`` to hide."""
+    exe = os.path.realpath(sys.executable)
+    roots = []
+    packages = [p for p in sys.path if os.path.basename(p) in ("site-packages", "dist-packages")
+                and os.path.isdir(p)]   # also those a .pth file or PYTHONPATH added
+    for root in (sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(exe)), *packages):
+        root = os.path.abspath(root)
+        if _under(root, "/usr") or any(_under(root, r) for r in roots):
+            continue
+        roots = [r for r in roots if not _under(r, root)] + [root]
+    bound = roots + ["/usr"]
+    path = tuple(p for p in sys.path if p and os.path.isabs(p) and os.path.exists(p)
+                 and any(_under(p, r) for r in bound))
+    masks = []
+    import txlearn
+    package = str(Path(txlearn.__file__).resolve().parent)
+    for entry in path:
+        candidate = os.path.join(entry, "txlearn")
+        if os.path.isdir(candidate) or os.path.realpath(candidate) == package:
+            masks.append(candidate)
+    return exe, tuple(roots), path, tuple(masks)
+
+
+# ---- which installed packages the sandbox shows ----------------------------------------------------
+
+_PROBE = r"""
+import json, sys
+sys.path[:] = json.loads(sys.argv[1])
+import numpy
+import torch, torch.nn, torch.nn.functional
+torch.ones(2, requires_grad=True).sum().backward()
+for name in ["sympy", "mpmath", "networkx", "jinja2", "markupsafe", "filelock", "fsspec"]:
+    try:            # torch's own dependencies, some imported only on first use (sympy by autograd)
+        __import__(name)
+    except ImportError:
+        pass
+for name in json.loads(sys.argv[2]):
+    __import__(name)
+files = set()
+for module in list(sys.modules.values()):
+    paths = [getattr(module, "__file__", None)]
+    try:
+        paths += list(getattr(module, "__path__", None) or [])
+    except TypeError:   # a namespace object that is not a list of folders
+        pass
+    files.update(p for p in paths if isinstance(p, str))
+print(json.dumps(sorted(files)))
+"""
+
+
+def _site_packages() -> list[str]:
+    """Every site-packages folder the sandbox binds (the venv's and the base interpreter's)."""
+    import sysconfig
+    out = {p for p in python_layout()[2] if os.path.basename(p) in ("site-packages",
+                                                                    "dist-packages")}
+    for prefix in (sys.base_prefix, sys.prefix):
+        purelib = sysconfig.get_paths(vars={"base": prefix, "platbase": prefix})["purelib"]
+        if os.path.isdir(purelib):
+            out.add(purelib)
+    return sorted(out)
+
+
+@lru_cache(maxsize=32)
+def package_entries(imports: tuple[str, ...]) -> tuple[str, ...]:
+    """The entries of the site-packages folders (package folders, module files, their
+    ``.libs`` and ``.dist-info``) that numpy, torch and the top-level modules ``imports`` load:
+    the sandbox shows these and nothing else installed, so an answer cannot reach another
+    package (scipy, transformers, ...) by any spelling of an import. Found by importing them in
+    a probe process of the same interpreter; raises RuntimeError when one cannot be imported."""
+    python, _, sys_path, _ = python_layout()
+    run = subprocess.run([python, "-I", "-S", "-B", "-c", _PROBE, json.dumps(list(sys_path)),
+                          json.dumps(list(imports))], capture_output=True, text=True, timeout=300)
+    if run.returncode != 0:
+        raise RuntimeError(f"the sandbox's packages could not be listed: "
+                           f"{(run.stderr.strip().splitlines() or ['?'])[-1][:200]}")
+    tops = set()
+    for site in _site_packages():
+        for path in json.loads(run.stdout):
+            if _under(path, site) and path != site:
+                tops.add(os.path.join(site, os.path.relpath(path, site).split(os.sep)[0]))
+    extra = set()
+    for top in tops:   # a package's compiled libraries and its metadata sit beside it
+        site, name = os.path.split(top)
+        stem = name.split(".")[0].lower().replace("-", "_")
+        for entry in os.listdir(site):
+            low = entry.lower().replace("-", "_")
+            if low.startswith(stem + ".libs") or (low.startswith(stem + "_") and
+                                                  low.endswith(".dist_info")) or \
+                    low.startswith(stem + ".dist_info") or low == stem + ".libs":
+                extra.add(os.path.join(site, entry))
+    return tuple(sorted(tops | extra))
+
+
+def _other_package_folders() -> list[str]:
+    """The ``site-packages`` and ``dist-packages`` folders under ``/usr`` that the grader's Python
+    does not read (Debian's ``python3-*`` packages, another Python's pip installs): bound with
+    ``/usr``, an answer could put them on ``sys.path`` and import what the set does not declare."""
+    import glob
+    mine = set(_site_packages())
+    found = set()
+    for pattern in ("/usr/lib/python3*/*-packages", "/usr/local/lib/python3*/*-packages"):
+        for folder in glob.glob(pattern):
+            if os.path.basename(folder) in ("site-packages", "dist-packages") and \
+                    os.path.isdir(folder) and not os.path.islink(folder) and folder not in mine:
+                found.add(folder)
+    return sorted(found)
+
+
+# ---- is there a sandbox? -----------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def available() -> tuple[bool, str]:
+    """``(True, path to bwrap)`` when bubblewrap is installed and can start a sandbox here, else
+    ``(False, why not)``."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return False, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    argv = [path, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/",
+            "--proc", "/proc", "--dev", "/dev"]
+    if os.geteuid() != 0:
+        argv.append("--unshare-user")
+    try:
+        run = subprocess.run(argv + ["true"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return False, f"bubblewrap does not start ({err})"
+    if run.returncode != 0:
+        first = (run.stderr.strip().splitlines() or ["no message"])[0]
+        return False, f"bubblewrap cannot start a sandbox here ({first})"
+    return True, path
+
+
+# ---- uids for jobs (root only) -------------------------------------------------------------------
+
+class UidLease:
+    """An unprivileged uid (and gid of the same number) for one job, held with a lock file until
+    :meth:`release`, so that concurrent grading runs on one machine never share a uid."""
+
+    def __init__(self):
+        folder = Path(tempfile.gettempdir()) / "txlearn-grade-uids"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        for uid in range(FIRST_UID, LAST_UID + 1):
+            fd = os.open(folder / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
+            return
+        raise RuntimeError(f"every uid from {FIRST_UID} to {LAST_UID} is in use")
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+# ---- the command -------------------------------------------------------------------------------
+
+def _ancestors(path: str) -> list[str]:
+    parts = Path(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limits: dict,
+               tail: list[str], packages: tuple[str, ...] | None = None) -> list[str]:
+    """The bubblewrap command line that runs ``tail`` (the runner's command) in the sandbox.
+
+    ``files``: ``(name, fd)`` of files to copy into the private working folder (the sibling
+    notebooks); ``limits``: the set's sandbox limits (the tmpfs folders get 8 x ``file_mb``);
+    ``packages``: the site-packages entries to show (:func:`package_entries`; every other
+    installed package is hidden under an empty folder); None shows them all.
+    """
+    python, roots, _, masks = python_layout()
+    argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    if os.geteuid() == 0:   # no user namespace: the runner drops to the job's uid itself
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        argv += ["--unshare-user"]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = f"/{name}"
+        if os.path.islink(host):
+            argv += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            argv += ["--ro-bind", host, host]
+    for extra in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime"):
+        argv += ["--ro-bind-try", extra, extra]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    size = str(int(limits["file_mb"]) * 8 << 20)
+    for folder in (HOME, "/tmp"):   # before the binds: a venv under /tmp stays visible
+        argv += ["--size", size, "--tmpfs", folder, "--chmod", "1777", folder]
+    for root in roots:
+        argv += ["--ro-bind", root, root]
+    for mask in masks:
+        argv += ["--tmpfs", mask]
+    if packages is not None:
+        for site in _site_packages() + _other_package_folders():
+            argv += ["--tmpfs", site]
+        for entry in packages:
+            argv += ["--ro-bind", entry, entry]
+    argv += ["--ro-bind", view_dir, VIEW]
+    made = sorted({a for r in list(roots) + [VIEW] for a in _ancestors(r)
+                   if not any(_under(a, r2) for r2 in roots) and not _under(a, "/usr")},
+                  key=lambda p: p.count("/"))
+    for folder in made:   # bwrap creates them 0700: the job's uid must pass through them
+        argv += ["--chmod", "0755", folder]
+    for name, fd in files:
+        argv += ["--perms", "0644", "--file", str(fd), f"{HOME}/{name}"]
+    argv += ["--chdir", HOME, "--clearenv"]
+    for key, value in _env(HOME, "/tmp").items():
+        argv += ["--setenv", key, value]
+    return argv + ["--"] + tail
+
+
+# ---- a running runner ----------------------------------------------------------------------------
+
+class _Sink(threading.Thread):
+    """Drains the runner's fd 1 and 2, keeping the first ``limit`` bytes (raw writes of the
+    learner's code land here, never in the grader's memory or terminal)."""
+
+    def __init__(self, fd: int, limit: int):
+        super().__init__(daemon=True)
+        self.fd, self.limit, self.kept, self.dropped = fd, limit, bytearray(), 0
+
+    def run(self):
+        try:
+            while True:
+                chunk = os.read(self.fd, 1 << 16)
+                if not chunk:
+                    break
+                room = self.limit - len(self.kept)
+                if room > 0:
+                    self.kept += chunk[:room]
+                self.dropped += max(0, len(chunk) - max(room, 0))
+        finally:
+            os.close(self.fd)
+
+    def text(self) -> str:
+        return self.kept.decode("utf-8", "replace")
+
+
+class Process:
+    """A started runner: its :class:`~txlearn.course.grading.protocol.Channel`, its raw output,
+    and how to stop it (the whole process group)."""
+
+    def __init__(self, popen: subprocess.Popen, channel: Channel, sink: _Sink, mode: str,
+                 limits: dict, cleanup=None):
+        self.popen, self.channel, self.sink, self.mode = popen, channel, sink, mode
+        self.limits, self._cleanup = limits, cleanup
+        self.killed = False
+
+    def kill(self) -> None:
+        """Kill the runner's process group (bwrap and everything in its pid namespace)."""
+        self.killed = True
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        for fd in (self.channel.read_fd, self.channel.write_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.channel.read_fd = self.channel.write_fd = -1
+        if self._cleanup is not None:
+            self._cleanup()
+            self._cleanup = None
+
+    def why_dead(self) -> str:
+        """Why the runner stopped, in words (waits a moment for its exit status)."""
+        try:
+            code = self.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "it stopped answering"
+        sig = -code if code < 0 else (code - 128 if self.mode == "bwrap" and code > 128 else 0)
+        if sig:
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else \
+                f"signal {sig}"
+            meaning = {"SIGXCPU": f"its CPU time limit of {self.limits['cpu_seconds']} s ran out",
+                       "SIGKILL": f"it was killed (out of memory? the limit is "
+                                  f"{self.limits['memory_mb']} MB)",
+                       "SIGSEGV": "it crashed (segmentation fault)",
+                       "SIGABRT": "it aborted (often: out of memory)"}.get(
+                           name, f"killed by {name}")
+            return meaning
+        last = self.sink.text().strip().splitlines()[-1:] or [""]
+        detail = f": {last[0][:160]}" if last[0] else ""
+        return f"it exited with status {code}{detail}"
+
+
+def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dict,
+          config: dict, uid: int | None = None, packages: tuple[str, ...] | None = None
+          ) -> Process:
+    """Start the runner with ``config`` (see :func:`txlearn.course.grading.runner.main`).
+
+    ``mode``: ``"bwrap"`` (the sandbox) or ``"plain"`` (a subprocess, for ``--no-sandbox`` and a
+    learner's own ``work/``); ``files``: ``(name, host path)`` of the sibling notebooks to copy
+    into the private folder; ``uid``: the job's uid when the grader is root (bwrap mode).
+    """
+    python, _, sys_path, _ = python_layout()
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    out_r, out_w = os.pipe()
+    config = dict(config, fds=[req_r, rep_w], uid=uid, limit_processes=mode == "bwrap")
+    keep = [req_r, rep_w]
+    if mode == "bwrap":
+        fds = [(name, os.open(path, os.O_RDONLY | os.O_CLOEXEC)) for name, path in files]
+        keep += [fd for _, fd in fds]
+        config["sys_path"] = [VIEW] + list(sys_path)
+        tail = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
+        argv = bwrap_argv(available()[1], view_dir=view_dir, files=fds, limits=limits, tail=tail,
+                          packages=packages)
+        kwargs = dict(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd="/")
+        cleanup = None
+    else:
+        home = tempfile.mkdtemp(prefix="txlearn-runner-")
+        os.makedirs(os.path.join(home, "tmp"))
+        for name, path in files:
+            shutil.copyfile(path, os.path.join(home, name))
+        config["sys_path"] = [view_dir] + list(sys_path)
+        argv = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
+        kwargs = dict(env=_env(home, os.path.join(home, "tmp")), cwd=home)
+        fds = []
+
+        def cleanup():
+            shutil.rmtree(home, ignore_errors=True)
+    try:
+        popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w, stderr=out_w,
+                                 pass_fds=keep, process_group=0, close_fds=True, **kwargs)
+    finally:
+        for fd in [req_r, rep_w, out_w] + [fd for _, fd in fds]:
+            os.close(fd)
+    sink = _Sink(out_r, int(limits.get("output_kb", 64)) * 1024)
+    sink.start()
+    return Process(popen, Channel(rep_r, req_w, nonblocking=True), sink, mode, limits, cleanup)
+
+
+def wait_hello(process: Process, timeout: float) -> dict:
+    """The runner's first message (it is ready), or raise EOFError/TimeoutError."""
+    msg, _ = process.channel.recv(deadline=time.monotonic() + timeout)
+    if not msg.get("hello"):
+        from txlearn.course.grading.protocol import ProtocolError
+        raise ProtocolError("the runner did not say hello")
+    return msg

@@ -1,0 +1,90 @@
+"""Lesson 09: every number that shapes a training run of the character model, in one dataclass.
+
+The configuration is saved in each checkpoint; :func:`validate` rejects values no run can use with
+a one-line :class:`txlearn.training.data.UserError`. Source: lesson 09 (``lessons/09_capstone.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from txlearn.training.data import UserError
+
+__all__ = ["TrainConfig", "validate"]
+
+
+@dataclass
+class TrainConfig:
+    """Every number that shapes a training run (all of them are saved in the checkpoint).
+
+    Model: ``d_model, n_heads, n_layers, d_ff`` and ``block_size`` (T, the context length in
+    characters), ``dropout`` on each sub-layer's output. Optimisation: ``batch_size`` (B windows
+    of T characters, the global batch when several processes share it), ``max_steps``, peak
+    ``lr`` after ``warmup_steps`` linear steps, cosine decay to ``min_lr`` at the last step,
+    AdamW ``weight_decay`` (on matrices only), ``grad_clip`` (max global L2 norm), ``seed``,
+    ``precision`` (``"auto"``, ``"fp32"``, ``"bf16"``: :mod:`txlearn.training.runtime`).
+    Validation every ``eval_interval`` steps on ``eval_windows`` evenly spread windows; the full
+    validation split at the end. ``max_seconds``: wall-time budget of the whole run, final
+    evaluation included (capped by ``TXLEARN_TRAIN_SECONDS``); when ``max_steps`` would not
+    fit in it, the run shortens its schedule at the end of the warm-up
+    (:mod:`txlearn.training.schedule`).
+    It is the one field that may change when resuming.
+
+    The defaults were chosen by the sweep in ``benchmarks/train_sweep.py`` (its table is in
+    ``benchmarks/README.md``).
+    """
+
+    d_model: int = 128
+    n_heads: int = 4
+    n_layers: int = 4
+    d_ff: int = 512
+    block_size: int = 128
+    batch_size: int = 12
+    max_steps: int = 2700
+    lr: float = 2e-3
+    min_lr: float = 2e-4
+    warmup_steps: int = 50
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    seed: int = 0
+    dropout: float = 0.1
+    precision: str = "auto"
+    val_fraction: float = 0.1
+    eval_interval: int = 200
+    eval_windows: int = 32
+    max_seconds: float = 170.0
+
+    def model_sizes(self) -> dict:
+        """The keyword arguments of :class:`txlearn.models.char_lm.CharTransformer` after
+        ``n_vocab``: ``CharTransformer(n_vocab, **config.model_sizes())``."""
+        return {k: getattr(self, k) for k in ("d_model", "n_heads", "n_layers", "d_ff",
+                                              "block_size", "dropout")}
+
+    def trajectory(self) -> dict:
+        """The fields a resumed run must share with its checkpoint (all but ``max_seconds``)."""
+        d = dataclasses.asdict(self)
+        d.pop("max_seconds")
+        return d
+
+
+
+def validate(config: TrainConfig) -> None:
+    """Raise ``UserError`` for a configuration no run can use (naming the numbers)."""
+    sizes = ("d_model", "n_heads", "n_layers", "d_ff", "block_size", "batch_size",
+             "eval_interval", "eval_windows")
+    bad = [f"{k}={getattr(config, k)}" for k in sizes if getattr(config, k) < 1]
+    bad += [f"{k}={getattr(config, k)}" for k in ("max_steps", "warmup_steps")
+            if getattr(config, k) < 0]
+    bad += [f"{k}={getattr(config, k)}" for k in ("lr", "max_seconds")
+            if not getattr(config, k) > 0]
+    if bad:
+        raise UserError(f"invalid configuration: {', '.join(bad)}")
+    if config.d_model % config.n_heads:
+        raise UserError(f"d_model {config.d_model} is not divisible by n_heads {config.n_heads}")
+    if not 0 <= config.dropout < 1:
+        raise UserError(f"dropout {config.dropout} must lie in [0, 1)")
+    if config.precision not in ("auto", "fp32", "bf16"):
+        raise UserError(f"precision {config.precision!r} must be auto, fp32 or bf16")
+    if not 0 < config.val_fraction < 1:
+        raise UserError(f"val_fraction {config.val_fraction} must lie strictly between 0 and 1")
