@@ -150,6 +150,9 @@ show(fig, alt=f"Training curve of the character model: cross-entropy in nats per
      + f". The final validation loss is {'below' if result.val_nats < base['bigram'] else 'above'} "
      "the bigram's.")
 
+# a fresh run always makes at least one step, even when a loaded machine used up a short budget
+# before it (then its notes say so); everything below holds from one step on
+assert len(result.train_losses) == result.step >= 1, (result.step, result.notes)
 first, last = result.train_losses[0], np.mean(result.train_losses[-10:])
 print(f"train loss {first:.3f} -> {last:.3f}; validation {result.val_nats:.3f} nats/char; "
       f"bigram {base['bigram']:.3f}; margin {base['bigram'] - result.val_nats:+.3f}")
@@ -167,7 +170,8 @@ if result.val_nats < base["bigram"]:
           "uses more than one character of context")
 else:
     print(f"verdict: not below the bigram yet: the time budget ended the run after "
-          f"{result.step} of {config.max_steps} steps (a busy CPU, or a shortened budget)")
+          f"{result.step} of {config.max_steps} steps (a busy CPU, or a shortened budget); "
+          "the claims that need a longer run were not asserted")
 print(f"{result.step} steps in {result.seconds:.0f} s of training: "
       f"{seen / max(result.seconds, 1e-9):,.0f} characters per second on "
       f"{result.threads or 'its'} thread(s), precision {result.config.precision}")

@@ -138,7 +138,10 @@ def train(config: TrainConfig | None = None, text: str | None = None, checkpoint
 
     Runs until the planned number of steps (``config.max_steps``, or fewer when they would not
     fit in the time budget, :func:`txlearn.training.schedule.time_budget`), until the budget
-    itself ends, or, in this call, until ``stop_after`` steps; then measures the full validation
+    itself ends, or, in this call, until ``stop_after`` steps; a call makes at least one step
+    (unless ``stop_after=0`` or the checkpoint's run is complete), past the budget if the
+    budget ended before the first step, so ``train_losses`` is never empty on a fresh run. Then
+    it measures the full validation
     split and, if ``checkpoint`` is a path, saves there. ``resume=True`` loads ``checkpoint``
     first and continues its trajectory exactly. ``log`` receives the summary lines (None:
     silent). ``device``: ``"auto"``, ``"cpu"``, ``"cuda"``... ; ``threads``: ``"auto"`` or a
@@ -291,9 +294,14 @@ class _Run:
         bar = tqdm(total=last(), initial=step, disable=not (progress and dist.is_main),
                    desc="train", unit="step", dynamic_ncols=True)
         stopped_by = "steps"
+        # A call makes at least one step even when reading the text and building the model used
+        # up the budget (a loaded machine under a few seconds' budget): a run that returned an
+        # untrained model and no loss would tell the learner nothing. All ranks agree.
         (late,) = dist.all_reduce([float(time.perf_counter() >= planner.deadline)], "max")
-        if late and step < last():   # the budget ended before the first step
-            stopped_by, end = "time", step
+        if late and step < last() and (end is None or step < end):
+            self.notes.append(f"budget: its {planner.deadline - self.started:.1f} s were spent "
+                              "before the first step (reading the text, building the model); "
+                              "the run makes one step past it")
         while step < last() and (end is None or step < end):
             i = len(losses)                  # steps made in this call
             if self.probe is not None:
