@@ -153,7 +153,7 @@ def main(argv=None) -> dict:
                         "of the training split, score on its last 10%%; the validation split "
                         "is not touched")
     args = p.parse_args(argv)
-    from txlearn.capstone.data import CharVocab, load_corpus, split_by_position, val_windows
+    from txlearn.training.data import CharVocab, load_corpus, split_by_position, val_windows
 
     if args.threads:
         torch.set_num_threads(args.threads)
