@@ -35,10 +35,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_sweep import sweep_text  # noqa: E402
 
-from txlearn.capstone.config import TrainConfig  # noqa: E402
+from txlearn.training.config import TrainConfig  # noqa: E402
+from txlearn.training.recipe import C_FULL, flops_per_step  # noqa: E402
 
 RUNS = Path(__file__).resolve().parent / "results" / "recipe_runs.jsonl"
-N_VOCAB = 103
 
 # Every recipe as its differences from the old defaults (T 128, B 12, d_model 128, 4 layers,
 # lr 2e-3 cosine to 2e-4, dropout 0.1, the layers' own initialisation).
@@ -82,48 +82,13 @@ RECIPES = {
 }
 
 
-def flops_per_step(c: TrainConfig, n_vocab: int = N_VOCAB) -> float:
-    """Training FLOPs of one step: 3 x the forward's matrix products (forward, and the
-    backward's two products per forward product), the attention over the whole T x T square:
-    ``(6 N + 12 n_layers T d_model) B T`` with ``N = n_layers (4 d_model^2 + 2 d_model d_ff) +
-    n_vocab d_model`` (the tied head; biases, norms and the position table not counted)."""
-    N = c.n_layers * (4 * c.d_model ** 2 + 2 * c.d_model * c.d_ff) + n_vocab * c.d_model
-    return (6 * N + 12 * c.n_layers * c.block_size * c.d_model) * c.batch_size * c.block_size
-
-
-C_FULL = 2700 * flops_per_step(TrainConfig(d_model=128, n_layers=4, d_ff=512, block_size=128,
-                                           batch_size=12))
-
-
 def config_of(name: str) -> TrainConfig:
     base = dict(d_model=128, n_heads=4, n_layers=4, d_ff=512, block_size=128, batch_size=12,
                 lr=2e-3, min_lr=2e-4, warmup_steps=50, weight_decay=0.1, dropout=0.1,
-                precision="fp32", eval_windows=64, max_seconds=1e9)
+                init="layers", precision="fp32", eval_windows=64, max_seconds=1e9)
     fields = {**base, **RECIPES[name]}
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     return TrainConfig(**{k: v for k, v in fields.items() if k in known}), fields
-
-
-def _with_init(init: str):
-    """Until the model takes ``init`` itself: re-draw the layers' matrices GPT-2's way."""
-    import math
-
-    import txlearn.capstone.model as model_module
-
-    cls = model_module.CharTransformer
-    if not hasattr(cls, "_i27_orig"):
-        cls._i27_orig = cls.__init__
-    orig = cls._i27_orig
-
-    def init_gpt2(self, *a, **k):
-        orig(self, *a, **k)
-        with torch.no_grad():
-            for layer in self.layers:
-                for W in (layer.attn.W_Q, layer.attn.W_K, layer.attn.W_V, layer.ffn.W_1):
-                    W.normal_(0.0, 0.02)
-                for W in (layer.attn.W_O, layer.ffn.W_2):
-                    W.normal_(0.0, 0.02 / math.sqrt(2 * len(self.layers)))
-    cls.__init__ = init_gpt2 if init == "gpt2" else orig
 
 
 def load() -> list[dict]:
@@ -133,7 +98,8 @@ def load() -> list[dict]:
 
 
 def cmd_run(args) -> None:
-    from txlearn.capstone.train import ENV_SECONDS, train
+    from txlearn.training.loop import train
+    from txlearn.training.schedule import ENV_SECONDS
 
     os.environ.pop(ENV_SECONDS, None)
     text = sweep_text()
@@ -148,10 +114,6 @@ def cmd_run(args) -> None:
                 print(f"{name} @ {budget}: {row['steps']} steps, held-out "
                       f"{row['held_out_nats']:.4f} nats/char ({row['wall_s']} s)", flush=True)
                 continue
-            if "init" in fields and not hasattr(config, "init"):
-                _with_init(fields["init"])
-            elif not hasattr(config, "init"):
-                _with_init("layers")
             steps = round(budget * C_FULL / flops_per_step(config))
             config = dataclasses.replace(config, max_steps=steps,
                                          eval_interval=max(50, steps // 8))

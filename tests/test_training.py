@@ -18,7 +18,8 @@ from txlearn.training.schedule import ENV_SECONDS, learning_rate, time_budget
 
 TINY = TrainConfig(d_model=32, n_heads=2, n_layers=2, d_ff=64, block_size=32, batch_size=16,
                    max_steps=80, lr=1e-2, min_lr=1e-3, warmup_steps=5, eval_interval=10,
-                   eval_windows=8, max_seconds=600.0, precision="fp32", dropout=0.0)
+                   eval_windows=8, max_seconds=600.0, precision="fp32", dropout=0.0,
+                   init="layers")
 
 
 @pytest.fixture(scope="module")
