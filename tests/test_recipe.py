@@ -46,8 +46,8 @@ def test_predicted_loss_interpolates_in_log_budget(monkeypatch):
     monkeypatch.setattr(recipe, "CURVES", {D128: {0.125: 2.0, 0.5: 1.0}})
     assert recipe.predicted_loss(D128, 0.25) == pytest.approx(1.5)     # halfway in log 2
     assert recipe.predicted_loss(D128, 0.125) == pytest.approx(2.0)
-    assert recipe.predicted_loss(D128, 1.0) == pytest.approx(0.5)      # the end slope continues
-    assert recipe.predicted_loss(D128, 1 / 16) == pytest.approx(2.5)
+    assert recipe.predicted_loss(D128, 1.0) == pytest.approx(1.0)      # flat: nothing measured
+    assert recipe.predicted_loss(D128, 1 / 16) == pytest.approx(2.5)   # the first slope continues
 
 
 def test_choose_takes_the_lowest_curve_at_each_candidates_own_budget(monkeypatch):

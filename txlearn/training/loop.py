@@ -182,7 +182,8 @@ def _train(config, text, dist, started, *, checkpoint, resume, stop_after, progr
         validate(config.with_recipe(settings))
     config = dataclasses.replace(config, precision=resolve_precision(config.precision, dev))
     text_sha, budget = fingerprint(text), time_budget(config)
-    peak = _matmul_peak(config.precision, dev, threads)
+    # short runs (tests, make test's 8 s) time no matmul: the line then gives GFLOP/s alone
+    peak = _matmul_peak(config.precision, dev, threads) if budget >= MIN_PROBE_SECONDS else {}
     config, recipe_line = _recipe(config, text, dist, started + budget, checkpoint, resume)
     vocab, train_ids, val_ids = _prepare(config, text)
     if config.batch_size % dist.world:
@@ -194,6 +195,8 @@ def _train(config, text, dist, started, *, checkpoint, resume, stop_after, progr
     model = CharTransformer(len(vocab), **config.model_sizes()).to(dev)   # the same on every rank
     if dist.rank:
         torch.manual_seed(config.seed + dist.rank)    # each rank its own dropout masks
+    # fused: one kernel per parameter group instead of a dozen element-wise passes (the
+    # optimizer was about 8% of a step on the CPU in torch.profiler; benchmarks/README.md)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
                                   betas=(0.9, 0.99), foreach=True)
     data_generator = torch.Generator().manual_seed(config.seed)
@@ -296,18 +299,21 @@ def _matmul_peak(precision: str, dev, threads) -> dict:
 def _speed_line(run, config: TrainConfig, n_vocab: int, peaks: dict) -> str:
     """The achieved GFLOP/s of the training steps against the matmul peak measured at start
     with the thread count the run kept."""
-    peak = peaks.get(run.threads, max(peaks.values()))
+    peak = peaks.get(run.threads, max(peaks.values())) if peaks else None
     times = [dt for k, dt in run.planner.step_log if k == (run.threads or 0)] or \
         [dt for _, dt in run.planner.step_log]
     if not times:
-        return f"speed: too few steps to time (matmul peak {peak:.0f} GFLOP/s)"
+        return "speed: too few steps to time"
     step_s = statistics.median(times)
     flops = flops_per_step(config, n_vocab) / run.dist.world
     achieved = flops / step_s / 1e9
-    return (f"speed: {achieved:.1f} GFLOP/s in the training steps ({flops / 1e9:.2f} GFLOP a "
+    line = (f"speed: {achieved:.1f} GFLOP/s in the training steps ({flops / 1e9:.2f} GFLOP a "
             f"step by the 6N + attention count, median {1e3 * step_s:.0f} ms on "
-            f"{run.threads or 'its'} thread(s)), {achieved / peak:.0%} of the {peak:.0f} "
-            f"GFLOP/s of a {config.precision} matmul measured at the start")
+            f"{run.threads or 'its'} thread(s))")
+    if peak is None:
+        return line + "; no matmul peak timed in a budget this short"
+    return line + (f", {achieved / peak:.0%} of the {peak:.0f} GFLOP/s of a "
+                   f"{config.precision} matmul measured at the start")
 
 
 class _Run:

@@ -13,7 +13,7 @@ on the machine. The rule (:func:`choose`):
    the run's own model, data order and generator are untouched);
 2. turn the seconds left (95% of them) into each candidate's FLOP budget at its measured speed;
 3. keep the candidate whose loss curve is lowest at its own budget (:func:`predicted_loss`:
-   linear in log FLOPs between recorded budgets, the end slopes beyond them).
+   linear in log FLOPs between recorded budgets, flat above the largest).
 
 A budget too short to measure (under :data:`MIN_PROBE_SECONDS`) takes the candidate best at the
 smallest recorded budget without timing anything. FLOPs per step are the count of
@@ -55,8 +55,8 @@ CANDIDATES = {
 # name -> {budget (fraction of C_FULL): held-out loss in nats/char}, recorded by the sweep
 CURVES = {
     "T 64, B 12, gpt2 init, no dropout, lr 3e-3": {0.125: 1.6801, 0.25: 1.3995},
-    "d 96, T 64, B 12, gpt2 init, no dropout, lr 3e-3": {0.25: 1.3381},
-    "d 64, T 64, B 12, gpt2 init, no dropout, lr 3e-3": {0.25: 1.2966},
+    "d 96, T 64, B 12, gpt2 init, no dropout, lr 3e-3": {0.125: 1.5138, 0.25: 1.3381},
+    "d 64, T 64, B 12, gpt2 init, no dropout, lr 3e-3": {0.125: 1.3818, 0.25: 1.2966},
 }
 
 N_VOCAB = 103          # the pydoc_data text's alphabet (the sweep's FLOP count uses it)
@@ -81,11 +81,13 @@ C_FULL = 2700 * flops_per_step(TrainConfig(d_model=128, d_ff=512, block_size=128
 
 def predicted_loss(name: str, budget: float) -> float:
     """Held-out loss (nats/char) of candidate ``name`` after ``budget`` x :data:`C_FULL` FLOPs:
-    piecewise linear in ``log budget`` through :data:`CURVES`, continued with the end slopes (a
-    single recorded point: flat). Raises ``KeyError`` for an unknown name."""
+    piecewise linear in ``log budget`` through :data:`CURVES`; below the smallest recorded
+    budget the first slope continues; above the largest the curve is held flat (nothing was
+    measured there, and a steep early slope continued would promise too much). Raises
+    ``KeyError`` for an unknown name."""
     points = sorted(CURVES[name].items())
-    if len(points) == 1:
-        return points[0][1]
+    if len(points) == 1 or budget >= points[-1][0]:
+        return points[-1][1]
     x = math.log(max(budget, 1e-9))
     xs = [math.log(b) for b, _ in points]
     i = min(max(1, sum(xi <= x for xi in xs)), len(points) - 1)   # the segment [i - 1, i]
