@@ -10,6 +10,8 @@ the model knows nothing of training. Source: lesson 09.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -36,11 +38,21 @@ class CharTransformer(nn.Module):
     attention weights (``return_weights=True``) takes the teaching attention automatically.
     ``fused=False`` is the teaching path throughout; the two are tested equal
     (``tests/test_training.py``). The positions and the mask are built on the device of ``ids``.
+
+    ``init``: ``"layers"`` keeps each layer's own initialisation; ``"gpt2"`` re-draws the
+    matrices GPT-2's way (Radford et al. 2019, section 2.3): ``W_Q, W_K, W_V, W_1`` from
+    ``N(0, 0.02^2)``, and the two matrices that write into the residual stream, ``W_O`` and
+    ``W_2``, from ``N(0, (0.02 / sqrt(2 n_layers))^2)``, so the residual sum of the
+    ``2 n_layers`` sub-layers starts with the variance of one. Raises ``ValueError`` for another
+    name.
     """
 
     def __init__(self, n_vocab: int, d_model: int, n_heads: int, n_layers: int, d_ff: int,
-                 block_size: int, dropout: float = 0.0, fused: bool = True):
+                 block_size: int, dropout: float = 0.0, fused: bool = True,
+                 init: str = "layers"):
         super().__init__()
+        if init not in ("layers", "gpt2"):
+            raise ValueError(f"init must be 'layers' or 'gpt2', got {init!r}")
         self.E = nn.Parameter(torch.randn(n_vocab, d_model) * 0.02)
         self.position = LearnedPositionalEmbedding(block_size, d_model)
         self.layers = nn.ModuleList(
@@ -49,6 +61,17 @@ class CharTransformer(nn.Module):
             for _ in range(n_layers))
         self.norm = LayerNorm(d_model, fused=fused)
         self.block_size = block_size
+        if init == "gpt2":
+            self._init_gpt2()
+
+    @torch.no_grad()
+    def _init_gpt2(self) -> None:
+        residual_std = 0.02 / math.sqrt(2 * len(self.layers))   # 2 residual writes per layer
+        for layer in self.layers:
+            for W in (layer.attn.W_Q, layer.attn.W_K, layer.attn.W_V, layer.ffn.W_1):
+                W.normal_(0.0, 0.02)
+            for W in (layer.attn.W_O, layer.ffn.W_2):
+                W.normal_(0.0, residual_std)
 
     def new_caches(self) -> list[KVCache]:
         """One empty :class:`txlearn.heads.KVCache` per layer."""

@@ -24,8 +24,11 @@ DEFAULT_CHECKPOINT = "checkpoints/capstone.safetensors"
 
 
 _CLI_FIELDS = ("d_model", "n_heads", "n_layers", "d_ff", "block_size", "batch_size", "max_steps",
-               "lr", "min_lr", "warmup_steps", "dropout", "precision", "eval_interval", "seed",
-               "max_seconds")
+               "lr", "min_lr", "warmup_steps", "dropout", "init", "precision", "eval_interval",
+               "seed", "max_seconds")
+# the recipe fields default to None (chosen by the run): their types
+_RULE_TYPES = {"d_model": int, "d_ff": int, "block_size": int, "batch_size": int, "lr": float,
+               "min_lr": float, "dropout": float, "init": str}
 
 
 def _threads(value: str):
@@ -67,9 +70,12 @@ def add_train_parser(subparsers) -> None:
                         "of all cores and one, timed on the first steps) or a number")
     defaults = TrainConfig()
     for name in _CLI_FIELDS:
-        kind = type(getattr(defaults, name))
+        default = getattr(defaults, name)
+        kind = _RULE_TYPES[name] if default is None else type(default)
         p.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
-                       help=f"default {getattr(defaults, name)}")
+                       help="default: chosen from the speed measured at the start "
+                            "(txlearn.training.recipe)" if default is None
+                       else f"default {default}")
     p.set_defaults(func=_run_train)
 
 
