@@ -256,7 +256,9 @@ per_entry_ns = t_T / np.array(Ts, dtype=float) ** 2 * 1e9
 print(f"against T: time slope {slope_t_T:.2f}, memory slope {slope_m_T:.2f}")
 print("  time per attention-matrix entry (ns):", np.round(per_entry_ns, 1))
 print(f"against d_model: time slope {slope_t_d:.2f}, memory slope {slope_m_d:.2f}")
-assert 2.05 < slope_t_T < 2.7  # faster than T^2 (2.1 to 2.4 in our runs): see below
+slope_upper = fit_loglog_slope(Ts[2:], t_T[2:])              # T = 1024 ... 4096
+print(f"  time slope over T = 1024 ... 4096: {slope_upper:.2f}")
+assert 2.1 < slope_upper < 2.8  # faster than T^2 where the matrices are large: see below
 assert 1.9 < slope_m_T < 2.1
 assert per_entry_ns[-1] > 1.3 * per_entry_ns[:3].min()  # an entry costs more once matrices are large
 assert 0.6 < slope_t_d < 1.4
@@ -264,8 +266,10 @@ assert 0.5 < slope_m_d < 1.1  # T d_model outputs grow, the T^2 matrices do not
 
 # %% [markdown]
 # Memory grows as $T^2$ to the byte. Time grows *faster* than the $T^2$ that the FLOP count
-# predicts over this range (a slope of 2.1 to 2.4 in our runs, not 2; asserted between 2.05 and
-# 2.7): each entry of the
+# predicts once the matrices are large: over T = 1024 to 4096 the slope is 2.3 to 2.4 in our
+# runs, not 2 (asserted between 2.1 and 2.8). Over the whole range from T = 256 it was 2.1 to 2.2
+# on a quieter machine and 1.95 to 2.2 on our shared one, where the short calls are the ones a
+# busy machine slows most (so it is printed, not asserted). Each entry of the
 # attention matrix costs more at T = 4096 than at T = 512 (the printed ns per entry). The FLOPs
 # per entry are the same at every T, so the extra time must come from *where the matrix lives*.
 # A $T \times T$ float32 matrix takes 1 MiB at T = 512 and 64 MiB at T = 4096. We measure the
@@ -995,8 +999,8 @@ assert speedup > 0.5 * predicted                             # at least half the
 # after n layers a position has seen $n(w - 1)$ positions back. Masking the full $T \times T$
 # matrix gives the right output for $O(T^2)$ work; `txlearn.sliding_window.sliding_window_attention`
 # computes only the band, queries in blocks of w against the $2w - 1$ keys each block can see:
-# $O(T w)$ time and memory. Expected: equal outputs; time and memory slopes near 1 against T at
-# fixed w = 128, where the masked full matrix stays at 2.
+# $O(T w)$ time and memory. Expected: equal outputs; a time slope near 1 against T at fixed
+# w = 128 and a memory slope of at most 1, where the masked full matrix stays at 2.
 
 # %%
 from txlearn.masks import sliding_window_mask  # noqa: E402
@@ -1034,14 +1038,20 @@ show(fig, alt=f"Log-log plot of time in seconds against T from 512 to 4096 for s
 for name, (t_slope, m_slope) in sw_slopes.items():
     print(f"{name:12s}: time slope {t_slope:.2f}, memory slope {m_slope:.2f}; at T = 4096 "
           f"{sw[name][0][-1] * 1e3:.1f} ms, {sw[name][1][-1] / 2**20:.1f} MiB")
-assert 0.8 < sw_slopes["banded"][0] < 1.3 and 0.9 < sw_slopes["banded"][1] < 1.1   # O(T w)
+assert 0.7 < sw_slopes["banded"][0] < 1.3 and sw_slopes["banded"][1] < 1.1   # O(T w): at most linear
+assert sw["banded"][1][-1] < sw["masked full"][1][-1] / 20          # no T x T matrix
 assert sw_slopes["masked full"][0] > 1.7 and sw_slopes["masked full"][1] > 1.8     # O(T^2)
 assert sw["masked full"][0][-1] > 4 * sw["banded"][0][-1]           # T / w = 32 times the work
 
 # %% [markdown]
-# The band costs what its $T (2w - 1)$ scores cost: linear in T. The masked full matrix computes
-# all $T^2$ scores and throws most of them away; at T = 4096 and w = 128 it does about 16 times
-# the banded work (asserted: more than 4 times the time). A KV cache for sliding-window decoding
+# The band costs what its $T (2w - 1)$ scores cost: its time grows linearly in T (a slope of
+# 0.8 to 1 in our runs; asserted between 0.7 and 1.3). Its memory grows even more slowly than
+# linearly over this range (slope 0.45 in our run; asserted under 1.1): the $T \times d_v$
+# output is the only part that grows, and at these lengths a block's fixed $w (2w - 1)$ scores
+# still weigh as much; at T = 4096 it holds about 1% of the masked full matrix's memory
+# (asserted: under 5%). The masked full matrix computes all $T^2$ scores and throws most of them
+# away; at T = 4096 and w = 128 it does about 16 times the banded work (asserted: more than 4
+# times the time; 11.6 times measured). A KV cache for sliding-window decoding
 # needs only the last w tokens, so it stops growing: the cache of section 9 becomes a ring of w
 # slots.
 

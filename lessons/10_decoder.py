@@ -475,21 +475,24 @@ for text_s in texts + [None] * 4:                    # six texts, then the four 
 for first_tok, median_w, even, share in sink_rows:
     print(f"first token {first_tok!r:12}: median head {median_w:.2f} on it (even spread {even:.3f}); "
           f"{share:.0%} of the heads put more than half there")
-assert all(median_w > 5 * even for _, median_w, even, _ in sink_rows)
-assert all(share > 0.3 for *_, share in sink_rows)
+assert all(median_w > 0.4 and median_w > 2.5 * even for _, median_w, even, _ in sink_rows)
+assert all(share > 0.4 for *_, share in sink_rows)
 
 # %% [markdown]
 # On every one of the ten first tokens, words, code and random ids alike, the median head puts
-# several times an even spread's weight on it, and about a third or more of the 270 heads put more
-# than half of their weight there (asserted on each: the median above 5 times the even spread, and
-# over 30% of the heads above 0.5): the sink is the *position*, not a word. Softmax weights must
+# about half its weight on it (0.47 to 0.68 in our run), 3 to 7 times an even spread's weight,
+# and about half of the 270 heads put more than half of their weight there (asserted on each:
+# the median above 0.4 and above 2.5 times the even spread, and over 40% of the heads above
+# 0.5): the sink is the *position*, not a word. Softmax weights must
 # sum to 1; a head with nothing to look for has to put its weight somewhere, and the first token,
 # visible to every query, is where these models learn to put it.
 #
-# On the repeated random tokens, the loss drops from about the uniform guess (the first half
-# cannot be predicted) to a few tenths of a nat on the repeat: the model copies from its context,
-# and a few heads, all in the middle and later layers, attend exactly where copying needs them
-# to, to the token that followed the earlier occurrence. A previous-token head does what its name
+# On the repeated random tokens, the loss drops from worse than the uniform guess (13.7 nats in
+# our run against ln 49152 = 10.8: the model is confidently wrong about random text) to about
+# 2 nats on the repeat (asserted: a drop of more than 4 nats; 11.6 measured): the model copies
+# from its context. A dozen heads, all in layers 17 to 24, attend exactly where copying needs
+# them to, to the token that followed the earlier occurrence (the best with 0.90 of its weight,
+# against an even spread's 0.03; asserted above 0.5 and at least two heads above 0.3). A previous-token head does what its name
 # says on random ids too. Induction heads are thought to be built from a previous-token head in
 # an earlier layer (Olsson et al. 2022); the layers printed above are consistent with that, but
 # attention patterns alone do not show the composition.
@@ -562,21 +565,28 @@ for name, heads_ in named.items():
     print(f"  {name:15s} " + ", ".join(f"L{l}H{h}: {delta[(l, h)]:+.3f}" for l, h in heads_))
 sample_deltas = np.array([delta[lh] for lh in sample])
 small = np.abs(sample_deltas) < 0.05
+worst = sample[int(sample_deltas.argmax())]
 print(f"  18 random heads: median change {np.median(sample_deltas):+.3f} nats; "
-      f"{small.sum()} of 18 change the loss by less than 0.05; largest {sample_deltas.max():+.3f}")
-assert small.mean() >= 0.75                                   # most heads can go
-assert max(delta[lh] for lh in top_ind) > 0.1                   # the induction heads matter here
-assert max(delta[lh] for lh in top_ind) > 3 * np.abs(sample_deltas).max() or \
-    max(delta[lh] for lh in top_ind) > np.quantile(np.abs(sample_deltas), 0.9) + 0.1
+      f"{small.sum()} of 18 change the loss by less than 0.05; largest L{worst[0]}H{worst[1]} "
+      f"{sample_deltas.max():+.3f} (its induction score {induction[worst]:.2f}, previous-token "
+      f"{previous[worst]:.2f})")
+assert np.median(np.abs(sample_deltas)) < 0.1 and small.mean() >= 0.5   # a typical head can go
+assert delta[(l_p, h_p)] > 1 and max(delta[lh] for lh in top_ind) > 0.5  # these cannot
+assert abs(delta[named["sink"][0]]) < 0.2            # a sink head: looks busy, removable here
 
 # %% [markdown]
-# Most heads can go: removing one of the randomly drawn heads changes the loss on the repeat by
-# a few hundredths of a nat at most (asserted: at least three quarters of them by less than
-# 0.05). The induction heads are the exception the patterns predicted: removing the strongest
-# one costs more (printed above). Even so, the model does not collapse when one goes: several
-# heads attend the same way, and the others make up part of the loss; a circuit, not a single
-# head, does the copying. This is what the ablation adds to the pictures: a pattern says where a
-# head looks, the ablation whether the model needs it to.
+# A typical head can go: the median randomly drawn head changes the loss on the repeat by a few
+# hundredths of a nat (asserted: median under 0.1, and at least half of the 18 under 0.05), and
+# so does the strongest sink head, for all its weight on the first token (asserted under 0.2).
+# The heads the patterns singled out are different: removing the strongest induction head costs
+# about a nat, and removing the previous-token head costs the most of all, several nats
+# (asserted: over 0.5 and over 1). That is the intervention the attention patterns could not
+# give: the previous-token head of layer 16 feeds the induction heads of layers 17 to 24, and
+# without it the copying fails. Not every important head is one we named, though: one of the
+# random heads also costs several nats (printed above, with its scores: it looks like neither
+# kind), and several induction heads share the work, so removing one of them costs only part of
+# what they do together. A pattern says where a head looks; the ablation, whether the model
+# needs it. (One sequence of 48 tokens, zero-ablation, one head at a time: a small experiment.)
 #
 # The residual stream shows a companion of the sink. Its largest entry, layer by layer, on the
 # long prompt of section 5 (kept from that run):
@@ -674,10 +684,14 @@ assert all(r64 > r32 / 10 for r32, r64 in zip(rel32[1:], rel64[1:]))   # no bett
 # - The KV cache at 8192 tokens in bf16: 180 MiB with 3 key/value heads, 540 MiB if it were
 #   multi-head. Cached generation equals uncached and is several times faster (ratio printed
 #   above; `benchmarks/decoder.py` measures it beside `transformers`).
-# - Inside: a previous-token head; nearly half of the 270 heads (124 in our runs) put more than
-#   half their weight on the first token (an attention sink), whose residual stream carries one
-#   entry of about 22,000 from layer 12 on, thousands of times the typical entry (a massive
-#   activation).
+# - Inside: sink heads on every one of ten first tokens (the median head about half its weight
+#   there, 3 to 7 times an even spread; about half the heads over 0.5), whose residual stream
+#   carries one entry of about 22,000 from layer 12 on (a massive activation); on a random
+#   sequence shown twice the loss drops by 11.6 nats, a dozen induction heads in layers 17 to 24
+#   attend to the token after the earlier occurrence (the best with 0.90), and a previous-token
+#   head (layer 16) does what its name says. Ablated one at a time, a typical head and the
+#   strongest sink head cost a few hundredths of a nat; the best induction head about a nat, the
+#   previous-token head several.
 #
 # Exercises: [`work/10_decoder.ipynb`](../work/10_decoder.ipynb) (the permutation between the two
 # RoPE pairings, checked on this model's W_Q and W_K; the model's KV cache from its metadata).
