@@ -1,4 +1,4 @@
-"""Attention masks (lesson 02): causal, padding, and their combination.
+"""Attention masks (lesson 02): causal, padding, sliding-window (lesson 08), and their combination.
 
 Convention of the whole course (README, "Conventions"; lesson 02): a mask is **boolean** and
 ``True`` means *may attend*. This is the polarity of the boolean ``attn_mask`` of
@@ -26,6 +26,8 @@ import torch
 __all__ = [
     "causal_mask",
     "causal_mask_np",
+    "sliding_window_mask",
+    "sliding_window_mask_np",
     "padding_mask",
     "padding_mask_np",
     "combine_masks",
@@ -84,6 +86,57 @@ def causal_mask_np(L: int, S: int | None = None) -> np.ndarray:
     i = np.arange(L)[:, None]  # (L, 1) query index
     j = np.arange(S)[None, :]  # (1, S) key index
     return j <= i + (S - L)  # (L, S)
+
+
+def _check_window(window: int) -> int:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise ValueError(f"window must be a positive integer, got {window!r}")
+    return int(window)
+
+
+def sliding_window_mask(L: int, S: int | None = None, window: int = 1, device=None) -> torch.Tensor:
+    """Causal sliding-window mask: each query sees itself and the ``window - 1`` keys before it.
+
+    ``mask[i, j] = 0 <= (i + S - L) - j < window``: the bottom-right causal mask of
+    :func:`causal_mask` (query ``i`` is position ``S - L + i``) restricted to the last `window`
+    positions. Each query sees at most `window` keys, so attention costs ``O(T w)`` instead of
+    ``O(T^2)``; with ``window >= S`` it equals :func:`causal_mask`. Information still travels
+    further than `window` through depth: layer ``n`` sees ``n (window - 1)`` positions back.
+
+    Args:
+        L: number of queries (positive int).
+        S: number of keys (positive int); defaults to `L`.
+        window: keys each query may see, itself included (positive int).
+        device: torch device of the result.
+
+    Returns:
+        bool tensor ``(L, S)``, ``True`` = may attend.
+
+    Raises:
+        ValueError: `L`, `S` or `window` is not a positive integer (names them).
+
+    Source: Child et al. 2019 (sparse transformers, local attention); Beltagy et al. 2020
+    (Longformer, section 3.1, "sliding window"); Jiang et al. 2023 (Mistral 7B, window 4096);
+    lesson 08.
+    """
+    L, S = _check_lengths(L, S)
+    window = _check_window(window)
+    ones = torch.ones(L, S, dtype=torch.bool, device=device)  # (L, S)
+    causal = torch.tril(ones, diagonal=S - L)  # (L, S), keeps j <= i + S - L
+    return causal & ~torch.tril(ones, diagonal=S - L - window)  # (L, S), drops j <= i + S - L - w
+
+
+def sliding_window_mask_np(L: int, S: int | None = None, window: int = 1) -> np.ndarray:
+    """NumPy reference of :func:`sliding_window_mask`: bool ``(L, S)``,
+    ``mask[i, j] = 0 <= i + S - L - j < window``.
+
+    Raises:
+        ValueError: `L`, `S` or `window` is not a positive integer.
+    """
+    L, S = _check_lengths(L, S)
+    window = _check_window(window)
+    lag = np.arange(L)[:, None] + (S - L) - np.arange(S)[None, :]  # (L, S) query position - key
+    return (lag >= 0) & (lag < window)  # (L, S)
 
 
 def _lengths_array(lengths, S: int) -> np.ndarray:
