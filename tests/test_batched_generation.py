@@ -65,17 +65,18 @@ def test_padded_forward_equals_each_prompt_alone(name):
         assert torch.isfinite(batch).all()                      # padding rows: finite, unused
 
 
-@pytest.mark.parametrize("name", MODELS)
-@pytest.mark.parametrize("use_cache", [True, False])
+@pytest.mark.parametrize("name, use_cache", [("char_lm fused", True), ("char_lm teaching", False),
+                                             ("llama rope x2", True), ("llama", False)])
 def test_batched_generation_equals_generating_each_prompt_alone(name, use_cache):
-    """Greedy and seeded sampling (each row its own generator with the seed): 20 new tokens,
-    past the char model's block_size of 12, so rows restart their windows at different steps."""
+    """Greedy and seeded sampling (each row its own generator with the seed): 14 new tokens,
+    past the char model's block_size of 12, so rows restart their windows at different steps
+    (row 0 after 6 new tokens, row 2 after 9, row 1 after 12)."""
     model = MODELS[name]()
     for settings in ({"temperature": 0.0}, {"temperature": 1.0, "top_k": 5, "seed": 3}):
-        together = generate(model, PROMPTS, 20, use_cache=use_cache, **settings)
+        together = generate(model, PROMPTS, 14, use_cache=use_cache, **settings)
         assert isinstance(together, list) and len(together) == 3
         for p, got in zip(PROMPTS, together):
-            alone = generate(model, p, 20, use_cache=use_cache, **settings)
+            alone = generate(model, p, 14, use_cache=use_cache, **settings)
             assert got.tolist() == alone.tolist(), (name, settings, p)
 
 
