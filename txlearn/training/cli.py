@@ -106,8 +106,8 @@ def add_sample_parser(subparsers) -> None:
                         "reaches P (nucleus sampling, 0 < P <= 1; applied after --top-k)")
     p.add_argument("--repetition-penalty", type=float, default=1.0,
                    help="divide a positive logit and multiply a negative one by this for every "
-                        "character already in the text (default 1 = off; 1.1 to 1.5 discourage "
-                        "the loops of greedy decoding)")
+                        "character already in the text (default 1 = off; lesson 02: 1.3 breaks "
+                        "greedy decoding's loops in part, 2 finds another loop)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="recompute the context every step")
     _add_device(p)
