@@ -156,7 +156,7 @@ def masked_softmax_np(scores: np.ndarray, mask: np.ndarray | None = None,
     check_mask(mask, scores.shape, mask.dtype == np.bool_)
     mask = np.broadcast_to(mask, scores.shape)
     s = np.where(mask, scores, -np.inf)
-    m = s.max(axis=axis, keepdims=True)
+    m = s.max(axis=axis, keepdims=True, initial=-np.inf)  # -inf for no keys (S = 0) too
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.where(mask, np.exp(s - m), 0.0)
     denom = e.sum(axis=axis, keepdims=True)

@@ -51,7 +51,8 @@ def online_softmax_update_np(m: np.ndarray, l: np.ndarray, acc: np.ndarray,
     Source: Milakov & Gimelshein 2018, "Online normalizer calculation for softmax", Alg. 3;
     lesson 08.
     """
-    m_new = np.maximum(m, scores.max(axis=-1))  # (..., L)
+    m_new = np.maximum(m, scores.max(axis=-1, initial=-np.inf))  # (..., L); a block of no keys
+    # leaves the state as it was
     m_safe = np.where(np.isneginf(m_new), 0.0, m_new)  # avoids (-inf) - (-inf)
     alpha = np.exp(m - m_safe)  # (..., L); 0 when m = -inf
     p = np.exp(scores - m_safe[..., None])  # (..., L, S_block)
@@ -73,6 +74,8 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor, acc: torch.Tensor,
     work = compute_dtype(dtype)  # float32 for a float16/bfloat16 state
     m, l, acc = m.to(work), l.to(work), acc.to(work)
     scores, V = scores.to(work), V.to(work)
+    if scores.shape[-1] == 0:  # a block of no keys leaves the state as it was (as the NumPy twin)
+        return m.to(dtype), l.to(dtype), acc.to(dtype)
     m_new = torch.maximum(m, scores.amax(dim=-1))  # (..., L)
     m_safe = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
     alpha = torch.exp(m - m_safe)  # (..., L)

@@ -30,6 +30,9 @@ __all__ = [
     "sliding_window_mask_np",
     "padding_mask",
     "padding_mask_np",
+    "left_padding_mask",
+    "left_padding_mask_np",
+    "positions_from_padding",
     "combine_masks",
     "key_padding_to_attn_mask",
     "from_torch_key_padding_mask",
@@ -143,6 +146,8 @@ def _lengths_array(lengths, S: int) -> np.ndarray:
     if hasattr(lengths, "detach"):
         lengths = lengths.detach().cpu().numpy()
     lengths = np.asarray(lengths)
+    if lengths.ndim == 1 and lengths.size == 0:  # an empty batch (B = 0): [] reads as float64
+        lengths = lengths.astype(np.int64)
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
         raise ValueError(f"lengths must be a 1-D sequence of integers (B,), got shape "
                          f"{lengths.shape} and dtype {lengths.dtype}")
@@ -188,6 +193,39 @@ def padding_mask_np(lengths, S: int) -> np.ndarray:
     """
     lengths = _lengths_array(lengths, S)
     return np.arange(S)[None, :] < lengths[:, None]  # (B, S)
+
+
+def left_padding_mask(lengths: Sequence[int] | torch.Tensor, S: int, device=None) -> torch.Tensor:
+    """Key padding mask of a left-padded batch: ``mask[b, j] = j >= S - lengths[b]``.
+
+    Generation pads prompts of different lengths on the left, so that every row's last real token
+    sits in the last column and the next token of every row is appended at the same place.
+    Arguments and errors as :func:`padding_mask`; returns bool ``(B, S)``, True = real token.
+    Source: lesson 10 (batched generation).
+    """
+    return padding_mask(lengths, S, device).flip(-1)  # (B, S): the real tokens at the end
+
+
+def left_padding_mask_np(lengths, S: int) -> np.ndarray:
+    """NumPy reference of :func:`left_padding_mask`: ``mask[b, j] = j >= S - lengths[b]``."""
+    lengths = _lengths_array(lengths, S)
+    return np.arange(S)[None, :] >= S - lengths[:, None]  # (B, S)
+
+
+def positions_from_padding(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position counted from its row's first real token:
+    ``positions[b, j] = (number of real tokens in row b before column j)``, int64 ``(B, S)``.
+
+    With left padding the first real token of every row gets position 0, as it would alone;
+    padding slots get 0 too (their outputs are never attended to). Without padding this is
+    ``arange(S)`` in every row. Raises ValueError when the mask is not boolean ``(B, S)``.
+    Source: lesson 10 (batched generation: a prompt's positions do not depend on its batch).
+    """
+    if key_padding_mask.dtype != torch.bool or key_padding_mask.dim() != 2:
+        raise ValueError("key_padding_mask must be bool (B, S), got "
+                         f"{key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}")
+    real = key_padding_mask.to(torch.int64)                         # (B, S)
+    return (real.cumsum(-1) - real)                                 # (B, S) exclusive count
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:

@@ -40,6 +40,8 @@ float32 numbers are 0.004 apart, hence float64 angles.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
@@ -165,10 +167,11 @@ class LearnedPositionalEmbedding(nn.Module):
 # ---- rotary ------------------------------------------------------------------------------------
 
 def rope_angles_np(positions, d: int, base: float = 10000.0) -> np.ndarray:
-    """Angles m * theta_k, float64 (T, d_k/2) in radians, theta_k = base^(-2k/d_k), for the
-    positions (T,) and a head width ``d`` (d_k)."""
+    """Angles m * theta_k, float64 (..., T, d_k/2) in radians, theta_k = base^(-2k/d_k), for the
+    positions (T,) (or (..., T): one row of positions per sequence of a batch) and a head width
+    ``d`` (d_k)."""
     _check_even(d, "rope")
-    return np.asarray(positions, dtype=np.float64)[:, None] * _frequencies_np(d, base)
+    return np.asarray(positions, dtype=np.float64)[..., None] * _frequencies_np(d, base)
 
 
 def interleaved_to_half(x):
@@ -211,15 +214,30 @@ def _join_pairs(a, b, pairing: str):
     return _cat(a, b)                                         # (..., d)
 
 
-def _check_rope_args(x_shape, positions_len, pairing: str) -> None:
+def _check_rope_args(x_shape, positions_shape, pairing: str) -> None:
     if len(x_shape) < 2:
         raise ValueError(f"apply_rope: x must be (..., T, d), got shape {tuple(x_shape)}")
     if pairing not in PAIRINGS:
         raise ValueError(f"apply_rope: pairing must be one of {PAIRINGS}, got {pairing!r}")
     _check_even(x_shape[-1], "apply_rope")
-    if positions_len != x_shape[-2]:
-        raise ValueError(f"apply_rope: {positions_len} positions for an input of shape "
-                         f"{tuple(x_shape)}; need one position per row of the T axis (dim -2)")
+    positions_shape = tuple(positions_shape)
+    n = positions_shape[-1] if positions_shape else 1
+    if len(positions_shape) <= 1 and math.prod(positions_shape) != x_shape[-2]:
+        raise ValueError(f"apply_rope: {math.prod(positions_shape)} positions for an input of "
+                         f"shape {tuple(x_shape)}; need one position per row of the T axis "
+                         "(dim -2)")
+    if len(positions_shape) > 1 and (n != x_shape[-2] or not _broadcasts(
+            positions_shape, tuple(x_shape[:-1]))):
+        raise ValueError(f"apply_rope: positions of shape {positions_shape} do not broadcast "
+                         f"to the input's {tuple(x_shape[:-1])} (x of shape {tuple(x_shape)} "
+                         "without its d axis)")
+
+
+def _broadcasts(shape, target) -> bool:
+    """True when `shape` broadcasts to `target` (NumPy's rule, aligned on the right)."""
+    if len(shape) > len(target):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 
 def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
@@ -228,7 +246,9 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
 
     Args:
         x: queries or keys (..., T, d), float; d even (d_k per head).
-        positions: integer positions (T,), default 0 .. T-1 (offset them for a KV cache).
+        positions: positions (T,), default 0 .. T-1 (offset them for a KV cache); integers, or
+            floats for position interpolation; or one row per sequence, (..., T) broadcastable
+            to x's (..., T) (a left-padded batch, each row counted from its first real token).
         pairing: "interleaved" (pairs (2i, 2i+1), RoFormer/GPT-J) or "half" (pairs (i, i+d/2),
             GPT-NeoX/HF LLaMA).
         base: theta_k = base^(-2k/d_k).
@@ -238,15 +258,16 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
         for float16 and bfloat16 inputs (the input's dtype otherwise), rounded once to x's dtype.
         Rounding the angles to a 16-bit dtype instead breaks the m - n property at long positions
         (bfloat16, position 1857: an error of 1.9 on a unit vector; lesson 04).
-    Raises: ValueError for an odd d, an unknown pairing, or len(positions) != T.
+    Raises: ValueError for an odd d, an unknown pairing, len(positions) != T, or positions of
+        several rows that do not broadcast to x's (..., T) (both shapes named).
     """
     T = x.shape[-2] if x.dim() >= 2 else 0
     positions = torch.arange(T) if positions is None else torch.as_tensor(positions)
-    _check_rope_args(tuple(x.shape), positions.numel(), pairing)
-    angles = rope_angles_np(positions.cpu().numpy(), x.shape[-1], base)  # (T, d/2) float64
+    _check_rope_args(tuple(x.shape), tuple(positions.shape), pairing)
+    angles = rope_angles_np(positions.cpu().numpy(), x.shape[-1], base)  # (..., T, d/2) float64
     work = compute_dtype(x.dtype)  # float32 for float16/bfloat16: never round the angles
-    cos = torch.tensor(np.cos(angles), dtype=work, device=x.device)     # (T, d/2)
-    sin = torch.tensor(np.sin(angles), dtype=work, device=x.device)     # (T, d/2)
+    cos = torch.tensor(np.cos(angles), dtype=work, device=x.device)     # (..., T, d/2)
+    sin = torch.tensor(np.sin(angles), dtype=work, device=x.device)     # (..., T, d/2)
     a, b = _split_pairs(x.to(work), pairing)                           # (..., T, d/2) each
     a, b = _rotate(a, b, cos, sin)
     return _join_pairs(a, b, pairing).to(x.dtype)                      # (..., T, d)
@@ -258,8 +279,8 @@ def apply_rope_np(x, positions=None, pairing: str = "interleaved",
     x = np.asarray(x, dtype=np.float64)
     T = x.shape[-2] if x.ndim >= 2 else 0
     positions = np.arange(T) if positions is None else np.asarray(positions)
-    _check_rope_args(x.shape, positions.size, pairing)
-    angles = rope_angles_np(positions, x.shape[-1], base)             # (T, d/2)
+    _check_rope_args(x.shape, positions.shape, pairing)
+    angles = rope_angles_np(positions, x.shape[-1], base)             # (..., T, d/2)
     a, b = _split_pairs(x, pairing)                                    # (..., T, d/2) each
     a, b = _rotate(a, b, np.cos(angles), np.sin(angles))
     return _join_pairs(a, b, pairing)                                  # (..., T, d)

@@ -74,6 +74,7 @@ def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     Computed as ``exp(z) / sum exp(z)`` with ``z = (x - max(x)) / tau``; the max is taken per
     slice along `axis`, so every slice has one term equal to exp(0) = 1 and the result has no
     overflow and no 0/0. Entries equal to -inf get weight 0 (a slice needs one finite entry).
+    An axis of length 0 gives an empty array of the same shape, as ``torch.softmax`` does.
 
     Args:
         x: array-like of any shape, converted to float64.
@@ -91,7 +92,8 @@ def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     _check_temperature(temperature)
     x = np.asarray(x, dtype=np.float64)
     _check_axis(axis, x.ndim)
-    z = (x - x.max(axis=axis, keepdims=True)) / temperature  # max: (..., 1, ...) along `axis`
+    # max: (..., 1, ...) along `axis`; initial=-inf: an empty axis gives an empty result
+    z = (x - x.max(axis=axis, keepdims=True, initial=-np.inf)) / temperature
     e = np.exp(z)
     return e / e.sum(axis=axis, keepdims=True)
 
@@ -109,6 +111,8 @@ def log_softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     _check_temperature(temperature)
     x = np.asarray(x, dtype=np.float64)
     _check_axis(axis, x.ndim)
+    if x.shape[axis] == 0:  # an empty axis: an empty result, as torch.log_softmax returns
+        return x.copy()
     z = (x - x.max(axis=axis, keepdims=True)) / temperature  # max: (..., 1, ...) along `axis`
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
@@ -317,6 +321,8 @@ def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.T
     _check_float_tensor(x)
     _check_temperature(temperature)
     _check_axis(dim, x.dim(), "dim")
+    if x.shape[dim] == 0:  # an empty axis: an empty result, as torch.softmax returns
+        return x.clone()
     xc = upcast(x)  # float32 for float16/bfloat16 inputs
     z = (xc - xc.amax(dim=dim, keepdim=True).detach()) / temperature  # max: (..., 1, ...)
     e = torch.exp(z)
@@ -335,6 +341,8 @@ def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> tor
     _check_float_tensor(x)
     _check_temperature(temperature)
     _check_axis(dim, x.dim(), "dim")
+    if x.shape[dim] == 0:  # an empty axis: an empty result, as torch.softmax returns
+        return x.clone()
     xc = upcast(x)  # float32 for float16/bfloat16 inputs
     z = (xc - xc.amax(dim=dim, keepdim=True).detach()) / temperature  # max: (..., 1, ...)
     return (z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))).to(x.dtype)

@@ -17,7 +17,7 @@ from torch import nn
 
 from txlearn.heads import KVCache
 from txlearn.layer import TransformerLayer
-from txlearn.masks import causal_mask
+from txlearn.masks import causal_mask, positions_from_padding
 from txlearn.norms import LayerNorm
 from txlearn.positional import LearnedPositionalEmbedding
 
@@ -78,28 +78,41 @@ class CharTransformer(nn.Module):
         return [KVCache() for _ in self.layers]
 
     def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None,
-                return_weights: bool = False):
+                return_weights: bool = False, key_padding_mask: torch.Tensor | None = None):
         """Logits ``(B, T, n_vocab)`` for ids ``(B, T)``, after the ``S_past`` positions in ``caches``.
 
+        ``key_padding_mask``: bool ``(B, S_past + T)``, True = real token, for a left-padded batch
+        of prompts (:func:`txlearn.masks.left_padding_mask`): padding is never attended to, and
+        each row's positions count from its first real token
+        (:func:`txlearn.masks.positions_from_padding`), so a row gives the logits it gives alone.
         With ``return_weights=True`` also returns each layer's attention weights, a list of
-        ``n_layers`` tensors ``(B, n_heads, T, S_past + T)``. Raises ``ValueError`` when
-        ``S_past + T`` exceeds ``block_size`` (there is no learned position for it).
+        ``n_layers`` tensors ``(B, n_heads, T, S_past + T)``. Raises ``ValueError`` when a
+        position reaches ``block_size`` (there is no learned position for it) or the mask is
+        not ``(B, S_past + T)`` (both shapes named).
         """
         B, T = ids.shape
         past = len(caches[0]) if caches else 0
         S = past + T
-        if S > self.block_size:
-            raise ValueError(f"{S} positions exceed block_size {self.block_size}")
-        positions = torch.arange(past, S, device=ids.device)     # (T,)
+        if key_padding_mask is None:
+            positions = torch.arange(past, S, device=ids.device)  # (T,)
+        else:
+            if tuple(key_padding_mask.shape) != (B, S):
+                raise ValueError(f"key_padding_mask must be (B, S_past + T) = ({B}, {S}), got "
+                                 f"{tuple(key_padding_mask.shape)}")
+            positions = positions_from_padding(key_padding_mask)[:, past:]  # (B, T) per row
+        if T and int(positions.max()) >= self.block_size:
+            raise ValueError(f"{int(positions.max()) + 1} positions exceed block_size "
+                             f"{self.block_size}")
         x = self.E[ids] + self.position(positions)                # (B, T, d_model)
         mask = causal_mask(T, S, device=ids.device)               # (T, S) bottom-right
         weights = []
         for l, layer in enumerate(self.layers):
             cache = caches[l] if caches else None
             if return_weights:
-                x, w = layer(x, mask=mask, cache=cache, return_weights=True)
+                x, w = layer(x, mask=mask, key_padding_mask=key_padding_mask, cache=cache,
+                             return_weights=True)
                 weights.append(w)                                 # (B, n_heads, T, S)
             else:
-                x = layer(x, mask=mask, cache=cache)
+                x = layer(x, mask=mask, key_padding_mask=key_padding_mask, cache=cache)
         logits = self.norm(x) @ self.E.T                          # (B, T, n_vocab)
         return (logits, weights) if return_weights else logits

@@ -29,7 +29,11 @@ class TrainConfig:
     of T characters, the global batch when several processes share it), ``max_steps``, peak
     ``lr`` after ``warmup_steps`` linear steps, cosine decay to ``min_lr`` at the last step,
     AdamW ``weight_decay`` (on matrices only), ``grad_clip`` (max global L2 norm), ``seed``,
-    ``precision`` (``"auto"``, ``"fp32"``, ``"bf16"``: :mod:`txlearn.training.runtime`).
+    ``precision`` (``"auto"``, ``"fp32"``, ``"bf16"``: :mod:`txlearn.training.runtime`),
+    ``grad_accum`` (gradient accumulation: each process's share of the batch runs as that many
+    micro-batches of ``batch_size / (processes * grad_accum)`` windows, their gradients summed
+    before the one optimiser step, the loss averaged per token over the whole batch: the same
+    update as the whole batch at once, in the memory of one micro-batch).
     Validation every ``eval_interval`` steps on ``eval_windows`` evenly spread windows; the full
     validation split at the end. ``max_seconds``: wall-time budget of the whole run, final
     evaluation included (capped by ``TXLEARN_TRAIN_SECONDS``); when ``max_steps`` would not
@@ -65,6 +69,7 @@ class TrainConfig:
     eval_interval: int = 200
     eval_windows: int = 32
     max_seconds: float = 170.0
+    grad_accum: int = 1
 
     def unresolved(self) -> list[str]:
         """The recipe fields still None (for the rule to choose)."""
@@ -101,7 +106,7 @@ def validate(config: TrainConfig) -> None:
     recipe is not chosen yet."""
     _require_resolved(config)
     sizes = ("d_model", "n_heads", "n_layers", "d_ff", "block_size", "batch_size",
-             "eval_interval", "eval_windows")
+             "eval_interval", "eval_windows", "grad_accum")
     bad = [f"{k}={getattr(config, k)}" for k in sizes if getattr(config, k) < 1]
     bad += [f"{k}={getattr(config, k)}" for k in ("max_steps", "warmup_steps")
             if getattr(config, k) < 0]
@@ -111,6 +116,9 @@ def validate(config: TrainConfig) -> None:
         raise UserError(f"invalid configuration: {', '.join(bad)}")
     if config.d_model % config.n_heads:
         raise UserError(f"d_model {config.d_model} is not divisible by n_heads {config.n_heads}")
+    if config.batch_size % config.grad_accum:
+        raise UserError(f"batch_size {config.batch_size} does not split into grad_accum "
+                        f"{config.grad_accum} equal micro-batches")
     if not 0 <= config.dropout < 1:
         raise UserError(f"dropout {config.dropout} must lie in [0, 1)")
     if config.init not in ("layers", "gpt2"):

@@ -13,6 +13,7 @@ Source: lesson 09.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -189,6 +190,9 @@ def _train(config, text, dist, started, *, checkpoint, resume, stop_after, progr
     if config.batch_size % dist.world:
         raise UserError(f"batch_size {config.batch_size} does not split evenly over "
                         f"{dist.world} processes")
+    if (config.batch_size // dist.world) % config.grad_accum:
+        raise UserError(f"each of the {dist.world} processes' {config.batch_size // dist.world} "
+                        f"windows do not split into grad_accum {config.grad_accum} micro-batches")
     corpus = _Corpus(n_chars=len(text), vocab=vocab, train_ids=train_ids, val_ids=val_ids,
                      baselines=baselines(train_ids, val_ids, len(vocab)), fingerprint=text_sha)
     torch.manual_seed(config.seed)
@@ -442,16 +446,31 @@ class _Run:
         return losses, stopped_by
 
     def _step(self, x, y, lr) -> float:
+        """One optimiser step on this process's windows ``x, y (b, T)``, as ``grad_accum``
+        micro-batches: each adds its mean token loss times its share of the tokens
+        (``micro * T / (b * T)``) to the gradients, so their sum is the gradient of the mean
+        over the whole batch, per token. DDP averages the gradients over the
+        processes once, on the last micro-batch. Returns that mean loss."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with autocast(self.config.precision, self.dev):
-            logits = self.net(x)                                       # (B, T, n_vocab)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())  # (B*T, n_vocab) vs (B*T,)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        n_tokens, total = y.numel(), 0.0
+        micro = x.shape[0] // self.config.grad_accum
+        for i in range(0, x.shape[0], micro):
+            last = i + micro >= x.shape[0]
+            sync = contextlib.nullcontext() if last or not hasattr(self.net, "no_sync") \
+                else self.net.no_sync()     # DDP: all-reduce the gradients once per step
+            with sync:
+                with autocast(self.config.precision, self.dev):
+                    logits = self.net(x[i:i + micro])                  # (micro, T, n_vocab)
+                target = y[i:i + micro].flatten()                      # (micro * T,)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), target) * (
+                    target.numel() / n_tokens)   # its share of the mean (exactly 1.0 unsplit)
+                loss.backward()
+            total += loss.item()
         nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
-        return loss.item()
+        return total
 
 
 def _log_start(log, corpus: _Corpus, *, config, budget, step, dist) -> None:
