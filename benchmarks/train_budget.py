@@ -60,10 +60,10 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     from txlearn.training.config import TrainConfig
 
-    c = TrainConfig()
+    c = TrainConfig()   # the recipe is the run's choice (its log's "recipe:" line)
     print(f"# {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
-          f"defaults: d_model {c.d_model}, {c.n_layers} layers, T {c.block_size}, "
-          f"B {c.batch_size}, {c.max_steps} steps, lr {c.lr}, budget {c.max_seconds:.0f} s; "
+          f"defaults: recipe chosen by the run, {c.n_layers} layers, up to {c.max_steps} "
+          f"steps, budget {c.max_seconds:.0f} s; "
           f"load average before: {os.getloadavg()[0]:.2f}")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -130,7 +130,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.shape is None:
         from txlearn.training.config import TrainConfig
-        c = TrainConfig()
+        from txlearn.training.recipe import CANDIDATES
+        c = TrainConfig().with_recipe(next(iter(CANDIDATES.values())))   # the widest candidate
         shapes = [(c.d_model, c.n_layers, c.block_size, c.batch_size)]
     else:
         shapes = [tuple(int(v) for v in s.split(",")) for s in args.shape]

@@ -7,6 +7,16 @@
 # the symbols every lesson uses ([the notation table](#Notation) below; each lesson links back to
 # it), says how to work through the course, and checks that your environment can run it.
 #
+# **You will be able to:** name every box of a transformer layer and the lesson that derives it;
+# read the course's symbols ($B, T, L, S, d_{model}, d_k, \dots$); run a lesson, an exercise
+# check and the grader; and confirm that your Python, PyTorch, NumPy and matplotlib are the
+# versions the course declares.
+#
+# **You need:** Python and NumPy (arrays, `@`), and the idea of a neural network trained by
+# gradient descent. No transformer background: that is what the course is for.
+#
+# **Time:** about 15 minutes to read; the cells run in a few seconds.
+#
 # ## The layer in words
 #
 # Read it bottom-up, as the data flows (Vaswani et al. 2017, figure 1, encoder side):
@@ -19,8 +29,9 @@
 # 2. **Attention.** Each token forms a query $q$, a key $k$ and a value $v$ by multiplying its
 #    vector with $W_Q, W_K, W_V$. Its output is an average of all values, weighted by
 #    $\mathrm{softmax}(q K^\top / \sqrt{d_k})$: how well its query matches each key (lessons 01-02).
-#    `n_heads` heads do this in parallel on `d_k = d_model / n_heads` wide slices, and $W_O$ mixes
-#    their results back to `d_model` (lesson 03).
+#    `n_heads` heads do this in parallel, each on its own `d_k = d_model / n_heads` wide slice of
+#    the *projected* features $q, k, v$ (not of the token vector itself), and $W_O$ mixes their
+#    results back to `d_model` (lesson 03).
 # 3. **Add & norm.** The attention output is *added* to its input (the residual path) and
 #    normalised with LayerNorm (lesson 06).
 # 4. **Feed-forward.** The same two-layer network, `d_model -> d_ff -> d_model`, runs on every
@@ -39,12 +50,18 @@
 # %%
 import matplotlib.pyplot as plt
 
-from txlearn.plotting import layer_boxes, layer_diagram
+from txlearn.plotting import layer_boxes, layer_diagram, show
 
 fig, (ax_post, ax_pre) = plt.subplots(1, 2, figsize=(16, 6))
 layer_diagram(norm_first=False, ax=ax_post)
 layer_diagram(norm_first=True, ax=ax_pre)
-plt.show()
+show(fig, alt="Two diagrams of one transformer layer, drawn bottom-up. Left, post-LN (the "
+     "paper): token embedding, positional encoding, multi-head attention, LayerNorm, "
+     "feed-forward, LayerNorm, output head. Right, pre-LN: the same boxes with each LayerNorm "
+     "moved before its sub-layer and a final LayerNorm before the head. In both, red residual "
+     "arrows go around attention and around the feed-forward network into a circled plus, "
+     "the layer sits in a dashed frame marked x n_layers, and each box names the lesson that "
+     "derives it.")
 
 texts = [t.get_text() for t in ax_post.texts]
 boxes = [t for t in texts if not t.startswith("lesson") and t not in ("+", "x n_layers")]
@@ -93,16 +110,17 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 #
 # | NN | lesson | what it measures |
 # |---|---|---|
-# | 00 | the map (this notebook) | the layer diagram; an environment check |
+# | 00 | the map (this notebook) | the layer diagram; an environment check against the declared versions |
 # | 01 | softmax and the $1/\sqrt{d_k}$ scale | Var$(q \cdot k)$ grows as $d_k$; softmax saturation and its vanishing Jacobian; float32 overflow and the max-shift |
-# | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V; attention heatmaps; causal and padding masks; generating text one token at a time; masking by adding $-10^9$ and where it fails; permutation equivariance, and how a causal mask breaks it |
-# | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; how one head copes with two lookups; the KV cache; KV-cache memory of MHA, GQA, MQA for real model sizes |
-# | 04 | positional encodings | order blindness without them; a causal model learning positions without them; sinusoidal, learned, RoPE; loss past the trained length for each |
+# | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V, and why $W_Q = W_K$ forces a Gram matrix; attention heatmaps; causal and padding masks; generating text one token at a time; masking by adding $-10^9$ or BERT's $-10^4$ and where each fails; permutation equivariance, and how a causal mask breaks it |
+# | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; how one head copes with two lookups; GQA's grouping; the KV cache; KV-cache memory of MHA, GQA, MQA for real model sizes |
+# | 04 | positional encodings | order blindness without them; a causal model learning positions without them; sinusoidal, learned, RoPE, ALiBi; loss past the trained length for each, trained to a comparable loss, and RoPE with position interpolation |
 # | 05 | the position-wise FFN | attention alone stays in the values' convex hull; the FFN leaves it; ReLU/GELU/SwiGLU; its share of parameters and FLOPs |
 # | 06 | residuals and normalisation | gradient norm vs depth with and without residuals; LayerNorm and RMSNorm; post-LN vs pre-LN |
-# | 07 | one full layer | the forward pass step by step on a tiny example; equality with `torch.nn.TransformerEncoderLayer` |
+# | 07 | one full layer | the forward pass step by step on a tiny example; equality with `torch.nn.TransformerEncoderLayer`; the paper's dropout and label smoothing; cross-attention |
 # | 08 | complexity | time and memory vs $T$ and $d_{model}$ (log-log slopes); RNN comparison; tiled online-softmax attention |
 # | 09 | capstone | a small causal transformer trained on real text on a CPU; a real pretrained encoder rebuilt from the course's modules |
+# | 10 | a modern decoder | RMSNorm, RoPE, GQA and SwiGLU in one model; SmolLM2-135M read from its file into it and matched to `transformers`; what its heads do |
 #
 # ## How to work through the course
 #
@@ -113,24 +131,36 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 #   not the notebook, if you contribute.
 # - **Exercises** are your copies in `work/NN_name.ipynb` (git-ignored: a course update never
 #   overwrites your answers). Replace each `raise NotImplementedError` with your code, then run
-#   the **check cell** below it. It prints `PASSED: <exercise>`, or names the failing case, the
-#   first wrong value (got vs expected) and a hint aimed at the likely mistake.
+#   the **check cell** below it. It prints `PASSED (public cases): <exercise>`, or names the
+#   failing case, the first wrong value (got vs expected) and a hint aimed at the likely mistake.
+#   *Public* cases are the ones the course ships; a grader may also run hidden ones, and names a
+#   failed hidden case as hidden.
 # - **Grading**: `txlearn grade work/01_softmax.ipynb` prints a table (exercise, PASS/FAIL, first
-#   line of the feedback) and a score. It grades a copy and re-inserts the original check cells,
-#   so editing or deleting a check cell changes nothing. Grading runs the notebook's code: grade
-#   other people's notebooks only in a container or a throw-away account.
+#   line of the feedback) and a score. It never runs the notebook's check cells and never reads
+#   its saved outputs: your setup and answer cells run in a separate process (inside a
+#   bubblewrap sandbox where it is installed), which only answers the grader's calls, and the
+#   grader runs the checks itself on what your code returns. Editing or deleting a check cell
+#   gains nothing. Without bubblewrap, your own `work/` notebooks are still graded, in a
+#   separate process with limits on time and memory but no sandbox; an instructor grading other
+#   people's notebooks installs it (README, "Exercises: for instructors").
 #
 # ## Environment check
 #
-# The course needs Python 3.10 or newer, PyTorch, NumPy and matplotlib, and runs on a CPU.
+# The course declares the oldest versions it supports in `pyproject.toml` (Python 3.10, NumPy
+# 1.24, PyTorch 2.4 up to but excluding 3, matplotlib 3.7) and runs on a CPU. The cell below reads
+# those requirements from the installed package's metadata and checks each installed version
+# against them.
 
 # %%
+import importlib.metadata
 import platform
 import sys
 
 import matplotlib
 import numpy as np
 import torch
+from packaging.requirements import Requirement
+from packaging.version import Version
 
 import txlearn
 
@@ -140,9 +170,21 @@ print(f"PyTorch    {torch.__version__} (CUDA available: {torch.cuda.is_available
 print(f"NumPy      {np.__version__}")
 print(f"matplotlib {matplotlib.__version__}")
 print(f"txlearn    {txlearn.__version__}")
-assert sys.version_info >= (3, 10)
-assert int(torch.__version__.split(".")[0]) >= 2
-assert int(np.__version__.split(".")[0]) >= 1
+
+declared = {Requirement(r).name: Requirement(r).specifier
+            for r in importlib.metadata.requires("txlearn") if "extra" not in r}
+installed = {"numpy": np.__version__, "torch": torch.__version__.split("+")[0],
+             "matplotlib": matplotlib.__version__}
+python_needs = importlib.metadata.metadata("txlearn")["Requires-Python"]
+for name, version in installed.items():
+    print(f"{name:10s} {version:12s} declared {declared[name]}: "
+          f"{'ok' if declared[name].contains(Version(version)) else 'TOO OLD OR TOO NEW'}")
+print(f"{'python':10s} {platform.python_version():12s} declared {python_needs}")
+assert python_needs == ">=3.10" and sys.version_info >= (3, 10)
+assert str(declared["numpy"]) == ">=1.24" and Version(np.__version__) >= Version("1.24")
+assert declared["torch"] == Requirement("torch>=2.4,<3").specifier
+assert declared["torch"].contains(Version(installed["torch"]))       # 2.4 <= torch < 3
+assert str(declared["matplotlib"]) == ">=3.7" and Version(matplotlib.__version__) >= Version("3.7")
 
 # %% [markdown]
 # A tiny attention, $\mathrm{softmax}(Q K^\top / \sqrt{d_k})\,V$ for one head with $T = 4$ tokens

@@ -16,8 +16,22 @@
 # 3. what happens without the division: the softmax saturates (one weight near 1, entropy near 0);
 # 4. why saturation stalls learning: the softmax Jacobian vanishes;
 # 5. why every real softmax subtracts the maximum first: overflow in float32.
+# 6. the backward pass: the Jacobian derived, and the vector-Jacobian product that every
+#    backward pass uses instead of it;
+# 7. the gradient that reaches $W_Q$, which is not the gradient into the scores.
 #
 # Every function used here lives in `txlearn.softmax`; every claim ends in an `assert`.
+#
+# **You will be able to:** compute a softmax with a temperature and explain its shift
+# invariance; derive why $q \cdot k$ has variance $d_k$ and what dividing by $\sqrt{d_k}$ does;
+# write the softmax Jacobian and say when it vanishes; and compute a softmax that cannot
+# overflow in float32.
+#
+# **You need:** lesson 00; NumPy; exponentials and logarithms; the mean and variance of a sum of
+# independent random variables; a derivative of a vector function (a Jacobian).
+#
+# **Time:** about 45 minutes to read and run (the cells take a few seconds on a 2-core CPU),
+# plus the exercises.
 
 # %%
 import math
@@ -26,8 +40,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
+from txlearn.plotting import show
 from txlearn.softmax import (entropy_np, log_softmax_np, naive_softmax_np, sample_scores_np,
-                             softmax, softmax_jacobian, softmax_jacobian_np, softmax_np)
+                             softmax, softmax_jacobian, softmax_jacobian_np, softmax_np,
+                             softmax_vjp, softmax_vjp_np)
 
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
@@ -86,7 +102,10 @@ ax.set_xlabel("$d_k$")
 ax.set_ylabel("variance of the score")
 ax.set_title(f"Var(q.k) vs $d_k$: fitted log-log slope {slope:.3f}")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot of the variance of the score against d_k from 1 to 1024. The "
+     f"unscaled scores q.k (circles) lie on the dashed line Var = d_k, rising from 1 to about "
+     f"1000 (fitted slope {slope:.3f}); the scaled scores q.k / sqrt(d_k) (squares) lie on the "
+     "dotted line Var = 1 at every d_k.")
 
 standard_error = np.sqrt((2 + 6 / d_ks) / n_samples)
 print(f"fitted slope of log Var vs log d_k: {slope:.3f} (predicted 1)")
@@ -143,7 +162,13 @@ ax1.set(xlabel="$d_k$", ylabel="mean largest weight", title="largest attention w
 ax2.set(xlabel="$d_k$", ylabel="mean entropy (nats)", title="entropy of the weights")
 ax1.legend()
 ax2.legend()
-plt.show()
+show(fig, alt=f"Two plots against d_k from 1 to 1024 (log axis), for softmax rows over S = {S} "
+     f"keys. Left, the mean largest attention weight: unscaled scores rise from about "
+     f"{max_w['unscaled'][0]:.1f} to {max_w['unscaled'][-1]:.2f} (one key takes almost all the "
+     f"weight), scaled ones stay near {max_w['scaled'].mean():.2f}, above the uniform 1/S. Right, "
+     f"the mean entropy: unscaled falls from {H['unscaled'][0]:.1f} to {H['unscaled'][-1]:.1f} "
+     f"nats, scaled stays near {H['scaled'].mean():.1f}, below the uniform log S = "
+     f"{math.log(S):.2f}.")
 
 print(f"d_k = 1024, unscaled: largest weight {max_w['unscaled'][-1]:.3f}, "
       f"entropy {H['unscaled'][-1]:.3f} nats")
@@ -198,7 +223,11 @@ ax.axhline(1 / S, color="gray", ls=":", label="uniform: $1/S$")
 ax.set(xlabel="logit scale $c$", ylabel="spectral norm of J",
        title="softmax Jacobian vs logit scale (S = 16)")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot of the spectral norm of the softmax Jacobian against the scale c "
+     f"of a fixed logit vector, c from 0.01 to 100, S = {S}. For small c it sits at the uniform "
+     f"value 1/S, rises to a peak of about {J_norms.max():.2f} near c = {c_peak:.1f}, then falls "
+     f"steeply, to about {J_norms[-1]:.0e} at c = 100, hugging the dashed bound "
+     "2(1 - max s_i) once the softmax saturates.")
 
 print(f"||J|| = {J_norms[0]:.4f} at c = 0.01 (1/S = {1 / S:.4f}), peak {J_norms.max():.3f} "
       f"at c = {c_peak:.1f}, {J_norms[-1]:.1e} at c = 100")
@@ -227,7 +256,10 @@ for name, marker in (("unscaled", "o-"), ("scaled", "s-")):
 ax.set(xlabel="$d_k$", ylabel="median $\\|J\\|_2$ (log scale)",
        title="softmax Jacobian norm vs $d_k$ (S = 16)")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-log plot of the median spectral norm of the softmax Jacobian over 500 rows "
+     f"against d_k from 1 to 1024. Scaled scores stay roughly flat, near "
+     f"{np.median(J_median['scaled']):.2f}. Unscaled ones are slightly larger up to d_k = 32, "
+     f"then fall steeply, to about {J_median['unscaled'][-1]:.0e} at d_k = 1024.")
 
 for d_k, u, s_ in zip(d_ks, J_median["unscaled"], J_median["scaled"]):
     print(f"d_k = {d_k:5d}: median ||J|| unscaled {u:.2e}, scaled {s_:.3f}")
@@ -242,7 +274,9 @@ assert np.ptp(J_median["scaled"]) < 0.06                              # scaled: 
 # Measured, not assumed: at small widths ($2 \le d_k \le 32$ here) the *unscaled* scores actually
 # have the larger Jacobian, because unit-scale logits sit to the left of the peak above. The
 # damage begins at realistic head widths ($d_k = 64$: 0.12 vs 0.19) and is complete by
-# $d_k = 1024$ (a median of $2 \times 10^{-5}$, ten thousand times smaller).
+# $d_k = 1024$ (a median of $2 \times 10^{-5}$, ten thousand times smaller). This is the gradient
+# into the *scores*; the weights that learn, $W_Q$ and $W_K$, sit one product further back, and
+# section 7 finds that the unscaled gradient reaching them is still the larger one at $d_k = 64$.
 #
 # One more contrast: when a cross-entropy loss follows the softmax directly (a classifier or the
 # language-model head), the gradient at the logits is $s - y$, which does *not* vanish when the
@@ -290,7 +324,13 @@ ax.semilogy(ms, np.maximum(err_stable, 1e-10), label="max-shifted float32 (txlea
 ax.set(xlabel="largest logit m", ylabel="max |error| vs float64 (floor 1e-10)",
        title="softmax of [m, m-1, m-2] in float32")
 ax.legend()
-plt.show()
+show(fig, alt=f"Log-scale plot of the largest error, against float64, of the float32 softmax "
+     f"of [m, m-1, m-2] for m from {ms[0]} to {ms[-1]}. The max-shifted softmax is a flat line at "
+     f"{err_stable.max():.0e}, float32 rounding, for every m. The naive one is NaN (red crosses) "
+     f"for m >= {ms[nan_naive & (ms > 0)].min()} (exp overflows) and m <= "
+     f"{ms[nan_naive & (ms < 0)].max()} (every exp underflows to 0), has large errors just above "
+     "that lower end (subnormal numbers), and errors of the same order as the shifted one in "
+     "between.")
 
 first_overflow = ms[(ms > 0) & nan_naive].min()
 last_underflow = ms[(ms < 0) & nan_naive].max()
@@ -329,6 +369,206 @@ assert np.isneginf(log_of_softmax[1])
 assert np.abs(log_softmax_np([0.0, -1000.0]) - [0.0, -1000.0]).max() < 1e-12
 
 # %% [markdown]
+# ## 6. The backward pass: the Jacobian derived, and what every backward pass computes instead
+#
+# Section 4 stated the Jacobian; here it is derived. Write $s_i = e^{x_i}/Z$ with
+# $Z = \sum_k e^{x_k}$, so $\partial Z / \partial x_j = e^{x_j}$. The quotient rule gives
+#
+# $$\frac{\partial s_i}{\partial x_j}
+#   = \frac{\delta_{ij} e^{x_i} Z - e^{x_i} e^{x_j}}{Z^2}
+#   = s_i \delta_{ij} - s_i s_j = s_i(\delta_{ij} - s_j),
+#   \qquad J = \operatorname{diag}(s) - s s^\top .$$
+#
+# A backward pass never needs $J$ itself. It receives $g = \partial \mathcal{L} / \partial s$ (the
+# gradient of the loss at the softmax's output) and must return
+# $\partial \mathcal{L} / \partial x = J^\top g$, the **vector-Jacobian product** (VJP). Row $j$
+# of it is $\sum_i g_i s_i (\delta_{ij} - s_j) = s_j g_j - s_j \sum_i s_i g_i$:
+#
+# $$\frac{\partial \mathcal{L}}{\partial x} = s \odot \big(g - \langle s, g \rangle\big).$$
+#
+# Three operations per entry, where $J$ has $n^2$ entries: in attention the softmax runs over
+# each query's $T$ keys, and at $T = 4096$ one row's Jacobian would hold 16.8 million numbers
+# (128 MiB in float64), all $T$ rows of one head 512 GiB. `txlearn.softmax.softmax_vjp` computes
+# the right-hand side; it must equal autograd's gradient through `torch.softmax`, on every axis.
+
+# %%
+x_b = torch.randn(3, 5, 7, dtype=torch.float64)
+g_b = torch.randn(3, 5, 7, dtype=torch.float64)
+vjp_gaps = []
+for dim in (0, 1, 2):
+    x_req = x_b.clone().requires_grad_(True)
+    (by_autograd,) = torch.autograd.grad(torch.softmax(x_req, dim), x_req, g_b)
+    vjp_gaps.append((softmax_vjp(torch.softmax(x_b, dim), g_b, dim=dim) - by_autograd).abs().max().item())
+J_row = softmax_jacobian(x_b[0, 0])                                    # (7, 7)
+via_J = J_row.T @ g_b[0, 0]                                            # J^T g, the long way
+n_big = 4096
+print(f"max |softmax_vjp - autograd| over dims 0, 1, 2: {max(vjp_gaps):.1e}")
+print(f"J^T g formed explicitly vs the VJP: {(via_J - softmax_vjp(softmax(x_b[0, 0]), g_b[0, 0])).abs().max():.1e}")
+print(f"T = {n_big}: one Jacobian {n_big ** 2 * 8 / 2**20:.0f} MiB in float64, the VJP's output "
+      f"{n_big * 8 / 2**10:.0f} KiB")
+assert max(vjp_gaps) < 1e-15                      # the formula is autograd's gradient, to rounding
+assert (via_J - softmax_vjp(softmax(x_b[0, 0]), g_b[0, 0])).abs().max() < 1e-15
+assert n_big ** 2 * 8 == 128 * 2**20
+
+# %% [markdown]
+# **Saturation, retold as the VJP.** Let $k$ be the largest weight. Every other entry of
+# $\partial \mathcal{L}/\partial x$ carries a factor $s_i$, and the $k$-th carries
+# $g_k - \langle s, g \rangle = \sum_{j \ne k} s_j (g_k - g_j)$, at most $(1 - s_k)$ times the
+# range of $g$. Summing,
+#
+# $$\Big\lVert \frac{\partial \mathcal{L}}{\partial x} \Big\rVert_1 \le
+#   2\,(1 - \max_i s_i)\,(\max_i g_i - \min_i g_i):$$
+#
+# whatever gradient arrives, a softmax that has put almost all its weight on one entry passes
+# almost none of it back, because $\langle s, g \rangle$ is then almost exactly $g_k$ and the
+# difference cancels. The same sweep over the logit scale as in section 4, now with one fixed
+# incoming gradient $g$:
+
+# %%
+g_fixed = rng.standard_normal(S)
+vjp_l1 = np.array([np.abs(softmax_vjp_np(softmax_np(c * z), g_fixed)).sum() for c in cs])
+vjp_bound = np.array([2 * (1 - softmax_np(c * z).max()) * np.ptp(g_fixed) for c in cs])
+fig, ax = plt.subplots(figsize=(6, 4))
+ax.loglog(cs, vjp_l1, "o-", label="$\\|s \\odot (g - \\langle s, g\\rangle)\\|_1$ measured")
+ax.loglog(cs, vjp_bound, "k--", label="bound $2(1 - \\max_i s_i)(\\max g - \\min g)$")
+ax.set(xlabel="logit scale $c$", ylabel="size of the gradient into the logits",
+       title="the softmax's backward pass vs logit scale (S = 16)")
+ax.legend()
+show(fig, alt=f"Log-log plot against the logit scale c from {cs[0]:g} to {cs[-1]:g}: the measured "
+     f"size of the gradient into the logits, {vjp_l1[0]:.2f} at the smallest scale and "
+     f"{vjp_l1[-1]:.1e} at the largest, always under the dashed bound 2(1 - max s)(max g - min g), "
+     f"both falling steeply once the softmax saturates.")
+print(f"|dx|_1 at c = 0.01: {vjp_l1[0]:.3f}; at c = 100: {vjp_l1[-1]:.1e}")
+assert np.all(vjp_l1 <= vjp_bound + 1e-12)            # the bound holds at every scale
+assert vjp_l1[-1] < 1e-6 * vjp_l1.max()                # saturated: almost nothing comes back
+
+# %% [markdown]
+# ## 7. The gradient that reaches $W_Q$
+#
+# Sections 4 and 6 measured the gradient into the **scores**. What learns is $W_Q$ (and $W_K$),
+# one product further back: with $q = x W_Q$ and scores $s_j = k_j \cdot q / c$,
+#
+# $$\frac{\partial \mathcal{L}}{\partial q} = \frac{1}{c} \sum_j
+#   \frac{\partial \mathcal{L}}{\partial s_j} k_j, \qquad
+#   \frac{\partial \mathcal{L}}{\partial W_Q} = x^\top \frac{\partial \mathcal{L}}{\partial q},$$
+#
+# and the keys $k_j$ have norm about $\sqrt{d_k}$. Scaled ($c = \sqrt{d_k}$) the two factors
+# cancel; unscaled ($c = 1$) the gradient reaching $q$ carries an extra $\sqrt{d_k}$, which
+# offsets part of the saturation. So the width at which leaving out the scale starts to *hurt*
+# learning is larger for $W_Q$ than for the scores.
+#
+# Measured: one query against $S = 16$ keys, $d_{model} = d_k$, token vectors $x \sim N(0, I)$,
+# $W_Q, W_K, W_V$ drawn as the course's `MultiHeadAttention` draws them (Xavier uniform), loss
+# $\mathcal{L} = u \cdot \text{out}$ for a random $u$; the gradients by hand with `softmax_vjp_np`,
+# the median over 500 independent draws per $d_k$.
+
+# %%
+def gradients_by_hand(d_k, seed, trials=500):
+    """Median |dL/dscores| and |dL/dW_Q| over `trials` draws, unscaled and scaled."""
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((trials, S + 1, d_k))             # token 0 queries keys 1..S
+    limit = math.sqrt(6 / (2 * d_k))                        # Xavier uniform, fan-in = fan-out = d_k
+    W_Q, W_K, W_V = (r.uniform(-limit, limit, (d_k, d_k)) for _ in range(3))
+    u = r.standard_normal((trials, d_k))
+    x_q = X[:, 0]                                           # (trials, d_model)
+    q, K, V = x_q @ W_Q, X[:, 1:] @ W_K, X[:, 1:] @ W_V     # (trials, d_k), (trials, S, d_k) x 2
+    medians = {}
+    for name, c in (("unscaled", 1.0), ("scaled", math.sqrt(d_k))):
+        p = softmax_np(np.einsum("tsd,td->ts", K, q) / c)   # (trials, S)
+        g_scores = softmax_vjp_np(p, np.einsum("tsd,td->ts", V, u))   # dL/dscores (trials, S)
+        g_q = np.einsum("tsd,ts->td", K, g_scores) / c      # dL/dq (trials, d_k)
+        g_W_Q = np.linalg.norm(x_q, axis=-1) * np.linalg.norm(g_q, axis=-1)  # |x^T dL/dq|
+        medians[name] = (np.median(np.linalg.norm(g_scores, axis=-1)), np.median(g_W_Q))
+    return medians
+
+
+# the hand-written gradient is autograd's: one draw at d_k = 8, unscaled
+r8 = np.random.default_rng(8)
+X8 = torch.tensor(r8.standard_normal((S + 1, 8)))
+W8 = [torch.tensor(r8.uniform(-0.5, 0.5, (8, 8))) for _ in range(3)]
+u8 = torch.tensor(r8.standard_normal(8))
+W_Q8 = W8[0].clone().requires_grad_(True)
+p8 = torch.softmax((X8[1:] @ W8[1]) @ (X8[0] @ W_Q8), -1)
+(grad_W_Q8,) = torch.autograd.grad(p8 @ (X8[1:] @ W8[2]) @ u8, W_Q8)
+g_s8 = softmax_vjp_np(p8.detach().numpy(), (X8[1:] @ W8[2] @ u8).numpy())
+by_hand8 = np.outer(X8[0].numpy(), (X8[1:] @ W8[1]).numpy().T @ g_s8)
+print(f"dL/dW_Q by hand vs autograd: max |diff| = {np.abs(by_hand8 - grad_W_Q8.numpy()).max():.1e}")
+assert np.abs(by_hand8 - grad_W_Q8.numpy()).max() < 1e-12
+
+medians = {int(d_k): gradients_by_hand(int(d_k), seed=int(d_k)) for d_k in d_ks}
+ratio_scores = np.array([m["unscaled"][0] / m["scaled"][0] for m in medians.values()])
+ratio_W_Q = np.array([m["unscaled"][1] / m["scaled"][1] for m in medians.values()])
+fig, ax = plt.subplots(figsize=(6, 4))
+ax.loglog(d_ks, ratio_scores, "o-", base=2, label="into the scores")
+ax.loglog(d_ks, ratio_W_Q, "s-", base=2, label="reaching $W_Q$")
+ax.axhline(1, color="gray", ls=":")
+ax.set(xlabel="$d_k$", ylabel="median gradient, unscaled / scaled",
+       title="what leaving out $1/\\sqrt{d_k}$ does to the gradient")
+ax.legend()
+show(fig, alt=f"Log-log plot against d_k from {d_ks[0]} to {d_ks[-1]} of the median gradient "
+     f"without the scale divided by the one with it, with a dotted line at 1. Into the scores "
+     f"the ratio falls from {ratio_scores[0]:.2f} to {ratio_scores[-1]:.1e}; reaching W_Q it "
+     f"rises above 1 (up to {ratio_W_Q.max():.2f}) and crosses below 1 between 64 and 128.")
+for d_k, a, b in zip(d_ks, ratio_scores, ratio_W_Q):
+    print(f"d_k = {d_k:5d}: unscaled / scaled, into the scores {a:.3f}, reaching W_Q {b:.3f}")
+crossover = d_ks[1:][(ratio_W_Q[:-1] > 1) & (ratio_W_Q[1:] < 1)]
+print(f"the gradient reaching W_Q is larger without the scale up to d_k = {crossover[0] // 2}, "
+      f"smaller from d_k = {crossover[0]}")
+at = {int(d): i for i, d in enumerate(d_ks)}
+assert ratio_scores[at[64]] < 0.5                        # into the scores: unscaled much smaller at 64
+assert ratio_W_Q[at[64]] > 1.2 > 1 > ratio_W_Q[at[128]]  # reaching W_Q: larger at 64, smaller at 128
+assert list(crossover) == [128]                          # one crossover, between 64 and 128
+assert ratio_W_Q[at[1024]] < 0.01                        # at 1024 the gradient is gone either way
+
+# %% [markdown]
+# So "without the scale the gradient vanishes" is true at the scores from small widths on, but
+# the weights see it later: at $d_k = 64$ (a common head width) the unscaled query projection
+# still receives the *larger* gradient (measured above), and it falls below the scaled one only
+# between 64 and 128, collapsing by 1024. The scale's first job at initialisation is to keep the
+# weights from being noise-driven one-hot lookups (section 3), not to rescue the gradient at
+# moderate widths.
+#
+# **The assumption behind every number of this lesson**: $q$ and $k$ have unit-variance entries.
+# That holds for the course's initialisation (Xavier uniform, $\mathrm{Var}(W_{ij}) =
+# 2/(\text{fan-in} + \text{fan-out}) = 1/d_{model}$ for a square $W$, so
+# $\mathrm{Var}(q_i) = d_{model} \cdot 1/d_{model} = 1$ for unit-variance tokens). It does not
+# hold for `nn.Linear`'s default (uniform $\pm 1/\sqrt{\text{fan-in}}$, variance
+# $1/(3\,\text{fan-in})$): there $\mathrm{Var}(q_i) = 1/3$ and
+# $\mathrm{Var}(q \cdot k) = d_k \cdot \tfrac13 \cdot \tfrac13 = d_k / 9$, and every curve above
+# moves to widths nine times larger. Measured on 4000 pairs at $d_{model} = d_k = 64$:
+
+# %%
+torch.manual_seed(0)
+xs, ys = torch.randn(2, 4000, 64, dtype=torch.float64)
+course_W = [torch.nn.init.xavier_uniform_(torch.empty(64, 64, dtype=torch.float64)) for _ in range(2)]
+linear_Q, linear_K = (torch.nn.Linear(64, 64, bias=False).double() for _ in range(2))
+with torch.no_grad():
+    var_course = ((xs @ course_W[0]) * (ys @ course_W[1])).sum(-1).var().item()
+    var_linear = ((xs @ linear_Q.weight.T) * (ys @ linear_K.weight.T)).sum(-1).var().item()
+print(f"Var(q.k) / d_k: Xavier (the course) {var_course / 64:.3f}; nn.Linear's default "
+      f"{var_linear / 64:.4f} (1/9 = {1 / 9:.4f})")
+assert abs(var_course / 64 - 1) < 0.1                     # sample variance: ~2% standard error,
+assert abs(var_linear / 64 * 9 - 1) < 0.1                 # plus the draw of W (~1/sqrt(d_model^2))
+
+# %% [markdown]
+# **In training the logits grow.** Everything above is about initialisation. During training
+# $q$ and $k$ become correlated and grow, and $q \cdot k$ can grow like $d_k$ rather than
+# $\sqrt{d_k}$: large models then saturate their attention in the way of section 3, and their
+# training diverges ("attention logit growth": Dehghani et al. 2023, *Scaling Vision
+# Transformers to 22 Billion Parameters*, section 3.1.1; reproduced in small models by Wortsman
+# et al. 2023, *Small-scale proxies for large-scale Transformer training instabilities*). Three
+# remedies in use: **QK-norm**, a LayerNorm (or RMSNorm) applied to $q$ and $k$ before the dot
+# product, which bounds the scores whatever the weights do (Henry et al. 2020, *Query-Key
+# Normalization for Transformers*; Dehghani et al. 2023); **soft-capping**,
+# $s \mapsto \text{cap} \cdot \tanh(s / \text{cap})$, which keeps every score within
+# $\pm\text{cap}$ (Gemma 2 caps attention scores at 50 and the output logits at 30: Gemma Team
+# 2024, *Gemma 2: Improving Open Language Models at a Practical Size*); and **muP**'s $1/d_k$
+# scale instead of $1/\sqrt{d_k}$, derived for correlated $q$ and $k$ so that the scores stay of
+# the same size as the width grows and hyperparameters transfer across widths (Yang et al. 2021,
+# *Tensor Programs V: Tuning Large Neural Networks via Zero-Shot Hyperparameter Transfer*,
+# section 4).
+
+# %% [markdown]
 # ## What we measured
 #
 # | claim | measured here |
@@ -341,7 +581,14 @@ assert np.abs(log_softmax_np([0.0, -1000.0]) - [0.0, -1000.0]).max() < 1e-12
 # | ...but smaller logits are not always better | near-uniform $\lVert J \rVert_2 \approx 1/S$; unscaled larger than scaled for $2 \le d_k \le 32$ |
 # | naive float32 softmax fails | NaN from a largest logit of 89 up, and for all logits below about -104 |
 # | the max-shift fixes it | error < $10^{-6}$ for every $m \in [-120, 120]$ |
+# | the softmax's backward pass is $s \odot (g - \langle s, g\rangle)$ | equal to autograd to $10^{-15}$ on every axis, without forming $J$ |
+# | saturation stops the backward pass | $\lVert dx \rVert_1 \le 2(1 - \max s)\,\mathrm{range}(g)$ at every scale; $< 10^{-6}$ of its peak at $c = 100$ |
+# | the gradient reaching $W_Q$ is not the one into the scores | into the scores, unscaled < half of scaled at $d_k = 64$; reaching $W_Q$, unscaled larger up to 64 and smaller from 128 |
+# | unit-variance $q, k$ is an assumption | Var$(q \cdot k)/d_k$ within 0.1 of 1 for Xavier, of 1/9 for `nn.Linear`'s default |
 #
 # Exercises: [`work/01_softmax.ipynb`](../work/01_softmax.ipynb) (a stable softmax over any axis, the scaled scores, the
 # softmax Jacobian, a log-softmax). Next, lesson 02 puts the scores and the softmax together into
 # attention.
+#
+# The backward pass of section 6 is exercise 1 of [`work/11_backward.ipynb`](../work/11_backward.ipynb)
+# (backpropagation by hand: the softmax, attention, LayerNorm, a whole layer, FlashAttention).

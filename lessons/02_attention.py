@@ -12,6 +12,17 @@
 # starting from a plain dictionary lookup, and then adds the masks that decide who may look at
 # whom. Every claim below is measured, and each measurement ends in an `assert`.
 #
+# **You will be able to:** compute attention by hand and with the package; say why $W_Q$ and
+# $W_K$ are separate; build causal (bottom-right aligned) and padding masks and combine them;
+# generate text one token at a time from a causal model; and predict when masking by adding
+# $-10^9$ or $-10^4$ is exact and when it fails, in each floating dtype.
+#
+# **You need:** lesson 01 (softmax, the max-shift, the $1/\sqrt{d_k}$ scale); matrix products
+# and broadcasting in PyTorch.
+#
+# **Time:** about 60 minutes to read and run (the cells take about 10 s on a 2-core CPU), plus
+# the exercises.
+#
 # The code lives in the package: `txlearn.masks` (causal and padding masks) and
 # `txlearn.attention` (`scaled_dot_product_attention`, and `attention_np`, its float64 NumPy
 # twin). Section 5 also uses `txlearn.sampling.sample_next`, the course's one sampler.
@@ -25,11 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from txlearn.attention import attention_np, masked_softmax, scaled_dot_product_attention
+from txlearn.attention import (attention_backward, attention_np, masked_softmax,
+                               scaled_dot_product_attention)
 from txlearn.masks import (causal_mask, combine_masks, key_padding_to_attn_mask,
                            padding_mask)
 from txlearn.models.char_lm import CharTransformer
-from txlearn.plotting import heatmap
+from txlearn.plotting import heatmap, show
 from txlearn.sampling import sample_next
 from txlearn.training.data import CharVocab, load_corpus, random_windows, split_by_position
 from txlearn.training.generate import generate
@@ -94,14 +106,24 @@ assert np.abs(grad).max() > 1.0             # a usable signal, not ~0
 # In a transformer every position plays all three roles. Its embedding $x$ is projected three
 # times: $q = x W_Q$ asks "what am I looking for?", $k = x W_K$ says "what do I contain?", and
 # $v = x W_V$ is what is handed over when found. Why two different projections for $q$ and $k$?
-# With one shared $W$, the score of query $i$ against key $j$, $s_{ij} = x_i W W^\top x_j^\top$,
-# equals $s_{ji}$: the score matrix is **symmetric**. Relevance is not: "a pronoun looks
-# for its noun" does not imply "the noun looks for the pronoun".
+# With one shared $W$, the score of query $i$ against key $j$ is $s_{ij} = (x_i W) \cdot (x_j W)$:
+# the scores are the dot products of the vectors $u_i = x_i W$ with each other, a **Gram
+# matrix**. That is more than symmetric ($s_{ij} = s_{ji}$). A Gram matrix is positive
+# semi-definite (no negative eigenvalue), and by Cauchy-Schwarz
+# $s_{ij} \le \|u_i\|\,\|u_j\| = \sqrt{s_{ii}\,s_{jj}} \le \max(s_{ii}, s_{jj})$: of any two
+# tokens, at least one scores itself at least as high as the other, and a token whose $u_i$ is
+# the longest scores itself highest of all. Each token **favours itself**. Relevance does not:
+# "a pronoun looks for its noun" does not imply "the noun looks for the pronoun", and neither
+# means a word looks mostly at itself.
 #
 # A tiny test: five positions, each must attend to the *next* one, and the last to the first (a
-# cycle). A symmetric score matrix cannot do this: it would need
-# $s_{01} > s_{40} > s_{34} > s_{23} > s_{12} > s_{01}$. We train both versions on the same
-# embeddings and measure the weight each gives to the right key.
+# cycle). A Gram matrix cannot do this: $s_{i,i+1} > s_{ii}$ needs $\sqrt{s_{ii} s_{i+1,i+1}} >
+# s_{ii}$, so $s_{i+1,i+1} > s_{ii}$, and around the cycle $s_{00} < s_{11} < \dots < s_{44} <
+# s_{00}$. We train both versions on the same embeddings and measure the weight each gives to
+# the right key, and then whether the shared version's scores are a Gram matrix or only
+# symmetric: a symmetric matrix can have negative eigenvalues and off-diagonal entries above
+# $\sqrt{s_{ii} s_{jj}}$, so the test can fail (it does for the symmetric part
+# $(s + s^\top)/2$ of the separate version's scores).
 
 # %%
 T, d_model, d_k = 5, 8, 8
@@ -128,8 +150,32 @@ print(f"separate W_Q, W_K: weight on the right key = {hit(scores_sep):.3f}, "
 print(f"shared W (Q = K):  weight on the right key = {hit(scores_tied):.3f}, "
       f"max |s - s^T| = {(scores_tied - scores_tied.T).abs().max():.2f}")
 assert hit(scores_sep) > 0.95               # learns the cycle
-assert hit(scores_tied) < 0.5               # cannot: its scores are symmetric
-assert torch.allclose(scores_tied, scores_tied.T, atol=1e-5)
+assert hit(scores_tied) < 0.5               # cannot: its scores are a Gram matrix
+
+
+def gram_report(s):
+    """Smallest eigenvalue, worst excess over Cauchy-Schwarz, rows whose top score is their own."""
+    s = s.double()
+    d = torch.diagonal(s)
+    lowest = torch.linalg.eigvalsh((s + s.T) / 2).min().item()
+    excess = (s.abs() - (d.clamp(min=0)[:, None] * d.clamp(min=0)[None, :]).sqrt()).max().item()
+    return lowest, excess, int((s.argmax(-1) == torch.arange(len(s))).sum())
+
+
+symmetric_only = (scores_sep + scores_sep.T) / 2
+scale = scores_tied.abs().max().item()
+for name, s in (("shared W", scores_tied), ("(s + s^T)/2 of separate", symmetric_only)):
+    lowest, excess, own = gram_report(s)
+    print(f"{name:24s} smallest eigenvalue {lowest:+.2e}, max |s_ij| - sqrt(s_ii s_jj) "
+          f"{excess:+.2e}, rows whose top score is their own: {own} of {T}")
+lowest, excess, own = gram_report(scores_tied)
+print(f"shared W: weight on itself {torch.softmax(scores_tied, -1).diagonal().mean():.3f} "
+      f"vs on the target {hit(scores_tied):.3f}")
+assert torch.allclose(scores_tied, scores_tied.T, atol=1e-5)      # symmetric...
+assert lowest > -1e-5 * scale and excess < 1e-5 * scale          # ...and a Gram matrix (float32)
+assert own == T                                                  # every token favours itself
+lowest_s, excess_s, own_s = gram_report(symmetric_only)
+assert lowest_s < -1.0 and excess_s > 1.0 and own_s < T          # a merely symmetric one need not
 
 # %% [markdown]
 # ## 3. The attention matrix
@@ -163,7 +209,12 @@ axes[0].set(title="learned: attend to the next", xlabel="key j", ylabel="query i
 heatmap(axes[1], weights[0, 0], "weight $a_{ij}$", cmap="Blues", vmin=0, vmax=1)
 axes[1].set(title="random Q, K: a soft spread", xlabel="key j", ylabel="query i")
 plt.tight_layout()
-plt.show()
+show(fig, alt="Two attention-weight heatmaps, query i on the rows, key j on the columns, colour "
+     "from 0 (white) to 1 (dark blue). Left, the learned cycle over five tokens a to e: each row "
+     "is dark in the single column of the next token (a to b, ..., e to a) and white elsewhere. "
+     f"Right, random queries and keys, six queries over seven keys: most rows spread their "
+     f"weight over several keys in light shades; {int((weights[0, 0].max(-1).values > 0.5).sum())} "
+     f"of the 6 put more than half of it on one key.")
 
 # %% [markdown]
 # ## 4. Masks
@@ -195,7 +246,12 @@ for ax, (title, m) in zip(axes, panels):
     bar.set_ticks([0.25, 0.75], labels=["False", "True"])      # two colours, one per value
     ax.set(title=title, xlabel="key", ylabel="sequence" if title.startswith("padding") else "query")
 plt.tight_layout()
-plt.show()
+show(fig, alt="Four black-and-white masks, black meaning may attend. causal_mask(6): the lower "
+     "triangle of a 6 by 6 grid, diagonal included. causal_mask(2, 6): two query rows over six "
+     "keys, the first row black up to key 4, the second row all black (bottom-right "
+     "alignment). padding_mask([6, 4], 6): two sequences, the first all black, the second "
+     "black on its first four keys only. Causal AND padding for sequence 2: the lower triangle "
+     "with keys 4 and 5 white in every row.")
 assert causal_mask(6).sum().item() == 21                 # 6 * 7 / 2 allowed pairs
 assert both[1, :, 4:].sum().item() == 0                  # padded keys hidden from every query
 
@@ -222,10 +278,14 @@ assert torch.equal(a[:, :3], b[:, :3])
 # (`txlearn.sampling.sample_next`: greedy at temperature $\tau = 0$, otherwise a draw from
 # $\mathrm{softmax}(\text{logits} / \tau)$), append it, and repeat.
 #
-# The model is the capstone's `CharTransformer` (lesson 09) made small: one layer,
-# $d_{model} = 64$, 4 heads, a context of 32 characters. How its layer works is the subject of
-# lessons 03 to 07; here only its contract matters. We train it for 300 steps (a few seconds) on
-# the course corpus, the Python language reference, one character per token.
+# > **A black box for now.** The model below is the capstone's `CharTransformer` (lesson 09) made
+# > small: one layer, $d_{model} = 64$, 4 heads, a context of 32 characters. Its insides (heads,
+# > positions, the FFN, norms) are lessons 03 to 07; here only its contract matters: ids
+# > `(B, T)` in, logits `(B, T, n_vocab)` out, and the logits of position $t$ depend on tokens
+# > $0 \dots t$ only (the causal mask of section 4). Its training loop is lesson 09's.
+#
+# We train it for 300 steps (a few seconds) on the course corpus, the Python language
+# reference, one character per token.
 
 # %%
 text = load_corpus()
@@ -295,6 +355,34 @@ print(f"distinct 8-character substrings: greedy {distinct_share(greedy):.2f}, sa
 assert distinct_share(greedy) < 0.5 < shares[2]
 
 # %% [markdown]
+# **The standard remedy: a repetition penalty** (Keskar et al. 2019, CTRL). Before choosing,
+# every token already in the text has its logit made less attractive by a factor $\theta > 1$:
+# a positive logit is divided by $\theta$, a negative one *multiplied* by it (dividing a
+# negative logit would raise it, and make the repeat more likely: a sign bug public reports
+# keep finding). `generate(..., repetition_penalty=theta)` applies it
+# (`txlearn.sampling.apply_repetition_penalty`), greedy decoding otherwise unchanged. We expect
+# fewer repeats. With characters for tokens, though, almost every character is "already in the
+# text" after a line or two, so the penalty hits nearly the whole vocabulary alike: a mild one
+# should help, a strong one need not.
+
+# %%
+mild = generate(lm, prompt, 200, temperature=0.0, repetition_penalty=1.3)[len(prompt):]
+strong = generate(lm, prompt, 200, temperature=0.0, repetition_penalty=2.0)[len(prompt):]
+print("theta 1.3:", repr(vocab.decode(mild[:90])))
+print("theta 2.0:", repr(vocab.decode(strong[:90])))
+print(f"distinct 8-character substrings: greedy {distinct_share(greedy):.2f}, theta 1.3 "
+      f"{distinct_share(mild):.2f}, theta 2.0 {distinct_share(strong):.2f}")
+assert distinct_share(mild) > 3 * distinct_share(greedy)   # the loop is broken, partly
+assert distinct_share(strong) < distinct_share(mild)       # a strong penalty finds another loop
+
+# %% [markdown]
+# *A surprise:* the strong penalty does not repeat less. Once every common character has
+# occurred, all of them are penalised, and the ones left unpenalised are rare; greedy decoding
+# then settles into another loop (a run of spaces, from the corpus's tables). The penalty was
+# designed for word and subword vocabularies, where "already in the text" singles out a few
+# tokens of tens of thousands; sampling (above) is the better remedy for a character model.
+
+# %% [markdown]
 # **Most of that loop's work is repeated.** At every step the model recomputes all $T$ rows and
 # uses only the last. Because of the causal mask, the earlier rows cannot have changed when a
 # token was appended (the causality test above): we expect the logits of positions $0 \dots T-1$
@@ -352,66 +440,107 @@ assert torch.allclose(added, torch.tensor([[0.422319, 0.422319, 0.155362]]), ato
 assert torch.allclose(ours_w, torch.tensor([[0.5, 0.5, 0.0]]))
 
 # %% [markdown]
-# **Adding $-10^9$** to every hidden score (BERT's original code, many tutorials) is a different
-# matter. What we expect, from lesson 01: the softmax subtracts the row's largest score, which
-# is a visible one, so a hidden key's term is $e^{-10^9 + \dots}$, which is exactly 0 in float32
-# and float64. For every row with **at least one visible key** the weights should equal the
-# boolean mask's bit for bit. We test 4000 random rows with random masks.
+# **Adding a large negative constant** to every hidden score is a different matter. Two
+# constants are common: $-10^9$, with `scores.masked_fill(mask == 0, -1e9)` (the Annotated
+# Transformer and many tutorials), and $-10^4$, with `(1.0 - mask) * -10000.0` (BERT's original
+# `modeling.py`). What we expect, from lesson 01: the softmax subtracts the row's largest score,
+# which is a visible one, so a hidden key's term is $e^{-10^4 + \dots}$ or $e^{-10^9 + \dots}$:
+# exactly 0 in every floating dtype (float32's smallest positive number is about $e^{-104}$).
+# For every row with **at least one visible key** the weights should then equal the boolean
+# mask's bit for bit, for both constants, in float16, bfloat16, float32 and float64, as long as
+# the constant itself can be held in the dtype. We test 4000 random rows with random masks
+# (the softmax is the course's `masked_softmax`, the same kernel with and without a mask).
 
 # %%
 scores = torch.randn(4000, 10)
 visible = torch.rand(4000, 10) > 0.5
 visible[:, 0] |= ~visible.any(-1)                       # at least one visible key per row
-for dtype in (torch.float32, torch.float64):
-    s = scores.to(dtype)
-    by_adding = torch.softmax(s + (~visible).to(dtype) * -1e9, dim=-1)
-    by_boolean = masked_softmax(s, visible)
-    print(f"{str(dtype):14s} rows equal bit for bit: {torch.equal(by_adding, by_boolean)}")
-    assert torch.equal(by_adding, by_boolean)
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+CONSTANTS = {"-1e9": -1e9, "-1e4 (BERT)": -1e4}
+for name, c in CONSTANTS.items():
+    for dtype in DTYPES:
+        s = scores.to(dtype)
+        by_adding = masked_softmax(s + (~visible).to(dtype) * c)     # (1 - mask) * c, added
+        same = torch.equal(by_adding, masked_softmax(s, visible))
+        print(f"{name:12s} {str(dtype):15s} rows with a visible key equal bit for bit: {same}")
+        assert same
+print(f"-1e9 in float16: {torch.tensor(-1e9).half().item()}; -1e4: {torch.tensor(-1e4).half().item()}")
 
 # %% [markdown]
-# Its failures are elsewhere, and we expect three:
+# In float16 the first line hides a fault: its largest finite number is 65504, so $-10^9$
+# becomes $-\infty$ there. Multiplied by a Python number, `(1 - mask) * -1e9` is computed in
+# float32 and rounded, so visible keys get $0$ and hidden ones $-\infty$: it works. With the
+# constant held as a float16 tensor (as code does that builds it in the scores' dtype), it is
+# $0 \times (-\infty)$ = NaN on every visible key. BERT's $-10^4$ is finite in float16 and
+# has neither problem.
+#
+# The failures of both constants are elsewhere, and we expect three:
 #
 # 1. **A row with no visible key** (a query at a padded position, or a sequence that is all
-#    padding). Every score moves by the same $-10^9$ and the softmax is shift invariant, so the
-#    row keeps a full distribution over keys it was told to ignore. In float32 the spacing of
-#    numbers near $10^9$ is 64, so $s - 10^9$ rounds to exactly $-10^9$ for every small $s$: the
-#    weights become exactly uniform, an average over the padding. In float64 the spacing is
-#    $10^{-7}$, the differences survive, and the row gets the *unmasked* weights: the mask is
-#    silently ignored. The course's boolean mask gives weights 0 (output 0).
-# 2. **float16** holds numbers up to 65504, so $-10^9$ becomes $-\infty$, and `masked_fill` with
-#    $-10^9$ refuses to run.
-# 3. With $-\infty$ in float16, the common form `(1 - mask) * -1e9` multiplies $0 \times -\infty$
-#    on the **visible** keys: NaN in every row.
+#    padding). Every score moves by the same constant and the softmax is shift invariant, so the
+#    row keeps a full distribution over keys it was told to ignore. What it is depends on the
+#    spacing of the dtype's numbers near the constant. Where the spacing is far larger than the
+#    scores' spread, $s - c$ rounds to exactly $c$ for every small $s$ and the weights become
+#    **exactly uniform**, an average over the padding: $-10^9$ in float32 (spacing 64) and
+#    bfloat16, $-10^4$ in float16 (spacing 8) and bfloat16 (spacing 64). Where it is much
+#    smaller, the differences survive and the row gets its **unmasked** weights, the mask
+#    silently ignored: $-10^9$ in float64 (spacing $10^{-7}$), $-10^4$ in float32 (spacing
+#    $10^{-3}$, so to about $10^{-4}$) and float64. In float16, $-10^9$ is $-\infty$ on every
+#    key: $-\infty - (-\infty)$ inside the softmax, **NaN**.
+# 2. `masked_fill` with $-10^9$ on float16 scores **refuses to run** (the value overflows).
+# 3. As above, $(1 - \text{mask}) \times (-10^9)$ with the constant in float16: **NaN** on
+#    every row.
+#
+# The course's boolean mask gives weights 0 (output 0) for an empty row, in every dtype.
 
 # %%
 row = torch.tensor([0.3, -1.2, 2.0, 0.5, -0.4, 1.1])       # one query's scores, S = 6
 nothing = torch.zeros(6, dtype=torch.bool)                   # no visible key
-w32 = torch.softmax(row + (~nothing).float() * -1e9, -1)
-w64 = torch.softmax(row.double() + (~nothing).double() * -1e9, -1)
-print("no visible key, float32 + -1e9:", np.round(w32.numpy(), 4))
-print("no visible key, float64 + -1e9:", np.round(w64.numpy(), 4),
-      "  unmasked softmax:", np.round(torch.softmax(row.double(), -1).numpy(), 4))
-print("no visible key, boolean mask:  ", masked_softmax(row, nothing).numpy())
-assert torch.equal(row - 1e9, torch.full((6,), -1e9))       # float32 spacing at 1e9 is 64
-assert torch.equal(w32, torch.full((6,), 1 / 6))            # exactly uniform over the padding
-assert torch.allclose(w64, torch.softmax(row.double(), -1), rtol=0, atol=1e-6)  # mask ignored
-assert torch.equal(masked_softmax(row, nothing), torch.zeros(6))
-
-half = torch.finfo(torch.float16)
-minus_1e9_half = torch.tensor(-1e9, dtype=torch.float16)
-try:
-    row.half().masked_fill(~nothing, -1e9)
-    fill_error = None
-except RuntimeError as err:
-    fill_error = str(err)
 two_visible = torch.tensor([True, False, True, False, False, False])
-w16 = torch.softmax(row.half() + (~two_visible).half() * minus_1e9_half, -1)
-print(f"float16: largest finite {half.max:.0f}; -1e9 -> {minus_1e9_half.item()}; "
-      f"masked_fill(-1e9): {fill_error}")
-print("float16, two visible keys, (1 - mask) * -1e9:", w16.numpy())
-assert torch.isneginf(minus_1e9_half) and fill_error is not None and "overflow" in fill_error
-assert torch.isnan(w16).all()                               # 0 * -inf = NaN on the visible keys
+unmasked = torch.softmax(row.double(), -1)
+
+
+def empty_row(weights):
+    """What a row with no visible key became: NaN, exactly uniform, or its unmasked weights."""
+    if torch.isnan(weights).any():
+        return "NaN"
+    if torch.equal(weights, torch.full_like(weights, 1 / len(weights))):
+        return "uniform"
+    gap = (weights.double() - unmasked).abs().max().item()
+    return f"unmasked ({gap:.0e})" if gap < 1e-3 else f"other ({gap:.2f})"
+
+
+measured = {}
+for name, c in CONSTANTS.items():
+    for dtype in DTYPES:
+        empty = masked_softmax(row.to(dtype) + (~nothing).to(dtype) * c)
+        try:
+            row.to(dtype).masked_fill(~two_visible, c)
+            fill = "runs"
+        except RuntimeError as err:
+            fill = "refused" if "overflow" in str(err) else str(err)
+        in_dtype = masked_softmax(row.to(dtype) + (~two_visible).to(dtype) * torch.tensor(c, dtype=dtype))
+        nan = "NaN" if torch.isnan(in_dtype).any() else "fine"
+        measured[name, dtype] = (empty_row(empty), fill, nan)
+        print(f"{name:12s} {str(dtype):15s} empty row: {measured[name, dtype][0]:16s} "
+              f"masked_fill: {fill:8s} constant in the dtype: {nan}")
+print("boolean mask, empty row:", masked_softmax(row, nothing).numpy())
+expected = {("-1e9", torch.float16): ("NaN", "refused", "NaN"),
+            ("-1e9", torch.bfloat16): ("uniform", "runs", "fine"),
+            ("-1e9", torch.float32): ("uniform", "runs", "fine"),
+            ("-1e9", torch.float64): ("unmasked", "runs", "fine"),
+            ("-1e4 (BERT)", torch.float16): ("uniform", "runs", "fine"),
+            ("-1e4 (BERT)", torch.bfloat16): ("uniform", "runs", "fine"),
+            ("-1e4 (BERT)", torch.float32): ("unmasked", "runs", "fine"),
+            ("-1e4 (BERT)", torch.float64): ("unmasked", "runs", "fine")}
+for key, (empty, fill, nan) in expected.items():
+    assert measured[key][0].startswith(empty) and measured[key][1:] == (fill, nan), (key, measured[key])
+w32 = masked_softmax(row + (~nothing).float() * -1e4)
+assert (w32.double() - unmasked).abs().max() < 1e-4          # float32 spacing near 1e4: 2^-10
+assert torch.equal(row - 1e9, torch.full((6,), -1e9))       # float32 spacing at 1e9 is 64
+assert torch.equal(row.half() - 1e4, torch.full((6,), -1e4, dtype=torch.float16))  # spacing 8
+for dtype in DTYPES:
+    assert torch.equal(masked_softmax(row.to(dtype), nothing), torch.zeros(6, dtype=dtype))
 
 # %% [markdown]
 # For a query with *no* visible key there is no distribution to average; the course defines its
@@ -504,20 +633,127 @@ assert table["nn.MultiheadAttention, key_padding_mask"] == "True = hidden"
 # %% [markdown]
 # To feed one of our masks to `nn.MultiheadAttention`, pass `~mask`
 # (`txlearn.masks.from_torch_key_padding_mask` does that conversion, both ways).
+
+# %% [markdown]
+# ## 9. The backward pass, by hand
+#
+# Training needs the gradients of a loss $\mathcal{L}$ with respect to $Q$, $K$ and $V$, given the
+# gradient $dO = \partial \mathcal{L} / \partial O$ at the output. Write the forward pass one
+# product per line and apply the chain rule to each line, last line first (shapes per head:
+# $Q$ is $L \times d_k$, $K$ is $S \times d_k$, $V$ is $S \times d_v$):
+#
+# | forward | backward |
+# |---|---|
+# | $S = Q K^\top / \sqrt{d_k}$ | $dQ = dS\,K / \sqrt{d_k}$ $(L \times d_k)$, $\quad dK = dS^\top Q / \sqrt{d_k}$ $(S \times d_k)$ |
+# | $P = \mathrm{softmax}(S)$, row by row | $dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big)$ $(L \times S)$ |
+# | $O = P V$ | $dP = dO\,V^\top$ $(L \times S)$, $\quad dV = P^\top dO$ $(S \times d_v)$ |
+#
+# The last line: $O_{l} = \sum_s P_{ls} V_s$, so $\partial \mathcal{L} / \partial V_s =
+# \sum_l P_{ls}\, dO_l$, which is row $s$ of $P^\top dO$, and
+# $\partial \mathcal{L} / \partial P_{ls} = dO_l \cdot V_s$. The middle line is lesson 01's
+# vector-Jacobian product of the softmax, once per query row: $\mathrm{rowsum}(dP \odot P)$ is
+# $\langle s, g \rangle$ there. The first line is the product rule for
+# $S_{ls} = q_l \cdot k_s / \sqrt{d_k}$: each query gets its scores' gradients times the keys,
+# each key its scores' gradients times the queries, and both keep the $1/\sqrt{d_k}$.
+#
+# **Masks.** A masked entry has $P_{ls} = 0$, so $dS_{ls} = 0$ and $dV$ gets nothing from that
+# pair: no gradient flows into a key its query may not see. A query that sees no key at all has
+# a row of zeros in $P$ (section 6): its $dQ$ is 0 and it sends nothing to any key, and nothing
+# in the computation divides by its empty sum, so nothing is NaN.
+#
+# `txlearn.attention.attention_backward(Q, K, V, dO, mask)` is this table. Expected: equal to
+# autograd's gradients through `scaled_dot_product_attention` to float64 rounding, with and
+# without masks, for $L \ne S$ with the bottom-right causal mask, and with a row that sees nothing.
+
+# %%
+row_blind = causal_mask(4, 7) & padding_mask([5], 7)[0]  # keys 5, 6 are padding, for every query
+row_blind[1] = False                                     # and query 1 sees no key at all
+cases_b = {"no mask, L = 4, S = 7": None, "causal bottom-right, L = 4, S = 7": causal_mask(4, 7),
+           "causal, padding, query 1 blind": row_blind}
+gaps_b = {}
+for name, mask_b in cases_b.items():
+    Qb = torch.randn(2, 3, 4, 8, dtype=torch.float64, requires_grad=True)   # (B, n_heads, L, d_k)
+    Kb = torch.randn(2, 3, 7, 8, dtype=torch.float64, requires_grad=True)   # (B, n_heads, S, d_k)
+    Vb = torch.randn(2, 3, 7, 5, dtype=torch.float64, requires_grad=True)   # (B, n_heads, S, d_v)
+    dOb = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    by_autograd = torch.autograd.grad(scaled_dot_product_attention(Qb, Kb, Vb, mask_b), (Qb, Kb, Vb), dOb)
+    by_hand = attention_backward(Qb.detach(), Kb.detach(), Vb.detach(), dOb, mask_b)
+    gaps_b[name] = max((h - a).abs().max().item() for h, a in zip(by_hand, by_autograd))
+    print(f"{name:32s} max |by hand - autograd| over dQ, dK, dV: {gaps_b[name]:.1e}")
+dQb, dKb, dVb = by_hand                                  # the last case: query 1 sees nothing
+print(f"query 1 (sees nothing): |dQ| = {dQb[:, :, 1].abs().max():.1e}; keys 5, 6 (padding, hidden "
+      f"from every query): |dK| = {dKb[:, :, 5:].abs().max():.1e}, |dV| = {dVb[:, :, 5:].abs().max():.1e}")
+assert max(gaps_b.values()) < 1e-12
+assert torch.equal(dQb[:, :, 1], torch.zeros(2, 3, 8, dtype=torch.float64))   # empty row: exactly 0
+assert dKb[:, :, 5:].abs().max() == 0 and dVb[:, :, 5:].abs().max() == 0    # hidden keys: nothing
+assert all(torch.isfinite(g).all() for g in by_hand)
+
+# %% [markdown]
+# **What the backward pass needs from the forward, and what it costs.** The table's right column
+# uses $Q$, $K$, $V$ and $P$. Autograd keeps whatever its backward formulas need, which we can
+# watch with `torch.autograd.graph.saved_tensors_hooks`: every tensor saved for the backward pass
+# passes through the hook. We count the bytes of distinct tensors (a view of $K$ shares its
+# memory) for one head of $d_k = 64$ in float32. Expected without a mask: $Q/\sqrt{d_k}$, $K$, $V$
+# ($3 T d_k$ numbers) and $P$ ($T^2$ numbers, saved once although two backward formulas use it),
+# $4(3 T d_k + T^2)$ bytes, the $T^2$ term dominating from $T = 3 d_k$ on.
+
+# %%
+def saved_bytes(fn, *args):
+    """Bytes of the distinct tensors autograd saves while fn(*args) runs (a storage counted once)."""
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fn(*args)
+    return sum(storages.values())
+
+
+for T_s in (128, 512, 2048):
+    Qs, Ks, Vs = (torch.randn(1, T_s, 64, requires_grad=True) for _ in range(3))
+    plain = saved_bytes(scaled_dot_product_attention, Qs, Ks, Vs)
+    masked = saved_bytes(scaled_dot_product_attention, Qs, Ks, Vs, causal_mask(T_s))
+    formula = 4 * (3 * T_s * 64 + T_s ** 2)
+    print(f"T = {T_s:4d}: saved {plain / 2**20:6.2f} MiB (formula 4 (3 T d_k + T^2) = "
+          f"{formula / 2**20:6.2f} MiB); with the causal mask {masked / 2**20:6.2f} MiB")
+    assert plain == formula                                        # to the byte
+    assert masked == formula + 4 * T_s ** 2 + T_s ** 2 + T_s    # + P once more, the mask, a flag per row
+
+# %% [markdown]
+# The accounting holds to the byte. With a mask the teaching path keeps *two* $T \times T$ float
+# matrices, which we did not expect: `masked_softmax` sets the rows that see nothing to 0 *after*
+# the softmax, so the softmax's own output (saved for its backward) and the zeroed weights (saved
+# for $P V$) are different tensors; add the boolean mask ($T^2$ bytes) and one flag per row (is
+# it empty?). Either way, training an attention layer keeps $O(T^2)$ numbers per head until
+# its backward pass runs, where the forward alone (lesson 08) needs only one block of them at a
+# time. Recomputing $P$ from $Q$ and $K$ in the backward pass (`attention_backward(...,
+# weights=None)` does; FlashAttention, lesson 08, does it block by block from one saved number per
+# query row) trades those $T^2$ numbers for a second pass of $Q K^\top$ FLOPs.
 #
 # ## Summary
 #
 # - Attention is a differentiable dictionary: scores, softmax, a weighted average of values.
-# - Separate $W_Q$ and $W_K$ let relevance be asymmetric; shared ones force symmetric scores.
+# - Separate $W_Q$ and $W_K$ let relevance be asymmetric; a shared one makes the scores a Gram
+#   matrix (positive semi-definite, $s_{ij} \le \sqrt{s_{ii} s_{jj}}$): each token favours itself.
 # - Masks are boolean, `True` = may attend, combined with AND; causal masks are bottom-right
 #   aligned when $L \ne S$ (SDPA's `is_causal=True` is not); an empty row gives 0, not NaN.
 # - A causal model generates text one token at a time from its last row of logits
 #   (`sample_next`); the earlier rows never change, which is why a KV cache (lesson 03) can keep
 #   their keys and values.
-# - Adding $-10^9$ is exact for every row with a visible key; it turns a row with none into an
-#   average over the padding (uniform in float32, the unmasked weights in float64), and it
-#   overflows float16 ($-\infty$, then NaN).
+# - Adding $-10^9$ (the Annotated Transformer) or $-10^4$ (BERT) is exact for every row with a
+#   visible key, in every dtype that holds the constant; a row with none becomes an average
+#   over the padding (exactly uniform where the dtype's spacing near the constant is coarse:
+#   $-10^9$ in float32, $-10^4$ in float16) or keeps its unmasked weights (where it is fine:
+#   $-10^4$ in float32, both in float64). $-10^9$ overflows float16 ($-\infty$: `masked_fill`
+#   refuses, an empty row and a float16 constant give NaN); $-10^4$ does not.
 # - Without a mask, attention is permutation-equivariant; with a causal mask it is not (output 0
 #   is the first token's value).
+# - The backward pass is four products and one softmax VJP ($dV = P^\top dO$, $dP = dO V^\top$,
+#   $dS = P \odot (dP - \mathrm{rowsum}(dP \odot P))$, $dQ = dS K/\sqrt{d_k}$, $dK = dS^\top Q/\sqrt{d_k}$),
+#   equal to autograd; masked keys and empty rows get no gradient; training keeps $T^2$ numbers per head.
 #
 # **Exercises:** [`work/02_attention.ipynb`](../work/02_attention.ipynb) (the causal mask; attention with a mask).
+# Section 9's backward pass is exercise 2 of [`work/11_backward.ipynb`](../work/11_backward.ipynb).

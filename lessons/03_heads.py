@@ -5,7 +5,8 @@
 #
 # One attention head produces one weighted average per query: it can look at one "kind" of
 # place at a time. Multi-head attention runs several heads side by side, each in its own slice of
-# the features, and mixes their results with $W_O$ (Vaswani et al. 2017, section 3.2.2):
+# the projected features ($x W_Q$, $x W_K$, $x W_V$), and mixes their results with $W_O$ (Vaswani
+# et al. 2017, section 3.2.2):
 #
 # $$\text{MultiHead}(x) = \text{Concat}(\text{head}_1, \dots, \text{head}_{n_{heads}})\, W_O,
 #   \qquad \text{head}_{\text{head}} = \text{Attention}(x W_Q^{\text{head}},\;
@@ -18,6 +19,17 @@
 #
 # The code: `txlearn.heads` (`split_heads`, `merge_heads`, `MultiHeadAttention`, `KVCache`,
 # `kv_cache_bytes`).
+#
+# **You will be able to:** split projected features into heads and merge them back; count a
+# multi-head layer's parameters; explain, with a measurement, how one head copes with a task
+# that needs two lookups; say which key/value head each query head reads under GQA and MQA; and
+# compute the KV-cache memory of a published model.
+#
+# **You need:** lesson 02 (attention, causal masks, generating one token at a time); PyTorch
+# `nn.Module`s and reshapes.
+#
+# **Time:** about 60 minutes to read and run (the cells take about 10 s on a 2-core CPU), plus
+# the exercises.
 
 # %%
 import matplotlib.pyplot as plt
@@ -27,18 +39,20 @@ import torch.nn.functional as F
 
 from txlearn.heads import KVCache, MultiHeadAttention, kv_cache_bytes, merge_heads, split_heads
 from txlearn.masks import causal_mask
-from txlearn.plotting import heatmap
+from txlearn.plotting import heatmap, show
 
 torch.manual_seed(0)
 torch.set_num_threads(1)  # the tensors here are tiny: one thread is fastest on a shared CPU
 
 # %% [markdown]
-# ## 1. Heads are slices of the features
+# ## 1. Heads are slices of the projected features
 #
-# `split_heads` reshapes `(B, T, d_model)` into `(B, n_heads, T, d_k)`: head number
-# $\text{head}$ gets the contiguous features $\text{head} \cdot d_k \dots
-# (\text{head}+1) \cdot d_k - 1$ of every position. `merge_heads` undoes it.
-# On a tiny example with $d_{model} = 6$ and 3 heads:
+# `split_heads` reshapes projected features, such as $Q = x W_Q$ of shape `(B, T, d_model)`, into
+# `(B, n_heads, T, d_k)`: head number $\text{head}$ gets the contiguous features
+# $\text{head} \cdot d_k \dots (\text{head}+1) \cdot d_k - 1$ of every position. `merge_heads`
+# undoes it. The slices are of $Q$, $K$ and $V$, never of the token vector $x$: every head's
+# $W_Q^{\text{head}}$ reads all $d_{model}$ features of $x$. On a tiny example with
+# $d_{model} = 6$ and 3 heads (the numbers stand for projected features):
 
 # %%
 x = torch.arange(12.0).reshape(1, 2, 6)      # B = 1, T = 2, d_model = 6
@@ -152,7 +166,12 @@ for head, ax in enumerate(axes):
     role = "previous token" if on_prev[head] > on_first[head] else "first token"
     ax.set(title=f"head {head}: {role}", xlabel="key position", ylabel="query position")
 plt.tight_layout()
-plt.show()
+roles = ["previous token" if on_prev[head] > on_first[head] else "first token" for head in range(2)]
+show(fig, alt=f"Two heatmaps of mean attention weight over 512 sequences, query position on the "
+     f"rows, key position on the columns, colour from 0 to 1. Head 0, the {roles[0]} head, and "
+     f"head 1, the {roles[1]} head: the previous-token head is dark on the line just below the "
+     "diagonal, the first-token head is dark in column 0; row 0 is dark at key 0 in both, "
+     "since the first query sees only itself.")
 
 # %% [markdown]
 # Now the same layer with **one** head of the full width (same parameter count), the same
@@ -223,7 +242,13 @@ heatmap(ax_m, pair_mean, "share on t - 1", cmap="RdBu", vmin=0, vmax=1)
 ax_m.set(xlabel="first token $x_0$", ylabel="previous token $x_{t-1}$",
          title="mean share for each pair of tokens")
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"Left, a histogram of the one head's share of weight on t - 1 at t = 5 over 4000 "
+     f"sequences, spread from near 0 to near 1 (mean {share.mean():.2f}, standard deviation "
+     f"{share.std():.2f}) rather than piled at 0.5. Right, an 8 by 8 heatmap of the mean share "
+     "for each pair of tokens, previous token on the rows and first token on the columns, red "
+     "to blue from 0 to 1: the colour is set by the two tokens, as by a ranking of them (some "
+     "rows red against most columns, some columns blue against most rows), and the diagonal, "
+     "where the two tokens are the same, is near 0.5.")
 
 frozen1 = accuracies(model1, tokens, frozen=w_each.mean(0, keepdim=True))
 with torch.no_grad():
@@ -279,6 +304,56 @@ assert min(acc_prev_s1, acc_first_s1) < 0.5 < 0.99 < max(acc_prev_s1, acc_first_
 # $\text{head} \,/\!/\, (n_{heads} / n_{kv\_heads})$. `n_kv_heads = 1` is multi-query attention (MQA),
 # `n_kv_heads = n_heads` ordinary multi-head attention (MHA).
 #
+# Which query head reads which key/value head, measured rather than read off the code: for a
+# layer with 8 query heads, shift the $W_K$ columns of one key/value head and see which query
+# heads' attention weights change. Drawn for MHA (8 KV heads), GQA (2) and MQA (1):
+
+# %%
+def kv_head_read_by(n_heads, n_kv_heads, d_model=64, T=6):
+    """(n_heads,) the key/value head each query head reads, from the weights that change."""
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(d_model, n_heads, n_kv_heads)
+    x, d_k = torch.randn(1, T, d_model), d_model // n_heads
+    reads = torch.zeros(n_heads, n_kv_heads, dtype=torch.bool)
+    with torch.no_grad():
+        _, before = layer(x, mask=causal_mask(T), return_weights=True)    # (1, n_heads, T, T)
+        for group in range(n_kv_heads):
+            shifted = MultiHeadAttention(d_model, n_heads, n_kv_heads)
+            shifted.load_state_dict(layer.state_dict())
+            shifted.W_K[:, group * d_k:(group + 1) * d_k] += torch.randn(d_model, d_k)
+            _, after = shifted(x, mask=causal_mask(T), return_weights=True)
+            reads[:, group] = (after - before).abs().amax(dim=(0, 2, 3)) > 1e-6
+    assert (reads.sum(1) == 1).all()                      # each query head reads exactly one
+    return reads.int().argmax(1)
+
+
+groupings = {n_kv: kv_head_read_by(8, n_kv) for n_kv in (8, 2, 1)}
+fig, axes = plt.subplots(1, 3, figsize=(12, 2.8))
+for ax, (n_kv, read) in zip(axes, groupings.items()):
+    colours = plt.get_cmap("tab10")(np.arange(n_kv))
+    for head, group in enumerate(read.tolist()):
+        kv_x = (group + 0.5) * 8 / n_kv - 0.5                   # KV heads spread under their group
+        ax.plot([head, kv_x], [1, 0], color=colours[group], lw=1.5)
+        ax.scatter([head], [1], s=260, marker="s", color=colours[group], zorder=3)
+        ax.text(head, 1, f"Q{head}", ha="center", va="center", fontsize=7, color="white", zorder=4)
+    for group in range(n_kv):
+        kv_x = (group + 0.5) * 8 / n_kv - 0.5
+        ax.scatter([kv_x], [0], s=420, marker="o", color=colours[group], zorder=3)
+        ax.text(kv_x, 0, f"KV{group}", ha="center", va="center", fontsize=7, color="white", zorder=4)
+    name = {8: "MHA", 2: "GQA", 1: "MQA"}[n_kv]
+    ax.set(title=f"{name}: n_heads = 8, n_kv_heads = {n_kv}", xlim=(-0.8, 7.8), ylim=(-0.45, 1.45))
+    ax.axis("off")
+plt.tight_layout()
+show(fig, alt="Three diagrams of 8 query heads, Q0 to Q7 in a top row, joined by lines to the "
+     "key/value head each one reads, in a bottom row, as measured by perturbing each KV head. "
+     "MHA: 8 KV heads, each query head joined to its own. GQA with 2 KV heads: Q0 to Q3 joined "
+     "to KV0, Q4 to Q7 to KV1 (consecutive groups of 4). MQA: all eight joined to the single KV0.")
+print({n_kv: read.tolist() for n_kv, read in groupings.items()})
+assert groupings[8].tolist() == list(range(8))
+assert groupings[2].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]   # head // (n_heads / n_kv_heads)
+assert groupings[1].tolist() == [0] * 8
+
+# %% [markdown]
 # Our module groups heads the way PyTorch's `F.scaled_dot_product_attention(..., enable_gqa=True)`
 # does, and decoding step by step with a `KVCache` gives the same outputs as one full pass:
 
@@ -353,11 +428,44 @@ ax.set(xscale="log", yscale="log", xlabel="context (tokens)", ylabel="KV cache (
 ax.set_xticks(contexts, [f"{c // 1024}k" for c in contexts])
 ax.legend(fontsize=8)
 plt.tight_layout()
-plt.show()
-slope = np.polyfit(np.log(contexts), np.log([kv_cache_bytes(n_layers=80, n_kv_heads=8, d_k=128, context=int(c))
-                                             for c in contexts]), 1)[0]
-print(f"log-log slope of cache vs context: {slope:.3f}")
-assert abs(slope - 1.0) < 1e-9
+show(fig, alt="Log-log plot of the KV cache of one sequence in GiB (bf16) against the context, 1k "
+     "to 32k tokens, for four models: four parallel straight lines rising one decade per decade "
+     "of context. From top to bottom: the 70B shape as MHA (10 GiB at 4k), Llama-2-7B (2 GiB at "
+     "4k), Llama-2-70B with 8 KV heads (1.25 GiB at 4k), Falcon-7B with one KV head (0.03 GiB "
+     "at 4k).")
+
+# %% [markdown]
+# Those lines come from the formula. Measured instead on the bytes a real cache holds: decode
+# 64 tokens one at a time through a layer with 8 query heads, and read the storage of the
+# cache's $K$ and $V$ tensors after each step. We expect the formula's bytes at every length
+# (a cache that over-allocated, for instance doubling its buffer, would show steps), a log-log
+# slope of 1, and a cache $n_{heads} / n_{kv\_heads}$ times smaller with fewer KV heads.
+
+# %%
+def cache_bytes_while_decoding(n_kv_heads, steps=64, d_model=64, n_heads=8):
+    torch.manual_seed(0)
+    layer, cache, held = MultiHeadAttention(d_model, n_heads, n_kv_heads), KVCache(), []
+    x = torch.randn(1, steps, d_model)
+    with torch.no_grad():
+        for i in range(steps):
+            layer(x[:, i:i + 1], mask=causal_mask(1, i + 1), cache=cache)
+            held.append(cache.K.untyped_storage().nbytes() + cache.V.untyped_storage().nbytes())
+    return np.array(held)
+
+
+lengths = np.arange(1, 65)
+held = {n_kv: cache_bytes_while_decoding(n_kv) for n_kv in (8, 2, 1)}
+formula = {n_kv: np.array([kv_cache_bytes(n_layers=1, n_kv_heads=n_kv, d_k=8, context=int(S),
+                                          dtype=torch.float32) for S in lengths])
+           for n_kv in held}
+slopes = {n_kv: np.polyfit(np.log(lengths), np.log(b), 1)[0] for n_kv, b in held.items()}
+print("bytes held after 1, 2, 64 tokens:",
+      {n_kv: [int(b[0]), int(b[1]), int(b[-1])] for n_kv, b in held.items()})
+print("log-log slope of the held bytes vs context:", {k: round(float(v), 4) for k, v in slopes.items()})
+for n_kv in held:
+    assert np.array_equal(held[n_kv], formula[n_kv])           # the formula, byte for byte
+    assert abs(slopes[n_kv] - 1.0) < 1e-3                      # linear in the context
+assert np.array_equal(held[8], 4 * held[2]) and np.array_equal(held[8], 8 * held[1])
 
 # %% [markdown]
 # GQA also shrinks $W_K$ and $W_V$ to `(d_model, n_kv_heads * d_k)`. For a 70B layer's attention
@@ -385,9 +493,11 @@ assert abs(1 - w_gqa / w_mha - 0.4375) < 1e-12
 #   falls to the 9/16 of a mixture that cannot tell the two tokens apart.
 # - A KV cache keeps the keys and values of earlier positions (lesson 02 showed they never
 #   change), so each new token costs one position; cached decoding equals the full pass.
-# - GQA/MQA share key/value heads across query heads (grouping as SDPA's `enable_gqa`); the KV
-#   cache shrinks by $n_{heads} / n_{kv\_heads}$: 2 GiB for Llama-2-7B vs 1.25 GiB for
-#   Llama-2-70B at 4k tokens in bf16.
+# - GQA/MQA share key/value heads across query heads: measured, query head $\text{head}$ reads
+#   key/value head $\text{head} \,/\!/\, (n_{heads} / n_{kv\_heads})$ (SDPA's `enable_gqa`
+#   grouping). The KV cache a real decoding run holds equals the formula byte for byte at every
+#   length (slope 1 in the context) and shrinks by $n_{heads} / n_{kv\_heads}$: 2 GiB for
+#   Llama-2-7B vs 1.25 GiB for Llama-2-70B at 4k tokens in bf16.
 #
 # **Exercises:** [`work/03_heads.ipynb`](../work/03_heads.ipynb) (split/merge heads; a multi-head forward pass; sharing
 # keys and values across query heads; KV-cache memory).

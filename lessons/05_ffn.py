@@ -9,6 +9,17 @@
 #
 # Why is it needed, what does it cost, and which activation? We measure each answer.
 # The code is `txlearn.ffn`. Symbols: see [the notation table](00_map.ipynb#Notation).
+#
+# **You will be able to:** show why attention alone can only re-average its values (and what
+# several heads change), and that a position-wise FFN leaves that set; compute ReLU, GELU and
+# SwiGLU and map SwiGLU's matrices onto LLaMA's; size $d_{ff}$ with the 2/3 rule; and compute
+# the FFN's share of a layer's parameters and FLOPs at real model sizes.
+#
+# **You need:** lessons 02 and 03 (attention, heads, $W_O$); convex combinations; counting
+# multiply-accumulates of a matrix product.
+#
+# **Time:** about 45 minutes to read and run (the cells take about 10 s on a 2-core CPU), plus
+# the exercises.
 
 # %%
 import matplotlib.pyplot as plt
@@ -20,6 +31,7 @@ from txlearn.counting import (MODEL_SIZES, ffn_flop_share, ffn_param_share, laye
                               layer_param_counts)
 from txlearn.ffn import FeedForward, gelu, relu, silu, swiglu_d_ff
 from txlearn.heads import MultiHeadAttention
+from txlearn.plotting import show
 
 torch.manual_seed(0)
 rng = np.random.default_rng(0)
@@ -98,7 +110,10 @@ ax.scatter(*history[-1].T, label=f"after {n_layers} attention layers", s=20)
 ax.scatter(*y.T, marker="x", label="3 attention layers, then one FFN", s=30)
 ax.legend(fontsize=8)
 ax.set(title="one head re-averages; the FFN moves points out")
-plt.show()
+show(fig, alt=f"Scatter plot in the plane of twelve 2-D input points and their shaded convex "
+     f"hull. After 3 one-head attention layers the points have moved inward, all inside the "
+     f"hull; after {n_layers} layers they have collapsed to nearly one point inside it. The "
+     "crosses, the 3-layer points passed through one random FFN, lie partly outside the hull.")
 
 # %% [markdown]
 # ### Learned maps, and several heads
@@ -182,7 +197,10 @@ ax.scatter(*first_layer[~outside][:300].T, s=4, color="green", label="2-head out
 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
 ax.set(title="two heads leave the hull, not the box")
 plt.tight_layout()
-plt.show()
+show(fig, alt="Scatter plot of the twelve input points, their shaded convex hull and a dashed "
+     "rectangle, the sum of the two width-1 heads' hulls. First-layer outputs of two-head "
+     "attention: green points inside the hull, red points outside it, and every point, red "
+     "or green, inside the dashed rectangle.")
 
 # %% [markdown]
 # So the accurate statement is not "attention stays in the hull" but: **attention applies no
@@ -228,7 +246,10 @@ for name, f in [("ReLU", relu), ("GELU (exact)", gelu), ("SiLU (SwiGLU's gate)",
 ax.axhline(0, color="grey", lw=0.5)
 ax.legend()
 ax.set(xlabel="z", ylabel="act(z)")
-plt.show()
+show(fig, alt="Line plot of three activations for z from -4 to 4. ReLU is 0 for negative z and "
+     "the identity for positive z, with a corner at 0. GELU and SiLU are smooth, follow ReLU "
+     "far from 0, and dip slightly below zero for negative z: GELU to its minimum of about "
+     "-0.17 near z = -0.75, SiLU lower and wider, to about -0.28 near z = -1.3.")
 
 tanh_gap = (gelu(z) - gelu(z, "tanh")).abs().max().item()
 i_min = gelu(z).argmin()
@@ -395,7 +416,10 @@ ax.axvline(2048, color="grey", ls="--", lw=0.8, label="GPT-3 context, T = 2048")
 ax.axhline(0.8, color="red", ls=":", lw=0.8, label='the "80%" claim')
 ax.set(xlabel="context length T", ylabel="FFN share of layer FLOPs", ylim=(0, 1))
 ax.legend(fontsize=8)
-plt.show()
+show(fig, alt="Line plot of the FFN's share of a GPT-3-size layer's forward FLOPs against the "
+     "context length T on a log axis from 10 to a million. The share is flat near 2/3 for short "
+     "contexts, is 0.65 at GPT-3's T = 2048 (dashed line), and falls towards 0 for contexts of "
+     "hundreds of thousands of tokens; it never reaches the dotted 80% line.")
 assert abs(ffn_flop_share(T=2 * d_model, d_model=d_model, n_heads=n_heads, d_ff=d_ff) - 0.5) < 1e-12
 print(f"the FFN falls below half of the FLOPs past T = 2 d_model = {2 * d_model:,} tokens")
 

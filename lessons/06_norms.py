@@ -10,6 +10,20 @@
 # LayerNorm and RMSNorm do to the same activations, and how the two orders differ in gradients and
 # in training. Code: `txlearn.norms` (`LayerNorm`, `RMSNorm`, `residual`), `txlearn.layer`.
 # Symbols: see [the notation table](00_map.ipynb#Notation).
+#
+# **You will be able to:** predict how a gradient changes through a deep stack from the size of
+# each block's branch at initialisation, with and without residuals; compute LayerNorm and
+# RMSNorm and say how they differ (and why not BatchNorm); compare post-LN and pre-LN gradients
+# and training; and keep a norm's statistics exact in float16.
+#
+# **You need:** lessons 03 and 05 (attention and the FFN, the two sub-layers); the chain rule
+# and variances of sums and products of independent variables.
+#
+# **Time:** about 60 minutes to read and run (the cells take about 20 s on a 2-core CPU, the
+# training ablation most of it), plus the exercises.
+#
+# The stacks of section 3 use `TransformerStack`, lesson 07's layers, as a black box: attention
+# and an FFN, each wrapped in the residual and norm this lesson derives.
 
 # %%
 import matplotlib.pyplot as plt
@@ -19,7 +33,9 @@ import torch.nn.functional as F
 
 from txlearn.ffn import FeedForward
 from txlearn.layer import TransformerStack
-from txlearn.norms import LayerNorm, RMSNorm, layer_norm_np, residual, rms_norm_np
+from txlearn.norms import (LayerNorm, RMSNorm, layer_norm_backward, layer_norm_np, residual,
+                          rms_norm_backward, rms_norm_np)
+from txlearn.plotting import show
 from txlearn.positional import sinusoidal_encoding
 
 torch.manual_seed(0)
@@ -130,7 +146,15 @@ for ax, init in zip(axes, ("default", "he")):
     ax.set(xlabel="n_layers", title=f"{'He' if init == 'he' else 'default'} initialisation")
 axes[0].set_ylabel("|grad W_1| of the first block")
 axes[1].legend(fontsize=8)
-plt.show()
+growth = {key: g[-1] / g[0] for key, g in grads.items()}                 # 32 blocks vs 1
+show(fig, alt=f"Two log-log plots of the gradient norm reaching the first block's W_1 against "
+     f"n_layers from 1 to 32, for five wirings; left the default initialisation, right He's. "
+     f"Default: the plain stack falls by {growth['default', 'plain']:.0e} from 1 to 32 "
+     f"blocks, the residual stack stays nearly flat ({growth['default', 'residual']:.1f} times). "
+     f"He: the plain stack rises by {growth['he', 'plain']:.0e} and the residual one by "
+     f"{growth['he', 'residual']:.0e}, the steepest line. In both panels the three fixes "
+     "(branch scaled by 1/sqrt(2 n_layers), pre-LN, post-LN) stay nearly flat, within a "
+     "factor of 10.")
 for init in ("default", "he"):
     for v in fixes:
         g = grads[init, v]
@@ -179,7 +203,11 @@ fig, ax = plt.subplots(figsize=(4.5, 4))
 ax.scatter(y_ln[:20].flatten(), y_rms[:20].flatten(), s=3)
 ax.plot([-3, 3], [-3, 3], color="grey", lw=0.8)
 ax.set(xlabel="LayerNorm(x)", ylabel="RMSNorm(x)", title="same activations, 20 tokens")
-plt.show()
+show(fig, alt="Scatter plot of RMSNorm(x) against LayerNorm(x) for the 64 features of 20 tokens "
+     "whose means are not zero, with the grey diagonal y = x. The points do not lie on the "
+     "diagonal but in a narrow band about half as steep: above it for negative LayerNorm "
+     "values, where RMSNorm stays near 0 or above, and below it for the largest ones. "
+     "RMSNorm keeps the tokens' positive mean that LayerNorm removes.")
 
 # %% [markdown]
 # RMSNorm keeps each token's mean direction (it only rescales), LayerNorm removes it; on centred
@@ -238,7 +266,10 @@ with torch.no_grad():
     ax.plot(ln16(seq)[0, 0].numpy(), "k--", lw=1, label="LayerNorm (any batch)")
 ax.set(xlabel="feature", ylabel="normalised value", title="token 0 of the same sequence")
 ax.legend(fontsize=7)
-plt.show()
+show(fig, alt="Line plot of the normalised features of token 0 of one sequence, feature index "
+     "on the x axis. Three BatchNorm curves, for the sequence batched with companion a, with "
+     "companion b, and with padding added, visibly differ from each other; the dashed "
+     "LayerNorm curve is the same in every batch.")
 
 # %% [markdown]
 # With variable-length sequences padded into one batch, BatchNorm's statistics would mix in the
@@ -284,17 +315,27 @@ ax.plot(range(1, n_layers + 1), g_post, "o-", label="post-LN")
 ax.plot(range(1, n_layers + 1), g_pre, "s-", label="pre-LN")
 ax.set(xlabel="layer", ylabel="|grad W_2| at init", ylim=(0, None))
 ax.legend()
-plt.show()
+show(fig, alt=f"Line plot of the gradient norm of each layer's FFN W_2 at initialisation against "
+     f"the layer, 1 to {n_layers}, averaged over 3 seeds. Post-LN's falls over the first few "
+     f"layers and is then flat (its largest and smallest differ by a factor of "
+     f"{g_post.max() / g_post.min():.1f}); pre-LN's lies below it at every layer and falls "
+     f"{g_pre[0] / g_pre[-1]:.1f} times from the first to the last layer, ending "
+     f"{g_post[-1] / g_pre[-1]:.1f} times below post-LN's.")
 print(f"post-LN: first/last layer {g_post[0] / g_post[-1]:.2f}, max/min {g_post.max() / g_post.min():.2f}")
 print(f"pre-LN:  first/last layer {g_pre[0] / g_pre[-1]:.2f}")
 print(f"last layer, post-LN / pre-LN: {g_post[-1] / g_pre[-1]:.2f}  (sqrt(n_layers) = {n_layers ** 0.5:.2f})")
 assert g_post.max() / g_post.min() < 2.5          # post-LN: within a factor of about 2...
 assert g_pre[0] / g_pre[-1] > 1.5 * g_post.max() / g_post.min()  # pre-LN: a much steeper fall
-assert g_post[-1] / g_pre[-1] > 1.5               # near the output, post-LN's gradients are larger
+assert 3 < g_pre[0] / g_pre[-1] < 5.5                # about 4 times from the first layer to the last
+ratio_out = g_post[-1] / g_pre[-1]
+print(f"post-LN / pre-LN at the last layer: {ratio_out:.2f}, {ratio_out / n_layers ** 0.5 - 1:+.0%} "
+      f"from Xiong et al.'s sqrt(n_layers) = {n_layers ** 0.5:.2f}")
+assert abs(ratio_out / n_layers ** 0.5 - 1) < 0.25   # the predicted sqrt(12) = 3.46, within 25%
 
 # %% [markdown]
-# What we measure here: near the output, post-LN's gradients are larger than pre-LN's (by about
-# the $\sqrt{n_{layers}}$ that Xiong et al. 2020 derive), which is their argument for why post-LN needs a
+# What we measure here: near the output, post-LN's gradients are larger than pre-LN's, by about
+# the $\sqrt{n_{layers}} = 3.46$ that Xiong et al. 2020 derive (measured a little below it,
+# asserted within 25%), which is their argument for why post-LN needs a
 # learning-rate warm-up. But their figure also shows post-LN gradients *growing* with the layer
 # index and pre-LN's staying flat; at this small size we see neither: post-LN is roughly flat and
 # pre-LN's gradients *fall* with depth (the pattern NormFormer, Shleifer et al. 2021, reports for
@@ -349,7 +390,12 @@ for (nf, wu), losses in runs.items():
 ax.axhline(np.log(n_vocab - 1), color="grey", ls=":", lw=0.8, label="chance, ln 9")
 ax.set(xlabel="step", ylabel="loss (10-step mean)")
 ax.legend(fontsize=8)
-plt.show()
+ends = {k: v[-15:].mean() for k, v in runs.items()}
+show(fig, alt=f"Training curves, loss against step 0 to {steps}, of four 4-layer reversers at a "
+     f"learning rate of {lr}, with a dotted line at chance, ln 9. Post-LN without warm-up stays "
+     f"near chance (ending at {ends[False, False]:.2f}); post-LN with warm-up ends at "
+     f"{ends[False, True]:.2f}; pre-LN, with and without warm-up, falls towards 0 (ending at "
+     f"{ends[True, True]:.2f} and {ends[True, False]:.2f}).")
 
 final = {k: v[-15:].mean() for k, v in runs.items()}
 for (nf, wu), f in final.items():
@@ -461,7 +507,13 @@ for name, e in errs.items():
 ax.axhline(2 ** -10, color="grey", ls=":", lw=0.8, label="float16 eps, $2^{-10}$")
 ax.set(xlabel="scale s of the entries", ylabel="max error / max |RMSNorm|", title="RMSNorm in float16")
 ax.legend(fontsize=8)
-plt.show()
+show(fig, alt=f"Log-log plot of RMSNorm's relative error in float16 against the scale s of the "
+     f"entries, 1e-4 to 1e3, with a dotted line at float16's eps. txlearn's rms_norm (statistics "
+     f"in float32) stays below the line at every scale. The all-float16 version with a mean "
+     f"jumps to an error of 1 (zeros) from s = {scales[errs['float16 mean'] >= 0.99].min():.0f}, "
+     f"the one with a float16 sum already from s = "
+     f"{scales[errs['float16 sum'] >= 0.99].min():.0f}; both are above the line for s below "
+     f"about 1e-2, where squares underflow.")
 
 for name, e in errs.items():
     ok = scales[e <= 2 ** -10]
@@ -474,7 +526,109 @@ assert errs["float16 mean"][scales <= 1e-3].min() > 2 ** -10  # squares underflo
 # %% [markdown]
 # With its statistics in float32, RMSNorm in float16 stays within one float16 rounding of the
 # float64 answer at every scale measured, from $10^{-4}$ to $10^{3}$; the result is still float16.
+
+# %% [markdown]
+# ## 6. The backward passes of LayerNorm and RMSNorm
 #
+# LayerNorm of one token $x \in \mathbb{R}^d$ is $y = \gamma \odot \hat x + \beta$ with
+# $\hat x = (x - \mu)\,r$, $\mu = \bar x$, $r = 1/\sqrt{\sigma^2 + \epsilon}$ and
+# $\sigma^2 = \overline{(x - \mu)^2}$. Given $dy = \partial \mathcal{L}/\partial y$, the parameters
+# are the easy part: $d\gamma = \sum_{\text{tokens}} dy \odot \hat x$ and
+# $d\beta = \sum_{\text{tokens}} dy$, and the gradient at $\hat x$ is $d\hat x = \gamma \odot dy$.
+# For $x$: $\partial \mu / \partial x_j = 1/d$, and $\partial \sigma^2 / \partial x_j =
+# 2 (x_j - \mu)/d$ (the term through $\mu$ vanishes because the deviations sum to 0), so
+# $\partial r / \partial x_j = -\tfrac12 r^3 \cdot 2 (x_j - \mu)/d = -r^2 \hat x_j r / d$ and
+#
+# $$\frac{\partial \hat x_i}{\partial x_j} = r\Big(\delta_{ij} - \frac1d - \frac{\hat x_i \hat x_j}{d}\Big),
+#   \qquad dx = r\Big(d\hat x - \overline{d\hat x} - \hat x\,\overline{d\hat x \odot \hat x}\Big).$$
+#
+# RMSNorm ($\hat x = x\,r$, $r = 1/\sqrt{\overline{x^2} + \epsilon}$, no $\mu$, no $\beta$) loses
+# the $1/d$ term: $dx = r\,(d\hat x - \hat x\,\overline{d\hat x \odot \hat x})$.
+# `txlearn.norms.layer_norm_backward` and `rms_norm_backward` compute these; first, against
+# autograd through `nn.LayerNorm` and `nn.RMSNorm` (PyTorch's own kernels), in float64:
+
+# %%
+torch.manual_seed(6)
+x_n = torch.randn(4, 10, 32, dtype=torch.float64) * 2 + 0.7          # (B, T, d_model), un-centred
+dy_n = torch.randn(4, 10, 32, dtype=torch.float64)
+ln_t = torch.nn.LayerNorm(32, dtype=torch.float64)
+rms_t = torch.nn.RMSNorm(32, eps=1e-6, dtype=torch.float64)
+with torch.no_grad():
+    ln_t.weight.normal_(1, 0.2), ln_t.bias.normal_(0, 0.2), rms_t.weight.normal_(1, 0.2)
+x_req = x_n.clone().requires_grad_(True)
+auto_ln = torch.autograd.grad(ln_t(x_req), (x_req, ln_t.weight, ln_t.bias), dy_n)
+hand_ln = layer_norm_backward(x_n, ln_t.weight.detach(), dy_n, eps=ln_t.eps)
+auto_rms = torch.autograd.grad(rms_t(x_req), (x_req, rms_t.weight), dy_n)
+hand_rms = rms_norm_backward(x_n, rms_t.weight.detach(), dy_n, eps=1e-6)
+gap_ln = max((h - a).abs().max().item() for h, a in zip(hand_ln, auto_ln))
+gap_rms = max((h - a).abs().max().item() for h, a in zip(hand_rms, auto_rms))
+print(f"max |by hand - autograd|: LayerNorm (dx, dgamma, dbeta) {gap_ln:.1e}; "
+      f"RMSNorm (dx, dgamma) {gap_rms:.1e}")
+assert gap_ln < 1e-12 and gap_rms < 1e-12
+
+# %% [markdown]
+# **A projection.** With $\gamma = 1$, LayerNorm's Jacobian is $r\,M$ with
+# $M = I - \tfrac1d \mathbf{1}\mathbf{1}^\top - \tfrac1d \hat x \hat x^\top$. Since $\hat x$ has mean 0
+# it is orthogonal to $\mathbf{1}$, and $\lVert \hat x \rVert^2 = d\,\sigma^2/(\sigma^2 + \epsilon)$,
+# almost $d$. So $M$ is (up to $\epsilon$) the orthogonal projection that **removes the components
+# along $\mathbf{1}$ and along $\hat x$**: its eigenvalues should be $0$ (along $\mathbf{1}$, exactly),
+# $\epsilon/(\sigma^2 + \epsilon)$ (along $\hat x$) and $1$ ($d - 2$ times). In words: no gradient
+# step on $x$ can change the token's mean, and almost none its scale, because the forward pass
+# removes both. RMSNorm's $M = I - \tfrac1d \hat x \hat x^\top$ removes only $\hat x$, and keeps the
+# mean. Measured on the Jacobian autograd computes for one token ($d = 16$, $\epsilon$ raised to
+# $10^{-2}$ so that its eigenvalue shows):
+
+# %%
+d_j, eps_j = 16, 1e-2
+x_tok = torch.randn(d_j, dtype=torch.float64) * 0.5 + 2.0
+J_ln = torch.autograd.functional.jacobian(lambda v: F.layer_norm(v, (d_j,), eps=eps_j), x_tok)
+J_rms = torch.autograd.functional.jacobian(lambda v: F.rms_norm(v, (d_j,), eps=eps_j), x_tok)
+var_tok = x_tok.var(unbiased=False)
+r_ln, r_rms = (var_tok + eps_j) ** -0.5, ((x_tok ** 2).mean() + eps_j) ** -0.5
+ones = torch.ones(d_j, dtype=torch.float64) / d_j ** 0.5                    # unit vector along 1
+xhat_ln = (x_tok - x_tok.mean()) * r_ln
+xhat_rms = x_tok * r_rms
+eig_ln = torch.linalg.eigvalsh(J_ln / r_ln)                                 # M is symmetric
+eig_rms = torch.linalg.eigvalsh(J_rms / r_rms)
+print(f"LayerNorm M: eigenvalues {eig_ln[0]:.1e}, {eig_ln[1]:.5f} (eps / (var + eps) = "
+      f"{eps_j / (var_tok + eps_j):.5f}), then {eig_ln[2]:.6f} ... {eig_ln[-1]:.6f}")
+print(f"|M 1| = {(J_ln / r_ln @ ones).norm():.1e}, |M xhat| / |xhat| = "
+      f"{(J_ln / r_ln @ xhat_ln).norm() / xhat_ln.norm():.5f}")
+print(f"RMSNorm M: smallest eigenvalue {eig_rms[0]:.5f}, then {eig_rms[1]:.6f} ...; "
+      f"|M 1| = {(J_rms / r_rms @ ones).norm():.3f} (the mean direction survives)")
+assert eig_ln[0].abs() < 1e-12                                              # along 1: removed
+assert abs(eig_ln[1] - eps_j / (var_tok + eps_j)) < 1e-12                   # along xhat: ~removed
+assert torch.allclose(eig_ln[2:], torch.ones(d_j - 2, dtype=torch.float64), atol=1e-12)
+assert abs(eig_rms[0] - eps_j / ((x_tok ** 2).mean() + eps_j)) < 1e-12     # RMSNorm: only xhat
+assert (J_rms / r_rms @ ones).norm() > 0.1
+
+# %% [markdown]
+# **What "normalisation stabilises" means, measured.** Two consequences of $dx = r M d\hat x$ that
+# hold whatever the layers around it do. (1) The gradient of $x$ is orthogonal to $\mathbf{1}$ (sums
+# to 0 over the features, to rounding) and, for LayerNorm, nearly orthogonal to $\hat x$, so an
+# update cannot grow or shift the token. (2) It is scale-invariant in reverse: multiply $x$ by $c$
+# and the output does not change, but $r$ becomes $r/c$, so the gradient shrinks by $c$. A layer
+# whose activations have grown large gets proportionally smaller gradients, a brake that a plain
+# linear layer does not have.
+
+# %%
+dx_by_scale = {}
+for c in (1.0, 10.0, 100.0):
+    dx_c, _, _ = layer_norm_backward(c * x_n, None, dy_n, eps=1e-5)
+    dx_by_scale[c] = dx_c
+dx_1 = dx_by_scale[1.0]
+xhat_n = (x_n - x_n.mean(-1, keepdim=True)) / (x_n.var(-1, unbiased=False, keepdim=True) + 1e-5).sqrt()
+cos_xhat = ((dx_1 * xhat_n).sum(-1) / (dx_1.norm(dim=-1) * xhat_n.norm(dim=-1))).abs().max()
+print(f"|sum over features of dx|: at most {dx_1.sum(-1).abs().max():.1e}; largest |cos(dx, xhat)| "
+      f"{cos_xhat:.1e}")
+print("|dx| with x scaled by c, relative to c = 1: " + ", ".join(
+      f"c = {c:g}: {dx_by_scale[c].norm() / dx_1.norm():.5f}" for c in dx_by_scale))
+assert dx_1.sum(-1).abs().max() < 1e-13
+assert cos_xhat < 1e-5                                                      # eps / var ~ 1e-6
+for c in (10.0, 100.0):                                                     # 1/c, up to eps
+    assert abs(dx_by_scale[c].norm() / dx_1.norm() * c - 1) < 1e-5
+
+# %% [markdown]
 # ## Summary
 #
 # - How the first block's gradient changes with depth is set by how big each block's branch is at
@@ -488,5 +642,9 @@ assert errs["float16 mean"][scales <= 1e-3].min() > 2 ** -10  # squares underflo
 # - At initialisation post-LN's last-layer gradients are larger than pre-LN's; pre-LN's fall with depth.
 # - At a high learning rate, pre-LN trains without warm-up and post-LN does not (3 seeds of 3);
 #   warm-up's rescue of post-LN varies with the seed.
+# - The backward passes (section 6) equal autograd through `nn.LayerNorm` and `nn.RMSNorm`;
+#   LayerNorm's input gradient is a projection that removes the components along 1 and (up to
+#   eps) along x-hat, RMSNorm's removes x-hat only; scaling x by c scales the gradient by 1/c.
 #
 # Exercises: [`work/06_norms.ipynb`](../work/06_norms.ipynb) (LayerNorm, RMSNorm, the residual sub-layer).
+# LayerNorm's backward pass is exercise 3 of [`work/11_backward.ipynb`](../work/11_backward.ipynb).

@@ -12,8 +12,21 @@
 # This is the **post-LN** order of the paper. Most models since GPT-2 use **pre-LN**,
 # `x + Sublayer(LayerNorm(x))`; `txlearn.layer.TransformerLayer` has both (`norm_first=True`
 # is pre-LN) and we compare them. Then the pieces a model needs around its layers: the token
-# embedding table and the output head, and, for the paper's encoder-decoder, the decoder's
-# cross-attention. Symbols: see [the notation table](00_map.ipynb#Notation).
+# embedding table and the output head, the paper's regularisation (dropout and label
+# smoothing), and, for the paper's encoder-decoder, the decoder's cross-attention. Symbols: see
+# [the notation table](00_map.ipynb#Notation).
+#
+# **You will be able to:** compute one layer's forward pass by hand, every intermediate; check a
+# layer against `nn.TransformerEncoderLayer` and `nn.TransformerDecoderLayer`; say what the
+# residual stream does with depth in post-LN and pre-LN; embed tokens, scale them, and tie the
+# output head; place the paper's dropout and label smoothing and measure what each does; and
+# wire cross-attention into an encoder-decoder.
+#
+# **You need:** lessons 02 to 06 (attention and masks, heads, positions, the FFN, residuals and
+# LayerNorm).
+#
+# **Time:** about 60 minutes to read and run (the cells take about 15 s on a 2-core CPU), plus
+# the exercises.
 
 # %%
 import math
@@ -30,7 +43,7 @@ from txlearn.layer import (OutputHead, TokenEmbedding, TransformerDecoderLayer, 
 from txlearn.masks import causal_mask, padding_mask
 from txlearn.measuring import fit_loglog_slope
 from txlearn.norms import LayerNorm, layer_norm_np
-from txlearn.plotting import heatmap, layer_diagram
+from txlearn.plotting import heatmap, layer_diagram, show
 from txlearn.positional import sinusoidal_encoding
 from txlearn.softmax import softmax_np
 
@@ -42,7 +55,12 @@ layer_diagram(norm_first=False, ax=axes[0])
 axes[0].set_title("post-LN (the paper)")
 layer_diagram(norm_first=True, ax=axes[1])
 axes[1].set_title("pre-LN (norm_first=True)")
-plt.show()
+show(fig, alt="Two diagrams of one transformer layer, drawn bottom-up, as in lesson 00. Left, "
+     "post-LN (the paper): attention, then LayerNorm, then the feed-forward network, then "
+     "LayerNorm, each sub-layer with a red residual arrow around it into a circled plus before "
+     "its norm. Right, pre-LN (norm_first=True): each LayerNorm moved before its sub-layer, the "
+     "residual arrows going around norm and sub-layer together, and one final LayerNorm "
+     "before the output head.")
 
 # %% [markdown]
 # ## A tiny example: T = 3 tokens, d_model = 4
@@ -206,6 +224,7 @@ for norm_first in (False, True):
               f"padding, {padded_diff:.1e} with")
 assert max(max(pair) for pair in worst.values()) < 1e-12  # float64 rounding
 
+# %% [markdown]
 # ## Post-LN vs pre-LN: what the residual stream looks like with depth
 #
 # In post-LN every layer ends with a LayerNorm, so the vector passed on always has RMS 1 (with
@@ -228,13 +247,17 @@ def stream_rms(norm_first, n_layers=24, seed=0):
     return np.array(rms)
 
 post, pre = stream_rms(False), stream_rms(True)
-plt.figure(figsize=(6, 3.5))
+fig = plt.figure(figsize=(6, 3.5))
 plt.plot(post, "o-", label="post-LN")
 plt.plot(pre, "s-", label="pre-LN")
 plt.xlabel("layers applied")
 plt.ylabel("RMS of the residual stream")
 plt.legend()
-plt.show()
+show(fig, alt=f"Line plot of the RMS of the residual stream against the number of layers "
+     f"applied, 0 to 24, in a random 24-layer stack. Post-LN is flat at 1 throughout. Pre-LN "
+     f"grows steadily, from {pre[0]:.2f} to {pre[-1]:.2f}, with a log-log slope of "
+     f"{fit_loglog_slope(np.arange(4, 25), pre[4:]):.2f} over layers 4 to 24, close to the "
+     "0.5 of growth like the square root of the depth.")
 depth = np.arange(1, 25)
 slope = fit_loglog_slope(depth[3:], pre[4:])  # layers 4..24
 print(f"post-LN RMS after 24 layers {post[-1]:.3f}; pre-LN {pre[0]:.2f} -> {pre[-1]:.2f}, "
@@ -316,9 +339,21 @@ assert logits.shape == (2, 16, n_vocab)
 # The $\sqrt{d_{model}}$ matters together with the initialisation: a table drawn at the scale an
 # output projection wants ($N(0, 1/d_{model})$, so that $h E^\top$ has unit-size logits for a
 # unit-size $h$) is too small to compete with the positions until it is scaled up. Models that
-# learn their positions (GPT-2, BERT) drop the factor and initialise both tables at the same
-# small scale (GPT-2 draws both with standard deviation 0.02; so does lesson 09's model).
-#
+# learn their positions (GPT-2, BERT) drop the factor and initialise both tables at a small
+# scale: OpenAI's GPT-2 code draws the token table with standard deviation 0.02 and the position
+# table with 0.01; lesson 09's model draws both with 0.02 (measured below on a fresh one).
+
+# %%
+from txlearn.models.char_lm import CharTransformer
+
+torch.manual_seed(0)
+char_model = CharTransformer(n_vocab=100, d_model=128, n_heads=4, n_layers=1, d_ff=512,
+                             block_size=256)
+std_E, std_P = char_model.E.std().item(), char_model.position.W_pos.std().item()
+print(f"lesson 09's CharTransformer: token table std {std_E:.4f}, position table std {std_P:.4f}")
+assert abs(std_E - 0.02) < 0.001 and abs(std_P - 0.02) < 0.001   # 12,800 and 32,768 draws
+
+# %% [markdown]
 # ## Cross-attention: how the decoder reads the encoder
 #
 # The paper's model is an encoder-decoder. Each decoder layer has three sub-layers: causal
@@ -369,14 +404,18 @@ n_vocab_r, T_r, d_model_r, START = 11, 8, 32, 0                       # tokens 1
 
 
 class Reverser(nn.Module):
-    """Encoder-decoder: embedding -> encoder layer -> memory; decoder layer with cross-attention."""
+    """Encoder-decoder: embedding -> encoder layer -> memory; decoder layer with cross-attention.
+    `dropout`: the paper's places (each sub-layer's output, the embedding sum), off in eval()."""
 
-    def __init__(self):
+    def __init__(self, dropout=0.0):
         super().__init__()
-        self.embed = TokenEmbedding(n_vocab_r, d_model_r, positional="sinusoidal", scale=True)
-        self.encoder = TransformerLayer(d_model_r, 1, 4 * d_model_r, norm_first=True)
+        self.embed = TokenEmbedding(n_vocab_r, d_model_r, positional="sinusoidal", scale=True,
+                                    dropout=dropout)
+        self.encoder = TransformerLayer(d_model_r, 1, 4 * d_model_r, norm_first=True,
+                                        dropout=dropout)
         self.encoder_norm = LayerNorm(d_model_r)
-        self.decoder = TransformerDecoderLayer(d_model_r, 1, 4 * d_model_r, norm_first=True)
+        self.decoder = TransformerDecoderLayer(d_model_r, 1, 4 * d_model_r, norm_first=True,
+                                               dropout=dropout)
         self.decoder_norm = LayerNorm(d_model_r)
         self.head = OutputHead(d_model_r, n_vocab_r, tie_to=self.embed)
 
@@ -394,25 +433,37 @@ def reverse_batch(B, generator):
     return src, tgt_in, tgt
 
 
-torch.manual_seed(0)
-data = torch.Generator().manual_seed(1)
-reverser = Reverser()
-opt = torch.optim.Adam(reverser.parameters(), lr=5e-3)
-losses = []
-for step in range(300):
-    src, tgt_in, tgt = reverse_batch(32, data)
-    loss = F.cross_entropy(reverser(src, tgt_in)[0].reshape(-1, n_vocab_r), tgt.reshape(-1))
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    losses.append(loss.item())
+def train_reverser(dropout=0.0, label_smoothing=0.0, steps=300):
+    torch.manual_seed(0)
+    data = torch.Generator().manual_seed(1)
+    model = Reverser(dropout)
+    opt = torch.optim.Adam(model.parameters(), lr=5e-3)
+    losses = []
+    for step in range(steps):
+        src, tgt_in, tgt = reverse_batch(32, data)
+        loss = F.cross_entropy(model(src, tgt_in)[0].reshape(-1, n_vocab_r), tgt.reshape(-1),
+                               label_smoothing=label_smoothing)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return model.eval(), losses
 
+
+def decode_greedy(model, src):
+    """Write T_r tokens, each fed back in: (B, S) -> (B, 1 + T_r) with the start token, and the
+    last step's cross-attention weights (B, 1, T_r, S)."""
+    out = torch.full((len(src), 1), START)
+    with torch.no_grad():
+        for t in range(T_r):
+            logits, w_cross = model(src, out)
+            out = torch.cat([out, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return out, w_cross
+
+
+reverser, losses = train_reverser()
 src, _, tgt = reverse_batch(256, torch.Generator().manual_seed(2))   # held out
-out = torch.full((256, 1), START)
-with torch.no_grad():
-    for t in range(T_r):                               # greedy: feed each output back in
-        logits, w_cross = reverser(src, out)
-        out = torch.cat([out, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+out, w_cross = decode_greedy(reverser, src)
 exact = (out[:, 1:] == tgt).all(dim=1).float().mean().item()
 cross_map = w_cross[:, 0].mean(0)                                     # (L, S), averaged over 256
 on_anti = cross_map.flip(1).diagonal()                                # weight of row t on T-1-t
@@ -432,7 +483,12 @@ axes[1].set_xticks(range(T_r), [str(v) for v in src[0].tolist()])
 axes[1].set_yticks(range(T_r), [str(v) for v in out[0, 1:].tolist()])
 axes[1].set(title="one sequence", xlabel="source token", ylabel="written token")
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"Two heatmaps of the decoder's cross-attention weights, output position on the "
+     f"rows, source position on the columns, colour from 0 to 1. Left, the mean over 256 "
+     f"held-out sequences: a bright anti-diagonal from top right to bottom left (at least "
+     f"{on_anti.min():.2f} of each row) and dark elsewhere. Right, one sequence, labelled with "
+     "its source tokens and the tokens written: the same anti-diagonal, each written token "
+     "looking at the source token it copies.")
 
 # %% [markdown]
 # The map is the anti-diagonal: to write output $t$, the decoder looks at source position
@@ -441,7 +497,285 @@ plt.show()
 # (with sinusoidal encodings that is a linear map: $\sin(\omega(T-1-t))$ and
 # $\cos(\omega(T-1-t))$ are fixed combinations of $\sin \omega t$ and $\cos \omega t$). In
 # translation the same map is the word alignment between the two sentences.
+
+# %% [markdown]
+# ## The backward pass of the whole layer, assembled from its pieces
 #
+# Lessons 02 and 06 derived the backward passes of attention and of LayerNorm; the rest of the
+# layer is linear maps, a ReLU and two sums, whose backward passes are one line each. Run in
+# reverse, the post-LN layer's gradient is (each line the chain rule through one forward line,
+# `(B, T, ...)` shapes, sums over the tokens wherever a weight is shared by all of them):
+#
+# | forward | backward |
+# |---|---|
+# | $\text{out} = \mathrm{LN}_2(o)$, $\;o = h + f$ | $do, d\gamma_2, d\beta_2$ = LayerNorm's backward; $dh \mathrel{+}= do$, $df = do$ |
+# | $f = r W_2 + b_2$, $\;r = \max(0, u)$, $\;u = h W_1 + b_1$ | $dW_2 = r^\top df$, $db_2 = \sum df$, $du = (df\,W_2^\top) \odot [u > 0]$, $dW_1 = h^\top du$, $dh \mathrel{+}= du\,W_1^\top$ |
+# | $h = \mathrm{LN}_1(a_{in})$, $\;a_{in} = x + m W_O + b_O$ | $da_{in}, d\gamma_1, d\beta_1$ = LayerNorm's backward; $dx \mathrel{+}= da_{in}$; $dW_O = m^\top da_{in}$, $dm = da_{in} W_O^\top$ |
+# | $m$ = the heads' outputs merged | $dO_{heads}$ = $dm$ split into heads, then attention's backward: $dQ, dK, dV$ |
+# | $Q = x W_Q + b_Q$ (and $K$, $V$) | $dW_Q = x^\top dQ$, $db_Q = \sum dQ$, $dx \mathrel{+}= dQ\,W_Q^\top + dK\,W_K^\top + dV\,W_V^\top$ |
+#
+# $x$ reaches the output by two routes (the residual and the projections), and $h$ by two (the
+# residual and the FFN): their gradients add. Below, in float64 NumPy with
+# `attention_backward_np` and `layer_norm_backward_np`, on a layer copied from
+# `nn.TransformerEncoderLayer` (post-LN, ReLU, 2 heads, a causal mask); the oracle is autograd on
+# PyTorch's own layer with the same weights, for the gradients of the input and of all 16
+# parameter tensors. Expected: equal to float64 rounding.
+
+# %%
+from txlearn.attention import attention_backward_np, attention_np     # noqa: E402
+from txlearn.norms import layer_norm_backward_np                      # noqa: E402
+
+B_b, T_b, d_b, h_b, ff_b = 2, 6, 8, 2, 16
+dk_b = d_b // h_b
+torch.manual_seed(7)
+ref_b = nn.TransformerEncoderLayer(d_b, h_b, ff_b, dropout=0.0, batch_first=True).double().eval()
+with torch.no_grad():
+    for norm in (ref_b.norm1, ref_b.norm2):                             # gamma, beta away from 1, 0
+        norm.weight.normal_(1.0, 0.3), norm.bias.normal_(0.0, 0.3)
+w = {k.split(".")[-1] + k[4] * k.startswith("norm"): v.detach().numpy()
+     for k, v in TransformerLayer.from_torch(ref_b).named_parameters()}   # (d_in, d_out) weights
+x_b = torch.randn(B_b, T_b, d_b, dtype=torch.float64, requires_grad=True)
+G_b = torch.randn(B_b, T_b, d_b, dtype=torch.float64)                  # loss = sum(out * G)
+mask_b = causal_mask(T_b).numpy()
+
+
+def heads_of(M):                                                      # (B, T, d) -> (B, h, T, d_k)
+    return M.reshape(B_b, T_b, h_b, dk_b).transpose(0, 2, 1, 3)
+
+
+def merged(M):                                                        # (B, h, T, d_k) -> (B, T, d)
+    return M.transpose(0, 2, 1, 3).reshape(B_b, T_b, d_b)
+
+
+def ln(v, g, b):
+    return layer_norm_np(v, g, b, eps=1e-5)
+
+
+# forward, keeping what the backward pass uses
+xb = x_b.detach().numpy()
+Qb, Kb, Vb = (heads_of(xb @ w[f"W_{n}"] + w[f"b_{n}"]) for n in "QKV")  # (B, h, T, d_k)
+m_b = merged(attention_np(Qb, Kb, Vb, mask_b))                        # (B, T, d)
+a_in = xb + m_b @ w["W_O"] + w["b_O"]
+h_b_ = ln(a_in, w["gamma1"], w["beta1"])
+u_b = h_b_ @ w["W_1"] + w["b_1"]                                      # (B, T, d_ff)
+r_b = np.maximum(u_b, 0.0)
+o_b = h_b_ + r_b @ w["W_2"] + w["b_2"]
+out_b = ln(o_b, w["gamma2"], w["beta2"])
+
+# backward, line by line from the table
+grads = {}
+do, grads["gamma2"], grads["beta2"] = layer_norm_backward_np(o_b, w["gamma2"], G_b.numpy())
+df = do
+grads["W_2"], grads["b_2"] = np.einsum("btf,btd->fd", r_b, df), df.sum((0, 1))
+du = (df @ w["W_2"].T) * (u_b > 0)
+grads["W_1"], grads["b_1"] = np.einsum("btd,btf->df", h_b_, du), du.sum((0, 1))
+dh = do + du @ w["W_1"].T                                             # two routes into h
+da, grads["gamma1"], grads["beta1"] = layer_norm_backward_np(a_in, w["gamma1"], dh)
+grads["W_O"], grads["b_O"] = np.einsum("bti,btj->ij", m_b, da), da.sum((0, 1))
+dQh, dKh, dVh = attention_backward_np(Qb, Kb, Vb, heads_of(da @ w["W_O"].T), mask_b)
+dx = da.copy()                                                        # the residual route
+for n, dP in zip("QKV", (dQh, dKh, dVh)):
+    dP = merged(dP)                                                   # (B, T, d)
+    grads[f"W_{n}"], grads[f"b_{n}"] = np.einsum("bti,btj->ij", xb, dP), dP.sum((0, 1))
+    dx += dP @ w[f"W_{n}"].T
+
+# the oracle: autograd on PyTorch's layer, its gradients converted to (d_in, d_out)
+out_t = ref_b(x_b, src_mask=~causal_mask(T_b))                        # PyTorch: True = hidden
+(out_t * G_b).sum().backward()
+sa, d = ref_b.self_attn, d_b
+oracle = {"W_Q": sa.in_proj_weight.grad[:d].T, "W_K": sa.in_proj_weight.grad[d:2 * d].T,
+          "W_V": sa.in_proj_weight.grad[2 * d:].T, "b_Q": sa.in_proj_bias.grad[:d],
+          "b_K": sa.in_proj_bias.grad[d:2 * d], "b_V": sa.in_proj_bias.grad[2 * d:],
+          "W_O": sa.out_proj.weight.grad.T, "b_O": sa.out_proj.bias.grad,
+          "W_1": ref_b.linear1.weight.grad.T, "b_1": ref_b.linear1.bias.grad,
+          "W_2": ref_b.linear2.weight.grad.T, "b_2": ref_b.linear2.bias.grad,
+          "gamma1": ref_b.norm1.weight.grad, "beta1": ref_b.norm1.bias.grad,
+          "gamma2": ref_b.norm2.weight.grad, "beta2": ref_b.norm2.bias.grad}
+gaps_layer = {k: np.abs(grads[k] - v.numpy()).max() for k, v in oracle.items()}
+gap_out = np.abs(out_b - out_t.detach().numpy()).max()
+gap_dx = np.abs(dx - x_b.grad.numpy()).max()
+print(f"forward by hand vs nn.TransformerEncoderLayer: {gap_out:.1e}; dx: {gap_dx:.1e}")
+print("parameters, max |by hand - autograd|: "
+      + ", ".join(f"{k} {v:.0e}" for k, v in gaps_layer.items()))
+assert len(gaps_layer) == 16                                          # in_proj split in six
+assert gap_out < 1e-12 and gap_dx < 1e-12 and max(gaps_layer.values()) < 1e-12
+
+# %% [markdown]
+# ### What a layer keeps for its backward pass
+#
+# Reading the table's right column, the backward pass needs, per layer: $x$ (for $dW_Q$, $dW_K$,
+# $dW_V$), $Q$, $K$, $V$ and $P$ (attention's backward), $m$ (for $dW_O$), $\hat x$ and $r$ of
+# each LayerNorm (one number per token for $r$), $h$ (for $dW_1$) and $r = \max(0, u)$ (for
+# $dW_2$, and its sign for the ReLU): per sequence
+#
+# $$T\,(9\,d_{model} + d_{ff} + 2) + n_{heads} T^2 \text{ numbers.}$$
+#
+# Autograd decides for itself what to keep, and `saved_tensors_hooks` (lesson 02, section 9)
+# shows what: we count the distinct tensors it saves during the forward pass of
+# `TransformerLayer`, the parameters left out (they exist anyway), at three lengths, and split
+# the total into a part linear in T and a part in $T^2$ (three lengths fix two coefficients and
+# test the split). Both of the course's paths: the teaching path and `fused=True`, whose
+# attention is PyTorch's `F.scaled_dot_product_attention`.
+
+# %%
+from txlearn.counting import activation_bytes                       # noqa: E402
+
+
+def saved_activation_bytes(module, x):
+    """Bytes of the distinct non-parameter tensors autograd saves during module(x)."""
+    parameters = {q.untyped_storage().data_ptr() for q in module.parameters()}
+    storages = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        module(x)
+    return sum(storages.values())
+
+
+B_s, d_s, h_s, ff_s, Ts_s = 2, 32, 4, 128, (16, 32, 64)
+fits = {}
+for fused in (False, True):
+    torch.manual_seed(0)
+    lyr = TransformerLayer(d_s, h_s, ff_s, fused=fused)
+    saved = np.array([saved_activation_bytes(lyr, torch.randn(B_s, T_s, d_s, requires_grad=True))
+                      for T_s in Ts_s], dtype=float)
+    A = np.array([[T_s, T_s ** 2] for T_s in Ts_s], dtype=float)
+    (per_T, per_T2), residual_fit, *_ = np.linalg.lstsq(A, saved, rcond=None)
+    fits[fused] = (per_T / (4 * B_s), per_T2 / (4 * B_s), np.abs(A @ [per_T, per_T2] - saved).max())
+minimal = (9 * d_s + ff_s + 2, h_s)
+rough = activation_bytes(B=1, T=1, d_model=d_s, n_heads=h_s, d_ff=ff_s, bytes_per_value=1)
+rough_T2 = rough["scores"] + rough["softmax weights"]
+rough_T = sum(rough.values()) - rough_T2
+print(f"numbers kept per sequence: c_1 T + c_2 T^2 (d_model = {d_s}, n_heads = {h_s}, d_ff = {ff_s})")
+print(f"  the backward pass by hand needs: c_1 = {minimal[0]}, c_2 = {minimal[1]}")
+for fused, (c1, c2, err) in fits.items():
+    print(f"  autograd, {'fused=True   ' if fused else 'teaching path'}: c_1 = {c1:.1f}, c_2 = {c2:.2f} "
+          f"(fit off by {err:.0f} bytes)")
+print(f"  lesson 08's activation_bytes:  c_1 = {rough_T}, c_2 = {rough_T2}")
+assert fits[False][2] < 1 and fits[True][2] < 1           # exactly c_1 T + c_2 T^2 at all three T
+assert abs(fits[False][1] - h_s) < 1e-9                   # teaching path: P, once per head
+assert abs(fits[True][1]) < 1e-9                          # fused: no T^2 term at all
+assert fits[False][0] > minimal[0] > fits[True][0] > 7 * d_s
+assert rough_T2 == 2 * h_s                                # lesson 08 counts scores and weights
+
+# %% [markdown]
+# The $T^2$ term is where the three differ. The teaching path keeps exactly one $T \times T$
+# matrix per head, $P$, as the hand-written backward needs; lesson 08's `activation_bytes`
+# counts two (the scores and the weights), which is what the forward *creates*, but the softmax's
+# backward needs only its output, so the scores are freed (measured: $c_2 = n_{heads}$, not
+# $2 n_{heads}$). The fused path keeps **no** $T \times T$ matrix: PyTorch's CPU kernel saves one
+# log-sum-exp per query row and recomputes $P$ in its backward pass, the FlashAttention trade
+# that lesson 08 builds. The linear terms depend on which intermediate results each
+# implementation keeps rather than recomputes: the teaching LayerNorm keeps $x - \mu$ and $\hat x$
+# before and after $\gamma$ (about 1.5 times the count above), `F.layer_norm` keeps its input,
+# the mean and $r$ and recomputes $\hat x$ (a little below it).
+#
+# ## The paper's regularisation: dropout and label smoothing
+#
+# The paper trains with two regularisers (section 5.4), both at 0.1 in the base model:
+#
+# - **Residual dropout**: dropout "to the output of each sub-layer, before it is added to the
+#   sub-layer input and normalized", and "to the sums of the embeddings and the positional
+#   encodings". During training, each number is zeroed with probability $p$ and the survivors
+#   are divided by $1 - p$, so every value keeps its expectation; in `eval()` dropout is off. In
+#   txlearn, `TransformerLayer(dropout=p)` and `TransformerDecoderLayer(dropout=p)` put it on each
+#   sub-layer's output and `TokenEmbedding(dropout=p)` on the sum. (PyTorch's
+#   `nn.TransformerEncoderLayer` also drops out the attention weights and the FFN's hidden
+#   units; the equality above holds with `dropout=0.0`.)
+# - **Label smoothing** (Szegedy et al. 2016): the target distribution puts $1 - \epsilon$ on
+#   the right token and spreads $\epsilon$ evenly over all $n_{vocab}$ tokens,
+#   $q_k = (1 - \epsilon)\,[k = y] + \epsilon / n_{vocab}$, and the loss is the cross-entropy
+#   $-\sum_k q_k \log p_k = (1 - \epsilon)\,(-\log p_y) + \epsilon \cdot \tfrac{1}{n_{vocab}}
+#   \sum_k (-\log p_k)$ (PyTorch's `label_smoothing=`). Its minimum is at $p = q$: a model that
+#   fits it puts $1 - \epsilon + \epsilon / n_{vocab}$ on the right token, never 1, which the
+#   paper says "hurts perplexity, as the model learns to be more unsure, but improves accuracy
+#   and BLEU score".
+#
+# Measured: where the course's modules drop numbers out (a hook on every `nn.Dropout`), the
+# smoothed loss against its formula, and then the reverser above trained with both regularisers
+# at 0.1. Expected there: on held-out sequences the model should put about
+# $0.9 + 0.1/11 = 0.909$ on each right token (11 classes: 10 tokens and the start token), where
+# the unregularised one puts nearly 1, so its unsmoothed held-out loss is higher, and it should
+# still reverse the sequences.
+
+# %%
+p_drop = 0.1
+torch.manual_seed(0)
+embed_d = TokenEmbedding(n_vocab_r, 64, positional="sinusoidal", scale=True, dropout=p_drop)
+layer_d = TransformerLayer(64, 4, 256, dropout=p_drop)
+dropped = {}
+
+
+def record(name):
+    def hook(module, inputs, output):
+        kept = output != 0
+        dropped[name] = (1 - kept.float().mean().item(),
+                         (output[kept] / inputs[0][kept] - 1 / (1 - p_drop)).abs().max().item())
+    return hook
+
+
+hooks = []
+for name, module in [("embedding sum", embed_d), *layer_d.named_modules()]:
+    target = module.dropout if name == "embedding sum" else module
+    if isinstance(target, nn.Dropout):
+        hooks.append(target.register_forward_hook(record(name)))
+ids_d = torch.randint(1, n_vocab_r, (16, 32))
+train_out = layer_d(embed_d(ids_d))                                 # train mode: dropout on
+for hook in hooks:
+    hook.remove()
+for name, (share, scale_gap) in dropped.items():
+    print(f"dropout on {name:13s}: {share:.3f} of the numbers zeroed; survivors x 1/(1 - p) "
+          f"to {scale_gap:.0e}")
+layer_d.eval(), embed_d.eval()
+with torch.no_grad():
+    off = layer_d(embed_d(ids_d))
+    plain = TransformerLayer(64, 4, 256)
+    plain.load_state_dict(layer_d.state_dict())
+    same_eval = torch.equal(off, plain.eval()(embed_d(ids_d)))
+print(f"eval(): dropout off, equal to the same layer built without it: {same_eval}")
+assert sorted(dropped) == ["dropout1", "dropout2", "embedding sum"]  # attention out, FFN out, sum
+assert all(abs(share - p_drop) < 0.02 and gap < 1e-5 for share, gap in dropped.values())
+assert same_eval
+
+logits_s = torch.randn(50, n_vocab_r, dtype=torch.float64)
+y_s = torch.randint(n_vocab_r, (50,))
+log_p = torch.log_softmax(logits_s, -1)
+by_formula = ((1 - p_drop) * -log_p[torch.arange(50), y_s] + p_drop * -log_p.mean(-1)).mean()
+smooth_gap = (F.cross_entropy(logits_s, y_s, label_smoothing=p_drop) - by_formula).abs().item()
+print(f"label smoothing 0.1: max |PyTorch - formula| = {smooth_gap:.1e}")
+assert smooth_gap < 1e-12
+
+# %%
+regularised, losses_reg = train_reverser(dropout=0.1, label_smoothing=0.1)
+out_reg, _ = decode_greedy(regularised, src)
+exact_reg = (out_reg[:, 1:] == tgt).all(dim=1).float().mean().item()
+tgt_in_held = torch.cat([torch.full((256, 1), START), tgt[:, :-1]], dim=1)
+
+
+def held_out(model):
+    """Mean probability on the right token and unsmoothed loss, teacher forcing, held out."""
+    with torch.no_grad():
+        log_p = torch.log_softmax(model(src, tgt_in_held)[0], -1)    # (256, T_r, n_vocab)
+    right = log_p.gather(-1, tgt[..., None])[..., 0]
+    return right.exp().mean().item(), -right.mean().item()
+
+
+optimum = 1 - 0.1 + 0.1 / n_vocab_r
+(p_plain, ce_plain), (p_reg, ce_reg) = held_out(reverser), held_out(regularised)
+print(f"{'':28s} {'p(right token)':>14s} {'held-out loss':>13s} {'exactly reversed':>16s}")
+print(f"{'no regularisation':28s} {p_plain:14.3f} {ce_plain:13.3f} {exact:16.1%}")
+print(f"{'dropout 0.1 + smoothing 0.1':28s} {p_reg:14.3f} {ce_reg:13.3f} {exact_reg:16.1%}")
+print(f"label smoothing's optimum: p(right) = 1 - 0.1 + 0.1/{n_vocab_r} = {optimum:.3f}")
+assert abs(p_reg - optimum) < 0.03            # the smoothed model's confidence: 0.909, within 0.03
+assert p_plain > 0.98 and ce_reg > ce_plain   # "hurts perplexity": less sure, higher loss
+assert exact_reg > 0.9                        # ...and still reverses the sequences
+
+# %% [markdown]
 # ## What we measured
 #
 # - The layer's forward pass, recomputed by hand, equals `TransformerLayer` to 1e-12 (float64),
@@ -455,5 +789,15 @@ plt.show()
 #   $n_{vocab} d_{model}$ parameters and sends a gradient to every row of the table at every step.
 # - `TransformerDecoderLayer` equals `nn.TransformerDecoderLayer` to 1e-12; a one-layer encoder-decoder
 #   learns to reverse sequences in 300 steps, and its cross-attention map is the anti-diagonal.
+# - The layer's backward pass, assembled from attention's and LayerNorm's backward passes and
+#   one line per linear map, equals autograd on `nn.TransformerEncoderLayer` to 1e-12 for the input
+#   and all 16 parameter tensors; training keeps $n_{heads} T^2$ numbers per sequence on the
+#   teaching path and none on the fused one (saved-tensors hooks).
+# - The paper's dropout sits on each sub-layer's output and on the embedding sum (measured with
+#   hooks: about 10% zeroed, survivors scaled by $1/0.9$, nothing in `eval()`); label smoothing
+#   0.1 equals its formula, and the reverser trained with both puts about $0.909$ on each right
+#   token, as the smoothed target predicts, where the unregularised one puts nearly 1: a higher
+#   held-out loss, the "more unsure" model of the paper.
 #
 # Lesson 08 asks what one layer costs. Exercises: [`work/07_layer.ipynb`](../work/07_layer.ipynb).
+# The whole layer's backward pass is exercise 4 of [`work/11_backward.ipynb`](../work/11_backward.ipynb).

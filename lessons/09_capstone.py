@@ -20,6 +20,18 @@
 # only what such a short run can show (the stronger claims are asserted when the run is long
 # enough, and say so).
 #
+# **You will be able to:** train a character-level transformer on real text within a time
+# budget and judge it against baselines that need no network; sample from it, with and without
+# the KV cache; rebuild a pretrained BERT encoder from the course's modules and match its
+# reference to float rounding; and measure what its heads attend to (previous token, `[CLS]`,
+# sentence pairs, a verb's subject) against baselines that a head with no preference would score.
+#
+# **You need:** lessons 02 to 08 (every part of the layer; the KV cache; the costs); cross-entropy
+# in nats; AdamW and a learning-rate schedule are used as described in section 3.
+#
+# **Time:** about 90 minutes to read and run (the cells take a few minutes on a 2-core CPU, most
+# of it section 3's training; under `make test` the training is cut to 8 s), plus the exercises.
+#
 # Symbols: see [the notation table](00_map.ipynb#Notation).
 
 # %%
@@ -32,11 +44,12 @@ import numpy as np
 import torch
 
 from txlearn.models.char_lm import CharTransformer
-from txlearn.plotting import heatmap
+from txlearn.plotting import heatmap, show
 from txlearn.training.config import TrainConfig
 from txlearn.training.data import CharVocab, baselines, load_corpus, nats_to_bits, split_by_position
 from txlearn.training.generate import generate
 from txlearn.training.loop import evaluate, train
+from txlearn.training.recipe import C_FULL, CANDIDATES, CURVES, flops_per_step
 from txlearn.training.schedule import time_budget
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")   # everything below runs offline
@@ -59,10 +72,11 @@ rng = np.random.default_rng(0)
 # not.
 
 # %%
-config = TrainConfig()
+config = TrainConfig()   # its recipe is left to the run (section 3): width, context, batch, lr...
 text = load_corpus()
 vocab = CharVocab.from_text(text)
-train_ids, val_ids = split_by_position(vocab.encode(text), config.block_size)
+# the split is by position alone; the context length only sets the shortest text it accepts
+train_ids, val_ids = split_by_position(vocab.encode(text), block_size=64)
 base = baselines(train_ids, val_ids, len(vocab))
 
 print(f"{len(text):,} characters, n_vocab = {len(vocab)}; train {len(train_ids):,}, "
@@ -82,26 +96,81 @@ assert base["bigram"] < base["unigram"] - 0.5 < base["uniform"] - 1.0
 # mask (lesson 02), learned positions (lesson 04), a final LayerNorm, and an output head that
 # reuses the token table: `logits = h @ E^T` (weight tying, Press & Wolf 2017).
 #
-# An untrained model spreads its bets almost evenly, so its loss should be close to $\ln n_{vocab}$.
+# Its width, context and the rest of its recipe are chosen by the run itself (section 3); here
+# the widest of the candidates. An untrained model spreads its bets almost evenly, so its loss
+# should be close to $\ln n_{vocab}$. Not exactly, we found: the head is tied to the token
+# table, so the logit of the *current* character is $\mathrm{LN}(e)\cdot e \approx
+# \sqrt{d_{model}}\,\lVert e\rVert \approx 2.6$ above the others (with GPT-2's initialisation
+# the layers add little yet), and the untrained model bets a little on a repeat, which the
+# text's runs of spaces reward: its loss sits up to 0.3 nats below $\ln n_{vocab}$.
 
 # %%
-model0 = CharTransformer(len(vocab), **config.model_sizes())
+widest = config.with_recipe(next(iter(CANDIDATES.values())))
+model0 = CharTransformer(len(vocab), **widest.model_sizes())
 n_params = sum(p.numel() for p in model0.parameters())
-untrained = evaluate(model0, val_ids, config.block_size, max_windows=32)
-print(f"{config.n_layers} layers, d_model {config.d_model}, {config.n_heads} heads, "
-      f"d_ff {config.d_ff}, context T = {config.block_size}: {n_params:,} parameters")
+untrained = evaluate(model0, val_ids, widest.block_size, max_windows=32)
+print(f"{widest.n_layers} layers, d_model {widest.d_model}, {widest.n_heads} heads, "
+      f"d_ff {widest.d_ff}, context T = {widest.block_size}: {n_params:,} parameters")
 print(f"untrained validation loss {untrained:.3f} nats vs ln n_vocab = {base['uniform']:.3f}")
-assert abs(untrained - base["uniform"]) < 0.1
+assert base["uniform"] - 0.3 < untrained < base["uniform"]   # measured 4.44 against 4.64
 
 prompt = vocab.encode("def ")
 before = vocab.decode(generate(model0, prompt, 120, temperature=0.8, top_k=10, seed=0))
 print(before)
 
 # %% [markdown]
-# ## 3. Train live
+# ## 3. How big a model for a few minutes of CPU?
+#
+# A run has seconds; what it learns depends on the floating-point operations it spends. One step
+# of a model with $N$ weights in its matrices costs about $6N$ FLOPs per character (the forward's
+# $2N$ and the backward's $4N$, lesson 08) plus the attention, $12\,n_{layers} T\,d_{model}$:
+# `flops_per_step`. The sweep `benchmarks/recipe_sweep.py` trained candidate recipes for fixed
+# numbers of FLOPs (fractions of $C_{full}$, what 2,700 steps of the old d 128, T 128 recipe
+# cost) and recorded their held-out losses; here are its recorded results, not a new sweep:
+
+# %%
+print(f"C_full = {C_FULL / 1e12:.1f} TFLOP")
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for name, curve in CURVES.items():
+    c = config.with_recipe(CANDIDATES[name])
+    budgets = sorted(curve)
+    ax.plot(budgets, [curve[b] for b in budgets], "o-", label=f"d_model {c.d_model}")
+    print(f"d_model {c.d_model:3d}: {flops_per_step(c) / 1e9:.2f} GFLOP a step; held-out loss "
+          + ", ".join(f"{curve[b]:.3f} at {b} C_full" for b in budgets))
+ax.set_xscale("log")
+ax.set_xlabel("training FLOPs (fraction of C_full)")
+ax.set_ylabel("held-out loss (nats/char)")
+ax.legend(fontsize=8)
+show(fig, alt="Held-out loss against training FLOPs for the candidate widths, from the recorded "
+     "sweep: " + "; ".join(f"d_model {CANDIDATES[n]['d_model']}: " + ", ".join(
+         f"{v:.2f} at {b}" for b, v in sorted(c.items())) for n, c in CURVES.items()) + ".")
+at = 0.25
+by_width = {CANDIDATES[n]["d_model"]: CURVES[n][at] for n in CURVES}
+assert by_width[64] < by_width[96] < by_width[128] - 0.05   # at equal FLOPs, narrower learns more
+
+# %% [markdown]
+# At equal FLOPs the narrowest model wins: at this scale more characters seen beats more weights
+# (Hoffmann et al. 2022 found the same trade at 10^6 times the compute). But a CPU computes a
+# narrow model's small matrices at fewer FLOPs per second, so in equal *seconds* the narrow
+# model gets fewer FLOPs. Which wins depends on the machine, so the run decides on the machine:
+#
+# 1. it times three training steps of each candidate (throwaway copies; the run's own model and
+#    data order are untouched);
+# 2. turns the seconds it has left into each candidate's FLOP budget at its measured speed;
+# 3. keeps the candidate whose curve above is lowest at its own budget (linear in log FLOPs
+#    between the recorded points, held flat beyond the largest: nothing was measured there, so
+#    with these curves the narrow model wins unless the machine runs it far slower).
+#
+# Every candidate shares what the sweep found at these budgets: context T 64, batch 12, no
+# dropout (a run this short never over-fits), lr 3e-3, and GPT-2's initialisation (the matrices
+# that write into the residual stream scaled by $1/\sqrt{2 n_{layers}}$). A field set in
+# `TrainConfig` always wins over the rule; a budget under 30 s (`make test`'s 8 s) times nothing
+# and takes the candidate best at the smallest recorded budget.
+#
+# ## 4. Train live
 #
 # AdamW, a linear warm-up then cosine decay of the learning rate, gradient clipping at norm 1,
-# dropout 0.1 on each sub-layer's output, random windows of T characters. `train` is what
+# the recipe of section 3, random windows of T characters. `train` is what
 # `txlearn train` runs; here without a checkpoint and without the progress bar.
 #
 # To make the most of a few minutes of a laptop CPU, `train` (each choice measured in
@@ -109,25 +178,31 @@ print(before)
 #
 # - runs the layers on their **fast path** (`fused=True`: PyTorch's fused attention, LayerNorm
 #   and GELU kernels called from the course's modules, tested equal to the teaching path; the
-#   attention maps of section 5 still come from the teaching path);
+#   attention maps of section 6 still come from the teaching path);
 # - computes the matrix products in **bfloat16** where the CPU has bfloat16 instructions
 #   (weights, softmax, LayerNorm and the loss stay float32): twice the characters per second
 #   here, while one step's loss moves by less than 0.01 nats (`tests/test_training.py`);
 # - uses **one or two threads**, whichever its first steps measure faster: on a busy machine two
 #   threads can be several times slower than one;
-# - **plans its schedule against the budget**: at the end of the warm-up, if the 2,700 default
-#   steps do not fit, the cosine decay is laid over the steps that do, so a slower machine still
-#   ends at a low learning rate instead of being cut off at a high one.
+# - **chooses its recipe** from the step times it measures at its start (section 3);
+# - **plans its schedule against the budget**: at the end of the warm-up it lays the cosine decay
+#   over the steps that fit, so a slower machine still ends at a low learning rate instead of
+#   being cut off at a high one.
 #
-# What is asserted depends on how far the run got: after 20 steps, a training loss down by 0.3
-# nats; after 30, a validation loss 0.8 nats below ln n_vocab; after 1,200 (a quiet 2-core CPU makes
-# all 2,700 default steps in the budget), a validation loss at least 0.3 nats below the bigram.
+# The run prints what it chose and why in its first lines, and at its end the FLOP/s its steps
+# reached against a matrix product timed at its start. What is asserted depends on how far the
+# run got (on a loaded machine under `make test`'s 8 s it may make a single step, past its
+# budget): after 20 steps, a training loss down by 0.3 nats; after 30, a validation loss 0.8
+# nats below ln n_vocab; after 1,200, a validation loss at least 0.3 nats below the bigram.
 
 # %%
 print(f"time budget: {time_budget(config):.0f} s")
 result = train(config, text, progress=False)
 result.model.cpu()                     # the analysis below runs on the CPU, wherever training ran
+run = result.config                    # the recipe the run chose (and anything set explicitly)
 full_run = result.step >= 1200         # long enough for the strong claims below
+assert result.recipe is not None and result.recipe.startswith("recipe: ")
+assert result.config.unresolved() == [] and result.speed.startswith("speed: ")
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
@@ -142,12 +217,21 @@ ax.set_ylabel("cross-entropy (nats/char)")
 ax.set_title(f"validation {result.val_nats:.3f} nats = {result.val_bits:.3f} bits/char "
              f"after {result.step} steps, {result.seconds:.0f} s")
 ax.legend(fontsize=8)
-plt.show()
+show(fig, alt=f"Training curve of the character model: cross-entropy in nats per character "
+     f"against the step, 1 to {result.step}. The noisy per-batch training loss and the "
+     f"validation points fall from about ln {len(vocab)} = {math.log(len(vocab)):.2f} towards "
+     f"{result.val_nats:.2f}, with horizontal lines at the baselines: "
+     + ", ".join(f"{name} {nats:.2f}" for name, nats in base.items())
+     + f". The final validation loss is {'below' if result.val_nats < base['bigram'] else 'above'} "
+     "the bigram's.")
 
+# a fresh run always makes at least one step, even when a loaded machine used up a short budget
+# before it (then its notes say so); everything below holds from one step on
+assert len(result.train_losses) == result.step >= 1, (result.step, result.notes)
 first, last = result.train_losses[0], np.mean(result.train_losses[-10:])
 print(f"train loss {first:.3f} -> {last:.3f}; validation {result.val_nats:.3f} nats/char; "
       f"bigram {base['bigram']:.3f}; margin {base['bigram'] - result.val_nats:+.3f}")
-seen = result.step * config.batch_size * config.block_size
+seen = result.step * run.batch_size * run.block_size
 print(f"characters seen: {seen:,} = {seen / len(train_ids):.2f} passes over the training split")
 assert result.step >= 1 and np.isfinite(result.val_nats)
 if result.step >= 20:
@@ -161,19 +245,21 @@ if result.val_nats < base["bigram"]:
           "uses more than one character of context")
 else:
     print(f"verdict: not below the bigram yet: the time budget ended the run after "
-          f"{result.step} of {config.max_steps} steps (a busy CPU, or a shortened budget)")
+          f"{result.step} steps (a busy CPU, or a shortened budget); "
+          "the claims that need a longer run were not asserted")
 print(f"{result.step} steps in {result.seconds:.0f} s of training: "
       f"{seen / max(result.seconds, 1e-9):,.0f} characters per second on "
       f"{result.threads or 'its'} thread(s), precision {result.config.precision}")
 
 # %% [markdown]
-# The verdict above says how this run did. With the full default budget on a quiet 2-core CPU
-# (all 2,700 steps) the model goes far below the bigram (1.21 nats/char in three runs of the
-# command, 1.10 below it): it uses more than one character of context. It gets there from little
+# The verdict above says how this run did. With the full budget on a quiet 2-core CPU the model
+# goes far below the bigram (the old fixed recipe, d 128 and T 128 for 2,700 steps, reached 1.21
+# nats/char in three runs, 1.10 below it; `benchmarks/README.md` has what the chosen recipes
+# reach): it uses more than one character of context. It gets there from little
 # data: the number of characters it saw, and the passes over the training split that makes, are
 # printed above.
 #
-# ## 4. Samples, before and after
+# ## 5. Samples, before and after
 #
 # Temperature 0.8, top-k 10, the same seed. One way to measure "looks like the text": the share
 # of the generated words (runs of two or more letters) that occur somewhere in the training
@@ -217,7 +303,7 @@ print(f"greedy, 200 characters: cached {t1 - t0:.2f} s, uncached {t2 - t1:.2f} s
 assert torch.equal(cached, uncached)
 
 # %% [markdown]
-# ## 5. What the trained model attends to
+# ## 6. What the trained model attends to
 #
 # The attention weights of every layer and head on a snippet of validation text. Above the
 # diagonal everything is 0: the causal mask. Lesson 02 asked what a "soft lookup" could learn;
@@ -251,10 +337,15 @@ for layer, ax in enumerate(axes):
     ax.set_yticks([])
 fig.suptitle("per layer, the head most on the previous character (query rows, key columns)")
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"{config.n_layers} heatmaps of attention weights on a snippet of the corpus, one "
+     f"per layer, each for the head that puts the most weight on the previous character; "
+     f"query on the rows, key on the columns, colour from 0 to 1. Everything above the "
+     f"diagonal is dark (the causal mask). The strongest, layer {layer} head {head} with a mean "
+     f"weight of {prev_score[layer, head]:.2f} on the previous character, is bright just "
+     "below the diagonal.")
 
 # %% [markdown]
-# ## 6. A real pretrained encoder, rebuilt from the course's modules
+# ## 7. A real pretrained encoder, rebuilt from the course's modules
 #
 # all-MiniLM-L6-v2 is a BERT encoder: embeddings (word + position + token type) and a
 # LayerNorm, six **post-LN** layers (d_model 384, 12 heads of d_k 32, d_ff 1536, exact GELU,
@@ -283,7 +374,8 @@ sentences = [
     "def attention(Q, K, V): return softmax(Q @ K.T / sqrt(d_k)) @ V",
 ]
 ours = encoder.encode(sentences, tokenizer).numpy()
-theirs = reference_encode(sentences, reference_model())
+st_model = reference_model()                          # the oracle, kept for section 7
+theirs = reference_encode(sentences, st_model)
 diff = np.abs(ours - theirs).max()
 print(f"{len(sentences)} sentences, embeddings {ours.shape}: max |ours - sentence-transformers| "
       f"= {diff:.1e}")
@@ -293,7 +385,7 @@ assert diff <= 1e-5
 # Equal to float32 rounding. So this network *is* all-MiniLM-L6-v2, and we can look inside it
 # with the tools of lessons 02–03.
 #
-# ## 7. Real heads on a real sentence
+# ## 8. Real heads on a real sentence
 #
 # For one sentence we score every head (6 layers x 12) on three patterns:
 #
@@ -338,7 +430,13 @@ for ax, name in zip(axes, ["previous token", "same word", "[CLS]"]):
     ax.set_title(f"{name}: layer {layer}, head {head}")
     ax.set_xlabel("key")
 axes[0].set_ylabel("query")
-plt.show()
+show(fig, alt=f"Three heatmaps of all-MiniLM-L6-v2's attention weights on the sentence "
+     f"'{sentence}', its {T} word-piece tokens labelling both axes, query on the rows. The "
+     f"previous-token head (layer {best['previous token'][0]}, head "
+     f"{best['previous token'][1]}) is bright just below the diagonal; the same-word head "
+     f"(layer {best['same word'][0]}, head {best['same word'][1]}) lights up where a word meets "
+     f"its other occurrences; the [CLS] head (layer {best['[CLS]'][0]}, head "
+     f"{best['[CLS]'][1]}) is bright in the first column, every query on [CLS].")
 
 # %% [markdown]
 # ### `[CLS]` or `[SEP]`: is one sentence typical?
@@ -410,7 +508,12 @@ axes[2].boxplot([median_head_cls, median_head_sep], tick_labels=["[CLS]", "[SEP]
 axes[2].axhline(np.median(1 / n_tokens), color="grey", ls=":", label="even spread, 1 / n_tokens")
 axes[2].set(title="median head, per sentence", ylabel="weight")
 axes[2].legend(fontsize=8)
-plt.show()
+show(fig, alt=f"Left and middle, two 6 by 12 heatmaps (layer by head) of the mean attention "
+     f"weight on [CLS] and on [SEP] over {len(corpus_sentences)} sentences: the [CLS] map is "
+     f"bright in most heads, the [SEP] map dark in nearly all. Right, box plots over sentences "
+     f"of the median head's weight: on [CLS] around {np.median(median_head_cls):.2f}, on [SEP] "
+     f"around {np.median(median_head_sep):.3f}, with a dotted line at an even spread, "
+     f"{np.median(1 / n_tokens):.3f}.")
 
 # %% [markdown]
 # The one sentence was typical. Over 128 sentences the median head puts about 0.4 of its weight
@@ -424,7 +527,110 @@ plt.show()
 # is a property of the trained model, not of the architecture.
 #
 # %% [markdown]
-# ## 8. Sentence similarity
+# ### Sentence pairs, as BERT was trained
+#
+# BERT was pre-trained on **pairs** of segments, `[CLS] A [SEP] B [SEP]`, with a token-type
+# embedding (0 for A and its `[SEP]`, 1 for B) telling the two apart; Clark et al.'s `[SEP]`
+# heads were measured on such pairs. all-MiniLM-L6-v2 was fine-tuned on single sentences, but
+# it still has the token-type table. So we feed it 64 pairs of consecutive corpus sentences,
+# check the course's encoder against the reference `BertModel` on them (token types included),
+# and measure the same weights: on `[CLS]`, on the middle `[SEP]` and on the final one. If the
+# missing pairs explained the difference, the middle `[SEP]` should now collect weight.
+
+# %%
+st_bert = st_model[0].auto_model                        # the oracle's own BertModel
+pairs = [(corpus_sentences[i], corpus_sentences[i + 1]) for i in range(0, 128, 2)]
+enc = tokenizer.encode_batch(pairs)
+pair_batch = {name: torch.tensor([getattr(e, field) for e in enc]) for name, field in
+              (("input_ids", "ids"), ("token_type_ids", "type_ids"),
+               ("attention_mask", "attention_mask"))}
+with torch.no_grad():
+    X_pair, W_pair = encoder(pair_batch["input_ids"], pair_batch["attention_mask"],
+                             pair_batch["token_type_ids"], return_weights=True)
+    X_ref = st_bert(**pair_batch).last_hidden_state
+real = pair_batch["attention_mask"].bool()
+pair_gap = (X_pair - X_ref)[real].abs().max().item()
+W_pair = torch.stack(W_pair, dim=1).numpy()              # (64 pairs, 6 layers, 12 heads, T, T)
+on = {"[CLS]": [], "middle [SEP]": [], "final [SEP]": []}
+for k, e in enumerate(enc):
+    n = sum(e.attention_mask)
+    middle = e.ids.index(102)                              # the first [SEP] (id 102)
+    w = W_pair[k, :, :, :n, :n]                            # (6, 12, n, n) real tokens only
+    for name, key in (("[CLS]", 0), ("middle [SEP]", middle), ("final [SEP]", n - 1)):
+        on[name].append(w[..., key].mean(-1))              # (6, 12): mean over queries
+on = {name: np.mean(v, axis=0) for name, v in on.items()}  # (6, 12) per head
+print(f"64 pairs: max |ours - BertModel| over real tokens {pair_gap:.1e}; token types 0 and 1 "
+      f"in every pair: {bool((pair_batch['token_type_ids'].amax(1) == 1).all())}")
+for name, v in on.items():
+    print(f"  mean weight on {name:13s}: median head {np.median(v):.3f}, max head {v.max():.3f}")
+middle_heavy = int((on["middle [SEP]"] > on["[CLS]"]).sum())
+print(f"heads with more weight on the middle [SEP] than on [CLS]: {middle_heavy} of 72")
+assert pair_gap <= 1e-4
+assert np.median(on["[CLS]"]) > 5 * np.median(on["middle [SEP]"])   # [CLS] stays the sink
+assert middle_heavy <= 10
+
+# %% [markdown]
+# With pairs, as with single sentences, `[CLS]` is where the median head parks its weight, and
+# only a few heads lean towards the middle `[SEP]` (the printed counts): the input format alone
+# does not turn this model's sink into BERT-base's. The model (distilled, fine-tuned for
+# sentence embeddings) is the difference.
+#
+# ### A syntactic probe: does a verb look at its subject?
+#
+# To agree in number ("the key ... **is**", "the keys ... **are**") a verb must find its
+# subject, and a noun closer to it can be the wrong one. Templated sentences, all of 10 tokens,
+# put the subject four tokens before the verb with a *distractor* noun of the other number in
+# between: "The dog near the trees is old." (`[CLS]` the **dog** near the trees **is** old .
+# `[SEP]`). For each head we measure the verb's weight on its subject, against two baselines: its
+# weight on the distractor, and the **position-matched** weight, what the same head gives
+# other queries four tokens back (so a head that simply looks four tokens back does not count
+# as finding the subject). The head is chosen on half of the sentences and measured on the other
+# half, so that choosing the best of 72 heads does not manufacture the effect.
+
+# %%
+nouns = [("dog", "dogs"), ("key", "keys"), ("car", "cars"), ("book", "books"), ("girl", "girls"),
+         ("boy", "boys"), ("house", "houses"), ("tree", "trees"), ("bird", "birds"), ("door", "doors")]
+rng_p = np.random.default_rng(9)
+probe = []
+for i in range(48):
+    a, b = rng_p.choice(len(nouns), size=2, replace=False)
+    plural = i % 2                                        # the subject's number alternates
+    subject, distractor = nouns[a][plural], nouns[b][1 - plural]
+    probe.append(f"The {subject} {rng_p.choice(['near', 'behind', 'beside', 'under'])} the "
+                 f"{distractor} {['is', 'are'][plural]} {rng_p.choice(['old', 'here', 'small', 'red'])}.")
+probe_batch = tokenize(probe, tokenizer)
+assert probe_batch["attention_mask"].all() and probe_batch["input_ids"].shape[1] == 10  # one piece each
+with torch.no_grad():
+    _, W_probe = encoder(probe_batch["input_ids"], probe_batch["attention_mask"], return_weights=True)
+W_probe = torch.stack(W_probe, dim=1).numpy()             # (48, 6, 12, 10, 10)
+VERB, SUBJECT, DISTRACTOR = 6, 2, 5
+to_subject = W_probe[..., VERB, SUBJECT]                   # (48, 6, 12)
+to_distractor = W_probe[..., VERB, DISTRACTOR]
+four_back = np.mean([W_probe[..., q, q - 4] for q in (5, 7, 8)], axis=0)   # other queries, same offset
+choose, held_out = slice(0, 24), slice(24, 48)
+excess = to_subject[choose].mean(0) - four_back[choose].mean(0)            # (6, 12)
+l_p, h_p = np.unravel_index(excess.argmax(), excess.shape)
+subj_w, dist_w, base_w = (v[held_out, l_p, h_p].mean() for v in (to_subject, to_distractor, four_back))
+wins = (to_subject[held_out, l_p, h_p] > to_distractor[held_out, l_p, h_p]).mean()
+print(f"e.g. {probe[0]!r}")
+print(f"chosen on 24 sentences: layer {l_p}, head {h_p}. On the other 24: verb -> subject "
+      f"{subj_w:.2f}, verb -> distractor {dist_w:.2f}, position-matched (other queries, four back) "
+      f"{base_w:.2f}; subject above distractor in {wins:.0%} of sentences")
+print(f"median head, verb -> subject {np.median(to_subject.mean(0)):.3f} (an even spread: 0.1)")
+assert subj_w > 2 * base_w and subj_w > 2 * dist_w and wins > 0.8
+
+# %% [markdown]
+# One head, chosen on half of the sentences, sends the verb's attention to its subject on the
+# other half, well above both what it gives other queries at the same distance and the closer
+# noun (the printed numbers; asserted: more than twice each baseline, and above the distractor
+# in more than 80% of the held-out sentences). A head that tracks subject-verb structure in a
+# model trained only to embed sentences: Clark et al. found such heads in BERT-base too. This is
+# one template, one model, one head: attention to the subject is what agreement *needs*, not
+# proof that the model uses it for agreement (that would take an intervention, like the
+# ablations of lesson 10).
+
+# %% [markdown]
+# ## 9. Sentence similarity
 #
 # Embeddings have unit length, so the dot product is the cosine similarity. Paraphrases should
 # score higher than unrelated pairs.
@@ -440,7 +646,11 @@ short = [s[:22] for s in sentences[:6]]
 ax.set_xticks(range(6), short, rotation=60, ha="right", fontsize=8)
 ax.set_yticks(range(6), short, fontsize=8)
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"A 6 by 6 heatmap of the cosine similarity between the embeddings of six "
+     f"sentences, each cell labelled with its value, 1.00 on the diagonal. The paraphrase "
+     f"pairs stand out: guitar and instrument {sim[0, 1]:.2f}, the market fell and prices "
+     f"dropped {sim[2, 3]:.2f}, while unrelated pairs are low, such as guitar and market "
+     f"{sim[0, 2]:.2f}.")
 print(f"guitar ~ instrument {sim[0, 1]:.2f}, market fell ~ prices dropped {sim[2, 3]:.2f}, "
       f"guitar ~ market {sim[0, 2]:.2f}")
 assert sim[0, 1] > sim[0, 2] + 0.3 and sim[2, 3] > sim[2, 4] + 0.3
@@ -457,16 +667,37 @@ print(f"pretrained encoder: max |ours - sentence-transformers| = {diff:.1e} over
 # %% [markdown]
 # ## What we measured
 #
-# - On the Python language reference, the validation baselines are uniform
-#   $\ln n_{vocab} = \ln 103 = 4.635$, unigram 3.24 and bigram 2.32 nats per character (the exact
-#   values are printed in section 1); the untrained model sits at $\ln n_{vocab}$.
-# - With the full default budget, the course's own layers trained on a 2-core CPU go clearly
-#   below the bigram (this run's verdict is printed above; our figures are in the README).
-# - Cached and uncached greedy generation give the same characters.
+# Each number below says what asserts it. "Every run" means under `make test` too, where the
+# training budget is cut to 8 s (a few dozen steps); "full budget" means only when the run makes
+# at least 1,200 steps (`make book`, `make course`, `txlearn train`, or a quiet machine given the
+# default budget); under `make test` those lines are printed, not asserted.
+#
+# - Baselines on the validation split of the Python language reference: uniform
+#   $\ln n_{vocab} = \ln 103 = 4.635$ (asserted to 1e-12, every run), unigram 3.24 and bigram 2.32
+#   nats per character (asserted, every run: bigram < unigram - 0.5 < uniform - 1.0); the
+#   untrained model sits below $\ln n_{vocab}$ by less than 0.3 (every run; measured 4.44: its tied
+#   head leans towards repeating the current character).
+# - Training: the loss falls by more than 0.3 nats once the run makes 20 steps, and the
+#   validation loss goes 0.8 below uniform after 30 (asserted when reached; `make test` usually
+#   reaches both). Below the bigram by at least 0.3 nats: full budget only. Our full-budget
+#   figure, 1.21 nats/char (1.10 below the bigram, three runs of the command on a quiet 2-core
+#   CPU), is a measurement reported here and in the README, asserted only as that 0.3 margin.
+# - Samples: the share of real words rises by more than 15 points (full budget only; measured 0%
+#   to 91% after 2,700 steps). Cached and uncached greedy generation give the same characters
+#   (every run, exactly).
 # - all-MiniLM-L6-v2, rebuilt from `TransformerLayer`, `LayerNorm` and
-#   `LearnedPositionalEmbedding`, reproduces `sentence-transformers` to about 1e-7.
-# - Its layer 0 holds a pure previous-token head; other heads find the same word again; most
-#   heads park their weight on `[CLS]`, not on `[SEP]`.
+#   `LearnedPositionalEmbedding`, reproduces `sentence-transformers` (asserted <= 1e-5, every
+#   run; measured about 1e-7), and the reference `BertModel` on 64 sentence pairs with token
+#   types (asserted <= 1e-4).
+# - Its heads, every run (the encoder is pretrained: these do not depend on the training
+#   budget): a previous-token head (> 0.9; measured 1.00); a same-word head (> 5 times the
+#   median head); most heads park their weight on `[CLS]` (median head > 5 times its `[SEP]`
+#   weight, over 128 corpus sentences and in > 95% of them; with sentence pairs, > 5 times the
+#   middle `[SEP]`'s, at most 10 heads the other way). The character model's previous-character
+#   head (> 0.3) is asserted at full budget only.
+# - A syntactic probe: one head, chosen on 24 templated sentences, sends a verb's attention to
+#   its subject on 24 others at more than twice both the position-matched baseline and the
+#   closer distractor noun, above the distractor in over 80% of them (every run).
 #
 # Try `txlearn train --text yourfile.txt` and
 # `txlearn sample checkpoints/capstone.safetensors --prompt "class "`. Exercises:

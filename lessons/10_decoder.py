@@ -19,8 +19,20 @@
 # independent implementation, Hugging Face `transformers`' `LlamaForCausalLM` reading the same
 # file, logit by logit, and use it: chat, sample, cache, time, look inside.
 #
-# Everything runs offline, on the CPU. The lesson takes a few minutes (two models of 135M
-# parameters, in float32 and float64). Symbols: see [the notation table](00_map.ipynb#Notation).
+# **You will be able to:** say what RMSNorm, RoPE, grouped-query attention and SwiGLU change in
+# a decoder; load a real checkpoint from a GGUF file into the course's modules and check it logit
+# by logit against an independent implementation; recognise the RoPE pairing trap and undo it
+# with a permutation; size and use a KV cache; tell rounding from a mistake with float64; and
+# find sink, previous-token and induction heads, then test with ablations which heads the model
+# needs.
+#
+# **You need:** lessons 03 to 07 (heads and GQA, RoPE, SwiGLU, RMSNorm, one layer) and lesson
+# 09's generation and attention maps; the GGUF format and `transformers` are introduced here.
+#
+# **Time:** about 75 minutes to read and run (the cells take a few minutes on a 2-core CPU: two
+# models of 135M parameters, in float32 and float64), plus the exercises.
+#
+# Everything runs offline, on the CPU. Symbols: see [the notation table](00_map.ipynb#Notation).
 
 # %%
 import os
@@ -37,7 +49,7 @@ from txlearn.models.gguf import (BLOCK_TABLE, GLOBAL_TABLE, gguf_path, load_deco
                                  read_config, read_metadata, tensor_shapes)
 from txlearn.models.llama_reference import (chat_ids, load_tokenizer, reference_generate,
                                             reference_model, without_float32_internals)
-from txlearn.plotting import heatmap
+from txlearn.plotting import heatmap, show
 from txlearn.sampling import next_token_distribution
 from txlearn.training.generate import generate
 
@@ -195,7 +207,11 @@ ax.semilogy(np.arange(1, len(gap)), gap[1:].numpy(), lw=0.8)
 ax.set_xlabel("position")
 ax.set_ylabel("max |logit gap|")
 ax.set_title("file's weights rotated with the wrong (half) pairing vs the right (interleaved) one")
-plt.show()
+show(fig, alt=f"Log-scale line plot of the largest logit gap between SmolLM2 run with the wrong "
+     f"(half) RoPE pairing and with the right (interleaved) one, against the position, 1 to "
+     f"{len(gap) - 1}. The gap is {gap[1:].min():.1f} at its smallest and {gap[1:].max():.0f} at "
+     "its largest, noisy from position to position; position 0, where every rotation is the "
+     "identity, is left out.")
 
 # %% [markdown]
 # The cure is a permutation. Within each head, moving channel `2i` to `i` and channel `2i+1` to
@@ -369,9 +385,9 @@ first = W[:, :, 1:, 0].mean(-1)                                        # queries
 layer, head = divmod(int(prev.argmax()), config.n_heads)
 print(f"previous-token head: layer {layer}, head {head}, mean weight {prev[layer, head]:.2f} "
       f"(median head {prev.median():.2f})")
-print(f"weight on the first token: median head {first.median():.2f}, "
-      f"{int((first > 0.5).sum())} of {first.numel()} heads put more than half there")
-assert prev[layer, head] > 0.5 and first.median() > 0.25 and (first > 0.5).float().mean() > 0.3
+even_prev = np.mean(1 / np.arange(2, T + 1))                          # an even spread's score
+print(f"(a head spreading its weight evenly over the past would score {even_prev:.2f})")
+assert prev[layer, head] > 0.5 > 3 * even_prev
 
 fig, ax = plt.subplots(figsize=(7, 6))
 heatmap(ax, W[layer, head], "attention weight", cmap="viridis", vmin=0, vmax=1)
@@ -381,14 +397,196 @@ ax.set_xlabel("key")
 ax.set_ylabel("query")
 ax.set_title(f"SmolLM2-135M, layer {layer}, head {head}: the previous-token head")
 plt.tight_layout()
-plt.show()
+show(fig, alt=f"Heatmap of the attention weights of SmolLM2-135M's layer {layer}, head {head}, "
+     f"over the {T} tokens of a prompt that label both axes, query on the rows and key on the "
+     f"columns, colour from 0 to 1. Above the diagonal is dark (causal). The bright cells run "
+     f"just below the diagonal, each token on the one before it (mean weight "
+     f"{prev[layer, head]:.2f}).")
 
 # %% [markdown]
 # A previous-token head, like the one in the 6-layer BERT of lesson 09 and in our character model.
-# And a large share of the heads park most of their weight on the first token, whatever it is
-# (here "The"): the "attention sink" (Xiao et al. 2023). Softmax weights must sum to 1; a head
-# with nothing to look for has to put its weight somewhere, and the first token, visible to every
-# query, is where these models learn to put it.
+#
+# ### Sink heads, induction heads, previous-token heads: measured on repeated random tokens
+#
+# Three claims from the interpretability literature, each measured against what a head with no
+# preference would score (an even spread: query t gives each of its t + 1 keys 1 / (t + 1)):
+#
+# - **sink heads** put most of their weight on the first token, whatever it is (Xiao et al.
+#   2023): we check it on texts that begin with different tokens;
+# - **induction heads** complete a repeated pattern: at the second occurrence of a token they
+#   attend to the token that *followed* its first occurrence, and copy it (Olsson et al. 2022).
+#   On a random sequence of 24 tokens shown twice, nothing predicts the first half, while the
+#   second half is predictable by copying: the loss should drop there, and some head should
+#   attend from position t to position t - 23;
+# - **previous-token heads** attend to position t - 1 even where the tokens mean nothing.
+#
+# Four random sequences (tokens drawn from ids 1,000 to 20,000, so no special tokens), each
+# repeated, and six short texts with six different first tokens:
+
+# %%
+g = torch.Generator().manual_seed(10)
+L_rep = 24
+R = torch.randint(1000, 20000, (4, L_rep), generator=g)
+rep_ids = torch.cat([R, R], dim=1)                                   # (4, 48): each sequence twice
+rep_logits, rep_maps = model(rep_ids, return_weights=True)
+W_rep = torch.stack(rep_maps, dim=1)                                 # (4, 30, 9, 48, 48)
+nll = -rep_logits[:, :-1].log_softmax(-1).gather(-1, rep_ids[:, 1:, None])[..., 0]   # (4, 47)
+loss_first, loss_second = nll[:, :L_rep - 1].mean().item(), nll[:, L_rep:].mean().item()
+q_ind = torch.arange(L_rep, 2 * L_rep)                               # second occurrences
+induction = W_rep[:, :, :, q_ind, q_ind - L_rep + 1].mean(dim=(0, -1))         # (30, 9)
+q_all = torch.arange(1, 2 * L_rep)
+previous = W_rep[:, :, :, q_all, q_all - 1].mean(dim=(0, -1))                  # (30, 9)
+even_ind = (1 / (q_ind + 1.0)).mean().item()
+even_prev_rep = (1 / (q_all + 1.0)).mean().item()
+l_i, h_i = divmod(int(induction.argmax()), config.n_heads)
+l_p, h_p = divmod(int(previous.argmax()), config.n_heads)
+n_induction = int((induction > 0.3).sum())
+print(f"loss: first half {loss_first:.2f} nats/token (random: ln 49152 = {np.log(49152):.1f}), "
+      f"repeat {loss_second:.2f}: the in-context drop is {loss_first - loss_second:.1f} nats")
+print(f"induction: best head layer {l_i}, head {h_i}, weight {induction[l_i, h_i]:.2f} on the token "
+      f"after the first occurrence (even spread {even_ind:.3f}); {n_induction} heads above 0.3, "
+      f"in layers {sorted({int(i) // config.n_heads for i in (induction.flatten() > 0.3).nonzero()})}")
+print(f"previous token: best head layer {l_p}, head {h_p}, weight {previous[l_p, h_p]:.2f} "
+      f"(even spread {even_prev_rep:.3f})")
+assert loss_first - loss_second > 4                  # the repeat is predicted from context
+assert induction[l_i, h_i] > 0.5 > 10 * even_ind and n_induction >= 2
+assert previous[l_p, h_p] > 0.8 > 10 * even_prev_rep
+
+texts = ["The cat chased the dog, and then the cat slept on the mat because the dog was tired.",
+         "Yesterday I walked to the station in the rain and missed the early train again.",
+         "In 1905 Einstein published four papers that changed physics for the next century.",
+         "def area(radius):\n    return 3.14159 * radius * radius\n\nprint(area(2.0))",
+         "Paris is the capital of France, and it is known for its museums and cafes.",
+         "Quantum computers use qubits, which can be in a superposition of states."]
+sink_rows = []
+for text_s in texts + [None] * 4:                    # six texts, then the four random sequences
+    if text_s is None:
+        W_s = W_rep[len(sink_rows) - len(texts)]     # (30, 9, 48, 48)
+        first_id = int(rep_ids[len(sink_rows) - len(texts), 0])
+    else:
+        s_ids_k = torch.tensor([tokenizer(text_s)["input_ids"]])
+        W_s = torch.stack([w[0] for w in model(s_ids_k, return_weights=True)[1]])
+        first_id = int(s_ids_k[0, 0])
+    T_s = W_s.shape[-1]
+    on_first = W_s[:, :, 1:, 0].mean(-1)             # (30, 9): queries 1.. on token 0
+    even = np.mean(1 / np.arange(2, T_s + 1))
+    sink_rows.append((tokenizer.decode(first_id), float(on_first.median()), even,
+                      float((on_first > 0.5).float().mean())))
+for first_tok, median_w, even, share in sink_rows:
+    print(f"first token {first_tok!r:12}: median head {median_w:.2f} on it (even spread {even:.3f}); "
+          f"{share:.0%} of the heads put more than half there")
+assert all(median_w > 0.4 and median_w > 2.5 * even for _, median_w, even, _ in sink_rows)
+assert all(share > 0.4 for *_, share in sink_rows)
+
+# %% [markdown]
+# On every one of the ten first tokens, words, code and random ids alike, the median head puts
+# about half its weight on it (0.47 to 0.68 in our run), 3 to 7 times an even spread's weight,
+# and about half of the 270 heads put more than half of their weight there (asserted on each:
+# the median above 0.4 and above 2.5 times the even spread, and over 40% of the heads above
+# 0.5): the sink is the *position*, not a word. Softmax weights must
+# sum to 1; a head with nothing to look for has to put its weight somewhere, and the first token,
+# visible to every query, is where these models learn to put it.
+#
+# On the repeated random tokens, the loss drops from worse than the uniform guess (13.7 nats in
+# our run against ln 49152 = 10.8: the model is confidently wrong about random text) to about
+# 2 nats on the repeat (asserted: a drop of more than 4 nats; 11.6 measured): the model copies
+# from its context. A dozen heads, all in layers 17 to 24, attend exactly where copying needs
+# them to, to the token that followed the earlier occurrence (the best with 0.90 of its weight,
+# against an even spread's 0.03; asserted above 0.5 and at least two heads above 0.3). A previous-token head does what its name
+# says on random ids too. Induction heads are thought to be built from a previous-token head in
+# an earlier layer (Olsson et al. 2022); the layers printed above are consistent with that, but
+# attention patterns alone do not show the composition.
+#
+# ### The counterweight: ablate heads and measure the loss
+#
+# A head that *looks* like it does something may not matter. The direct test: remove it (set
+# its output to 0) and measure the loss. Each head adds its own term to the residual stream,
+# $\mathrm{head}_h W_O^{(h)}$, so removing head h of layer l means subtracting that term after
+# layer l's attention and running the rest of the model from there. We ablate, one at a time, the
+# three strongest induction heads, the previous-token head, the strongest sink head, and 18 heads
+# drawn at random (an estimate of what a typical head does; all 270 would take about 12 times as
+# long), on one repeated sequence, and measure the loss on its repeated half. Ablations run side
+# by side as a batch, each starting at its own layer.
+
+# %%
+from txlearn.heads import repeat_kv, split_heads  # noqa: E402
+from txlearn.masks import causal_mask  # noqa: E402
+
+
+def head_terms(layer, x, mask):
+    """Each head's term in the attention sub-layer's output, (n_heads, T, d_model), and the output."""
+    a = layer.attn
+    h = layer.norm1(x)                                               # (1, T, d_model)
+    out, A = a(h, mask=mask, return_weights=True)                    # (1, T, d_model), (1, n_heads, T, T)
+    V = repeat_kv(split_heads(h @ a.W_V, a.n_kv_heads), a.n_heads // a.n_kv_heads)  # (1, n_heads, T, d_k)
+    terms = (A @ V)[0] @ a.W_O.view(a.n_heads, a.d_k, -1)            # (n_heads, T, d_model)
+    return terms, out
+
+
+def ablated_losses(ids, ablations, scored):
+    """Loss on the positions `scored` with each (layer, head) of `ablations` removed, one at a time."""
+    T_a = ids.shape[1]
+    mask = causal_mask(T_a)
+    stream = model.residual_stream(ids)                              # clean x_0 .. x_30
+    order = sorted(range(len(ablations)), key=lambda i: ablations[i][0])
+    active = stream[0][:0]                                           # (0, T, d_model)
+    for l, layer in enumerate(model.layers):
+        if len(active):
+            active = layer(active, mask=mask)                        # ablations of earlier layers
+        here = [ablations[i][1] for i in order if ablations[i][0] == l]
+        if here:
+            terms, out = head_terms(layer, stream[l], mask)
+            if l == 0:
+                torch.testing.assert_close(terms.sum(0), out[0], atol=1e-4, rtol=1e-4)
+            mid = stream[l] + out - terms[here]                      # (k, T, d_model): head removed
+            active = torch.cat([active, mid + layer.ffn(layer.norm2(mid))])
+    logp = model.head(model.norm(active[:, scored])).log_softmax(-1)  # (n, scored, n_vocab)
+    targets = ids[0, scored + 1]
+    losses = -logp[:, torch.arange(len(scored)), targets].mean(-1)
+    return dict(zip([ablations[i] for i in order], losses.tolist()))
+
+
+t0 = time.perf_counter()
+one = rep_ids[:1, : 2 * L_rep]                                       # one repeated sequence
+scored = torch.arange(L_rep, 2 * L_rep - 1)                          # predictions on the repeat
+clean = nll[0, L_rep:].mean().item()
+sink_score = W_rep[:, :, :, 1:, 0].mean(dim=(0, -1))                 # (30, 9)
+top_ind = [divmod(int(i), config.n_heads) for i in induction.flatten().argsort(descending=True)[:3]]
+named = {"induction": top_ind, "previous token": [(l_p, h_p)],
+         "sink": [divmod(int(sink_score.argmax()), config.n_heads)]}
+named_set = {lh for heads_ in named.values() for lh in heads_}
+pool = [(l, h) for l in range(30) for h in range(config.n_heads) if (l, h) not in named_set]
+rng_a = np.random.default_rng(10)
+sample = [pool[i] for i in rng_a.choice(len(pool), size=18, replace=False)]
+delta = {k: v - clean for k, v in ablated_losses(one, sorted(named_set) + sample, scored).items()}
+print(f"clean loss on the repeat: {clean:.3f} nats/token; {len(delta)} ablations in "
+      f"{time.perf_counter() - t0:.1f} s")
+for name, heads_ in named.items():
+    print(f"  {name:15s} " + ", ".join(f"L{l}H{h}: {delta[(l, h)]:+.3f}" for l, h in heads_))
+sample_deltas = np.array([delta[lh] for lh in sample])
+small = np.abs(sample_deltas) < 0.05
+worst = sample[int(sample_deltas.argmax())]
+print(f"  18 random heads: median change {np.median(sample_deltas):+.3f} nats; "
+      f"{small.sum()} of 18 change the loss by less than 0.05; largest L{worst[0]}H{worst[1]} "
+      f"{sample_deltas.max():+.3f} (its induction score {induction[worst]:.2f}, previous-token "
+      f"{previous[worst]:.2f})")
+assert np.median(np.abs(sample_deltas)) < 0.1 and small.mean() >= 0.5   # a typical head can go
+assert delta[(l_p, h_p)] > 1 and max(delta[lh] for lh in top_ind) > 0.5  # these cannot
+assert abs(delta[named["sink"][0]]) < 0.2            # a sink head: looks busy, removable here
+
+# %% [markdown]
+# A typical head can go: the median randomly drawn head changes the loss on the repeat by a few
+# hundredths of a nat (asserted: median under 0.1, and at least half of the 18 under 0.05), and
+# so does the strongest sink head, for all its weight on the first token (asserted under 0.2).
+# The heads the patterns singled out are different: removing the strongest induction head costs
+# about a nat, and removing the previous-token head costs the most of all, several nats
+# (asserted: over 0.5 and over 1). That is the intervention the attention patterns could not
+# give: the previous-token head of layer 16 feeds the induction heads of layers 17 to 24, and
+# without it the copying fails. Not every important head is one we named, though: one of the
+# random heads also costs several nats (printed above, with its scores: it looks like neither
+# kind), and several induction heads share the work, so removing one of them costs only part of
+# what they do together. A pattern says where a head looks; the ablation, whether the model
+# needs it. (One sequence of 48 tokens, zero-ablation, one head at a time: a small experiment.)
 #
 # The residual stream shows a companion of the sink. Its largest entry, layer by layer, on the
 # long prompt of section 5 (kept from that run):
@@ -445,7 +643,15 @@ ax.set_xlabel("depth (1..29 = after each layer, 30 = after the last layer and th
 ax.set_ylabel("max |ours - theirs| / max |theirs|")
 ax.set_title("residual stream, long prompt: the gap per layer")
 ax.legend(fontsize=8)
-plt.show()
+gaps_by_depth = {label: relative_gap(streams)[1:] for streams, label in (
+    (streams32, "float32"), (streams64, "float64 as shipped"), (streams64x, "float64 without"))}
+show(fig, alt="Log-scale plot of the relative gap between the course's decoder and transformers' "
+     "residual streams on a long prompt, after each of the 30 layers, for three runs. float32 "
+     f"and float64 with the oracle as shipped lie together, between "
+     f"{min(gaps_by_depth['float32']):.0e} and {max(gaps_by_depth['float32']):.0e}; float64 "
+     f"with the oracle's float32 steps removed lies about "
+     f"{np.log10(np.median(gaps_by_depth['float32']) / np.median(gaps_by_depth['float64 without'])):.0f}"
+     f" orders of magnitude lower, near {np.median(gaps_by_depth['float64 without']):.0e}.")
 rel32, rel64, rel64x = relative_gap(streams32), relative_gap(streams64), relative_gap(streams64x)
 for depth in (1, 2, 10, 20, 29, 30):
     print(f"depth {depth:2d}: float32 {rel32[depth]:.1e}, float64 as shipped {rel64[depth]:.1e}, "
@@ -478,10 +684,14 @@ assert all(r64 > r32 / 10 for r32, r64 in zip(rel32[1:], rel64[1:]))   # no bett
 # - The KV cache at 8192 tokens in bf16: 180 MiB with 3 key/value heads, 540 MiB if it were
 #   multi-head. Cached generation equals uncached and is several times faster (ratio printed
 #   above; `benchmarks/decoder.py` measures it beside `transformers`).
-# - Inside: a previous-token head; nearly half of the 270 heads (124 in our runs) put more than
-#   half their weight on the first token (an attention sink), whose residual stream carries one
-#   entry of about 22,000 from layer 12 on, thousands of times the typical entry (a massive
-#   activation).
+# - Inside: sink heads on every one of ten first tokens (the median head about half its weight
+#   there, 3 to 7 times an even spread; about half the heads over 0.5), whose residual stream
+#   carries one entry of about 22,000 from layer 12 on (a massive activation); on a random
+#   sequence shown twice the loss drops by 11.6 nats, a dozen induction heads in layers 17 to 24
+#   attend to the token after the earlier occurrence (the best with 0.90), and a previous-token
+#   head (layer 16) does what its name says. Ablated one at a time, a typical head and the
+#   strongest sink head cost a few hundredths of a nat; the best induction head about a nat, the
+#   previous-token head several.
 #
 # Exercises: [`work/10_decoder.ipynb`](../work/10_decoder.ipynb) (the permutation between the two
 # RoPE pairings, checked on this model's W_Q and W_K; the model's KV cache from its metadata).

@@ -10,7 +10,9 @@ unresolvable and every request not to a file: or data: URL recorded and aborted.
   the source with markdown-it's dollarmath/amsmath parser (not nbconvert's: an independent count);
   code cells are not counted (plot labels hold `$`), and MathJax must typeset nothing outside the
   markdown;
-- each image output of an executed lesson is an embedded data: image that decodes;
+- each image output of an executed lesson is an embedded data: image that decodes, with alt
+  text saying what it shows (at least MIN_ALT_WORDS words, each figure's own); a figure without
+  it stops the build (checked on a probe lesson), and the browser check sees a missing one;
 - every request stays on the machine and every link resolves to a file inside the book.
 
 A screenshot of lesson 01 is kept in build/test-artifacts/book-01_softmax.png.
@@ -26,8 +28,9 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from txlearn.course import book
+from txlearn.course import book, figures
 from txlearn.course.build import ROOT, Layout, solution_texts
+from txlearn.plotting import MIN_ALT_WORDS
 
 ARTIFACTS = ROOT / "build" / "test-artifacts"
 EXECUTED = ["00", "01", "02"]
@@ -86,7 +89,8 @@ REPORT_JS = r"""() => {
     if (at >= 0) raw.push(text.slice(Math.max(0, at - 40), at + 40));
   });
   const images = [...document.querySelectorAll(".jp-OutputArea-output img")].map(img => ({
-    data: img.src.startsWith("data:image/"), width: img.naturalWidth}));
+    data: img.src.startsWith("data:image/"), width: img.naturalWidth,
+    alt: img.hasAttribute("alt") ? img.getAttribute("alt") : null}));
   return {typeset: jax.length, errors, unrendered, outside, raw, images,
           font: MathJax.OutputJax["HTML-CSS"] ? MathJax.OutputJax["HTML-CSS"].fontInUse : null,
           links: [...document.querySelectorAll("a[href]")].map(a => a.href),
@@ -242,6 +246,64 @@ def test_every_figure_of_the_executed_lessons_is_an_embedded_image(reports):
             f"{path}: {len(report['images'])} images on the page, {page.figures} figure outputs")
         for image in report["images"]:
             assert image["data"] and image["width"] > 0, f"{path}: {image}"
+        assert images_without_alt(report) == [], f"{path}: figures without alt text"
+        alts = [image["alt"] for image in report["images"]]
+        assert len(set(alts)) == len(alts), f"{path}: two figures share one alt text"
+
+
+def images_without_alt(report) -> list[int]:
+    """Indexes of the page's output images whose alt text is missing or under MIN_ALT_WORDS."""
+    return [i for i, image in enumerate(report["images"])
+            if image["alt"] is None or len(image["alt"].split()) < MIN_ALT_WORDS]
+
+
+def _figure_notebook(cell: str):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# figures"),
+                                         nbformat.v4.new_code_cell(cell)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    return nb
+
+
+def test_a_lesson_figure_without_alt_text_stops_the_book(tmp_path):
+    import nbformat
+
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(_figure_notebook("import matplotlib.pyplot as plt\nplt.plot([0, 1])\nplt.show()"),
+                   tmp_path / "notebooks" / "00_figure.ipynb")
+    (tmp_path / "README.md").write_text("| NN | lesson | what it measures |\n|---|---|---|\n"
+                                        "| 00 | [a figure](notebooks/00_figure.ipynb) | a line |\n")
+    with pytest.raises(book.BookError, match="(?s)1 figure.* without alt text.*cell 1"):
+        book.write_book(tmp_path / "out", layout=Layout(root=tmp_path), timeout=120)
+    assert not (tmp_path / "out").exists()
+
+
+def test_alt_text_reaches_the_page_and_the_browser_check_sees_a_missing_one(browser, tmp_path):
+    """The book writes show()'s alt text as the img's alt attribute, HTML-escaped; the same page
+    with the attribute removed fails the check of the test above (its oracle can fail)."""
+    import nbformat
+
+    alt = 'A line rising from 0 to 1, drawn "as a test" <with> & without markup.'
+    nb = _figure_notebook("import matplotlib.pyplot as plt\nfrom txlearn.plotting import show\n"
+                          f"fig, ax = plt.subplots()\nax.plot([0, 1])\nshow(fig, alt={alt!r})")
+    book.execute(nb, tmp_path, timeout=120)
+    assert book.figures_without_alt(nb) == [] and figures.figure_count(nb) == 1
+    (tmp_path / "mathjax").symlink_to(book.mathjax_source(), target_is_directory=True)
+    book._write(book._exporter(0), nb, tmp_path / "probe.html", "probe", "", "")
+    report = open_page(browser, tmp_path / "probe.html")
+    assert [image["alt"] for image in report["images"]] == [alt]
+    assert images_without_alt(report) == []
+    page = tmp_path / "probe.html"
+    # the alt attribute removed wherever nbconvert puts it (before or after src) and whichever
+    # quotes it uses (single ones when the text holds a double quote)
+    html_text, removed = re.subn(r"""(<img\b[^>]*?)\s+alt=("[^"]*"|'[^']*')""", r"\1",
+                                 page.read_text())
+    assert removed == 1
+    page.write_text(html_text)
+    stripped = open_page(browser, page)
+    assert len(stripped["images"]) == 1 and images_without_alt(stripped) == [0]
 
 
 def test_no_page_requests_anything_off_the_machine(reports):

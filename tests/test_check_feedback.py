@@ -78,7 +78,7 @@ def test_each_failure_says_what_is_wrong(outputs):
     assert "line 3 in softmax: return z / undefined_name" in raised   # the learner's own frame
     assert "not implemented yet" in outputs["stub"][0]
     assert "did not finish within 1 s" in outputs["timeout"][0]
-    assert outputs["passes"] == ("", "PASSED: stable_softmax\n")
+    assert outputs["passes"] == ("", "PASSED (public cases): stable_softmax\n")
 
 
 def test_hint_levels_deepen_on_rerun_and_with_hint(outputs):

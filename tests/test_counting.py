@@ -194,3 +194,61 @@ def test_memory_formulas():
 def test_format_table_has_total():
     text = counting.format_table({"a": 1000, "b": 234}, unit="FLOPs")
     assert text.splitlines()[-1].split()[:2] == ["total", "1,234"]
+
+
+# ---- training FLOPs and decode bytes (lesson 08) ----------------------------------------------
+
+@pytest.mark.parametrize("extra", [{}, {"n_kv_heads": 2, "activation": "swiglu", "bias": False}])
+def test_training_flops_match_flop_counter_with_a_backward_pass(extra):
+    # Oracle: FlopCounterMode around the forward *and* backward pass of two teaching-path layers
+    # whose input needs its gradient (as it does after an embedding). Each product's backward is
+    # two products of its size, so the step is 3 x the forward.
+    from txlearn.layer import TransformerLayer
+    from txlearn.masks import causal_mask
+    torch.manual_seed(0)
+    B, T, d_model, n_heads, d_ff = 2, 9, 16, 4, 40
+    layers = nn.Sequential(*(TransformerLayer(d_model, n_heads, d_ff, dropout=0.0, **extra)
+                             for _ in range(2)))
+    x = torch.randn(B, T, d_model, requires_grad=True)
+    with FlopCounterMode(display=False) as forward_only:
+        out = x
+        for layer in layers:
+            out = layer(out, mask=causal_mask(T))
+    with FlopCounterMode(display=False) as backward_only:
+        out.backward(torch.randn_like(out))
+    sizes = {k: v for k, v in extra.items() if k != "bias"}
+    step = counting.training_flops(n_layers=2, T=T, d_model=d_model, n_heads=n_heads, d_ff=d_ff,
+                                   **sizes)
+    assert forward_only.get_total_flops() == B * step["forward"]
+    assert backward_only.get_total_flops() == B * step["backward"] == 2 * B * step["forward"]
+
+
+def test_six_n_per_token_plus_attention_is_exact_for_the_matrix_weights():
+    # N = the weights of the products of a bias-free layer: 4 d_model^2 + 2 d_model d_ff
+    T, d_model, n_heads, d_ff, n_layers = 64, 32, 4, 128, 3
+    N = n_layers * (4 * d_model ** 2 + 2 * d_model * d_ff)
+    for causal in (False, True):
+        exact = counting.training_flops(n_layers=n_layers, T=T, d_model=d_model, n_heads=n_heads,
+                                        d_ff=d_ff, causal=causal)
+        per_token = counting.training_flops_per_token(n_params=N, n_layers=n_layers, T=T,
+                                                      d_model=d_model, causal=causal)
+        assert sum(exact.values()) == pytest.approx(T * per_token, rel=1e-12)
+    # the attention term is 12 n_layers T d_model: at T = 6 d_model per layer it equals 6 N
+    # for d_ff = 4 d_model (N = 12 d_model^2 per layer)
+    assert counting.training_flops_per_token(n_params=0, n_layers=1, T=6 * 64, d_model=64) == \
+        6 * 12 * 64 ** 2
+
+
+def test_decode_bytes_golden_for_smollm2_and_gqa_divides_only_the_cache():
+    # SmolLM2-135M: 134,515,008 weights in bf16 (2 bytes), 30 layers, 3 kv heads of 64, 8192 tokens
+    rows = counting.decode_bytes_per_token(n_params=134_515_008, n_layers=30, n_kv_heads=3, d_k=64,
+                                           context=8192)
+    assert rows == {"weights": 2 * 134_515_008, "KV cache": 2 * 30 * 3 * 64 * 8192 * 2}
+    mha = counting.decode_bytes_per_token(n_params=134_515_008, n_layers=30, n_kv_heads=9, d_k=64,
+                                          context=8192)
+    assert mha["KV cache"] == 3 * rows["KV cache"] and mha["weights"] == rows["weights"]
+    batched = counting.decode_bytes_per_token(n_params=1000, n_layers=1, n_kv_heads=1, d_k=4,
+                                              context=10, batch=4, weight_dtype="float32")
+    assert batched == {"weights": 1000.0, "KV cache": 2 * 4 * 10 * 2}   # weights shared by 4
+    with pytest.raises(ValueError, match="n_params"):
+        counting.decode_bytes_per_token(n_params=-1, n_layers=1, n_kv_heads=1, d_k=1, context=1)

@@ -28,7 +28,8 @@ from txlearn.training.schedule import ENV_SECONDS
 OPTIONS = ["--d-model", "32", "--n-heads", "2", "--n-layers", "2", "--d-ff", "64",
            "--block-size", "32", "--batch-size", "8", "--max-steps", "16", "--warmup-steps", "4",
            "--eval-interval", "4", "--lr", "0.01", "--precision", "fp32", "--threads", "1",
-           "--dropout", "0"]   # each rank would draw its own dropout masks: not one process's
+           "--dropout", "0",   # each rank would draw its own dropout masks: not one process's
+           "--min-lr", "0.001", "--init", "layers"]   # the whole recipe given: nothing timed
 TOL = 1e-4
 
 

@@ -99,7 +99,8 @@ def _check_stems():
 # ---- the layers: imports run downhill ----------------------------------------------------------
 
 COMPONENTS = {"softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
-              "flash_attention", "counting", "measuring", "recurrent", "sampling", "plotting"}
+              "flash_attention", "sliding_window", "counting", "measuring", "recurrent", "sampling",
+              "plotting"}
 
 
 def _layer(module: str):

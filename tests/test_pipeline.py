@@ -89,7 +89,7 @@ def test_student_version_holds_no_solution_and_solution_carries_passed_lines(sou
     assert [c.metadata["exercise"] for c in checks] == names
     for cell in checks:
         assert "nbval-check-output" in cell.metadata["tags"]
-        assert cell.outputs[0]["text"] == f"PASSED: {cell.metadata['exercise']}\n"
+        assert cell.outputs[0]["text"] == f"PASSED (public cases): {cell.metadata['exercise']}\n"
         assert cell.execution_count is not None
     stubs = [c for c in student.cells if build.is_answer(c)]
     assert all("raise NotImplementedError" in c.source for c in stubs)
@@ -134,7 +134,7 @@ def graded(tmp_path_factory):
         "cheat": _edit(sol01, tmp / "cheat" / "01_softmax.ipynb",
                        ("stable_softmax", "import numpy as np\n" + SOFTMAX_NO_SHIFT),
                        drop_checks=True,
-                       extra="def check(name, *a):\n    print(f'PASSED: {name}')"),
+                       extra="def check(name, *a):\n    print(f'PASSED (public cases): {name}')"),
         "syntax": _edit(sol01, tmp / "syntax" / "01_softmax.ipynb",
                         ("stable_softmax", "def softmax(x, axis=-1):\n    return x /")),
         "imported": _edit(sol01, tmp / "imported" / "01_softmax.ipynb",
@@ -291,6 +291,7 @@ def test_every_stub_check_fails_with_not_implemented_in_eight_lines(stub_outputs
 def test_build_and_grade_commands_do_not_import_torch():
     code = ("import sys\nfrom txlearn.cli import main\n"
             "assert main(['build', '--check']) == 0\n"
-            "assert 'torch' not in sys.modules, 'txlearn build imported torch'\n")
+            "assert 'torch' not in sys.modules, 'txlearn build imported torch'\n"
+            "assert sys.modules.get('rfc3987_syntax') is None, 'its parser was built'\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr

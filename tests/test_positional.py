@@ -1,12 +1,18 @@
 """positional: sinusoidal layout and its relative-offset rotation, the learned table's range,
-RoPE's relative property, norm preservation, pairings and their conversion."""
+RoPE's relative property, norm preservation, pairings and their conversion; position
+interpolation against transformers' linear RoPE scaling; ALiBi's slopes against the paper's and
+its bias against BLOOM's."""
 
 import numpy as np
 import pytest
 import torch
 
-from txlearn.positional import (LearnedPositionalEmbedding, apply_rope, apply_rope_np,
-                                half_to_interleaved, interleaved_to_half, sinusoidal_encoding,
+from txlearn.attention import masked_softmax_np
+from txlearn.masks import causal_mask_np
+from txlearn.positional import (LearnedPositionalEmbedding, alibi_bias, alibi_bias_np,
+                                alibi_slopes_np, apply_rope, apply_rope_np, half_to_interleaved,
+                                interleaved_to_half, interpolate_positions,
+                                interpolate_positions_np, sinusoidal_encoding,
                                 sinusoidal_encoding_np, sinusoidal_offset_matrix_np)
 
 
@@ -150,3 +156,84 @@ def test_rope_gradcheck_and_bad_arguments():
         apply_rope(torch.randn(4))
     with pytest.raises(ValueError, match=r"\(4,\)"):
         apply_rope_np(np.ones(4))
+
+
+def test_position_interpolation_equals_transformers_linear_rope_scaling():
+    """Chen et al.'s interpolation is what transformers calls rope_type "linear" (positions
+    divided by the factor context / trained_len); its cos/sin tables are computed from float32
+    frequencies, hence 1e-6 rather than float64 rounding."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    config = LlamaConfig(hidden_size=64, num_attention_heads=4, max_position_embeddings=128,
+                         rope_parameters={"rope_type": "linear", "factor": 4.0,
+                                          "rope_theta": 10000.0})
+    torch.manual_seed(5)
+    x = torch.randn(1, 4, 100, 16, dtype=torch.float64)                # (B, n_heads, T, d_k)
+    cos, sin = LlamaRotaryEmbedding(config)(x, torch.arange(100)[None])
+    expected, _ = apply_rotary_pos_emb(x, x, cos, sin)
+    got = apply_rope(x, interpolate_positions(100, trained_len=32, context=128), pairing="half")
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+    assert (got - apply_rope(x, pairing="half")).abs().max() > 1.0     # not plain RoPE
+
+
+def test_position_interpolation_keeps_every_angle_inside_the_trained_range():
+    positions = interpolate_positions_np(np.arange(128), trained_len=32, context=128)
+    assert positions.dtype == np.float64 and positions.max() < 32
+    np.testing.assert_array_equal(positions[::4], np.arange(32))       # every 4th: a trained one
+    torch.testing.assert_close(interpolate_positions(torch.arange(10, 20), 32, 64),
+                               torch.arange(10, 20, dtype=torch.float64) / 2, rtol=0, atol=0)
+    np.testing.assert_array_equal(interpolate_positions_np([0, 5], 32, 32), [0.0, 5.0])
+    with pytest.raises(ValueError, match="trained_len=64, context=32"):
+        interpolate_positions(10, 64, 32)
+    with pytest.raises(ValueError, match="trained_len=0"):
+        interpolate_positions_np([1], 0, 32)
+
+
+def test_alibi_slopes_are_the_papers():
+    # Press et al. 2022, section 3: "for 8 heads ... 1/2^1, 1/2^2, ..., 1/2^8"; for 16 heads the
+    # geometric sequence starting at 1/2^0.5 with ratio 1/2^0.5
+    np.testing.assert_allclose(alibi_slopes_np(8), [2.0 ** -k for k in range(1, 9)],
+                               rtol=1e-15, atol=0)
+    np.testing.assert_allclose(alibi_slopes_np(16), [2.0 ** (-k / 2) for k in range(1, 17)],
+                               rtol=1e-15, atol=0)
+    np.testing.assert_array_equal(alibi_slopes_np(1), [2.0 ** -8])
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(ValueError, match="n_heads must be a positive integer"):
+            alibi_slopes_np(bad)
+
+
+@pytest.mark.parametrize("n_heads", [4, 6, 8, 12])
+def test_alibi_gives_blooms_attention_weights(n_heads):
+    """BLOOM adds slope * key position (a per-row constant away from -slope * (i - j)): under a
+    causal mask the softmax, which ignores a constant per row, must give the same weights, and
+    its slopes (also for head counts that are not powers of two) must be ours. BLOOM computes
+    its slopes in float32: hence 1e-7."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    T = 9
+    bloom = build_alibi_tensor(torch.ones(1, T), n_heads, torch.float64)[:, 0]   # (n_heads, S)
+    np.testing.assert_allclose(bloom[:, 1].numpy(), alibi_slopes_np(n_heads), rtol=2e-7, atol=0)
+    scores = np.random.default_rng(n_heads).normal(size=(n_heads, T, T))
+    causal = causal_mask_np(T)
+    ours = masked_softmax_np(scores + alibi_bias_np(n_heads, T), causal)
+    theirs = masked_softmax_np(scores + bloom.numpy()[:, None, :], causal)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-7)
+    assert np.abs(ours - masked_softmax_np(scores, causal)).max() > 0.05    # the bias matters
+
+
+def test_alibi_bias_values_alignment_and_errors():
+    bias = alibi_bias_np(2, 3)                                   # slopes 1/16, 1/256
+    np.testing.assert_array_equal(bias[0], -np.array([[0, 1, 2], [1, 0, 1], [2, 1, 0]]) / 16)
+    # the last L = 2 of S = 5 positions (a cache): query 0 is position 3
+    np.testing.assert_array_equal(alibi_bias_np(2, 2, 5)[0], -np.array([[3, 2, 1, 0, 1],
+                                                                        [4, 3, 2, 1, 0]]) / 16)
+    np.testing.assert_array_equal(alibi_bias_np(4, 2, 5), alibi_bias_np(4, 5)[:, 3:])
+    t = alibi_bias(4, 6, dtype=torch.float64)
+    assert t.dtype == torch.float64 and not t.requires_grad
+    np.testing.assert_array_equal(t.numpy(), alibi_bias_np(4, 6))
+    assert alibi_bias(4, 6, dtype=torch.bfloat16).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="L=6, S=5"):
+        alibi_bias_np(4, 6, 5)
+    with pytest.raises(ValueError, match="L=0"):
+        alibi_bias(4, 0)

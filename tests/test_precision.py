@@ -241,6 +241,11 @@ CASES = [
     Case("scaled_scores", lambda dt: softmax.scaled_scores,
          lambda dt: cast((randn(2, 5, 16), randn(2, 7, 16)), dt),
          lambda f, a: softmax.scaled_scores_np(a[0].numpy(), a[1].numpy()), C=1, C_f32=3),
+    # the backward pass: <s, g> summed in float32, rounded once; in float32 g - <s, g> cancels
+    # where g is close to its mean (measured 7.98 / 0.49 / 0.41)
+    Case("softmax_vjp", lambda dt: softmax.softmax_vjp,
+         lambda dt: cast((torch.softmax(randn(4, 33, scale=3), -1), randn(4, 33)), dt),
+         lambda f, a: softmax.softmax_vjp_np(a[0].numpy(), a[1].numpy()), C=1, C_f32=16),
 
     # masks.py (lesson 02): to_additive's 0 and -inf are exact in every dtype.
     Case("to_additive", lambda dt: lambda m: masks.to_additive(m, dt),
@@ -269,6 +274,15 @@ CASES = [
          close_large_scores,
          lambda f, a: attention.attention_np(*(t.numpy() for t in a), return_weights=True)[1],
          C=1, C_f32=4),
+    # the backward pass (dQ, dK, dV), computed in float32 for 16-bit inputs and rounded once
+    # (measured up to 3.10 / 0.44 / 0.47)
+    *[Case(f"attention_backward {name}, causal and fully masked rows",
+           lambda dt, i=i: lambda Q, K, V, dO, m: attention.attention_backward(Q, K, V, dO, m)[i],
+           lambda dt: cast((randn(2, 7, 16), randn(2, 5, 16), randn(2, 5, 8), randn(2, 7, 8),
+                            masks.causal_mask(7, 5)), dt),
+           lambda f, a, i=i: attention.attention_backward_np(*(t.numpy() for t in a))[i],
+           C=1, C_f32=7)
+      for i, name in enumerate(("dQ", "dK", "dV"))],
 
     # heads.py (lesson 03): projections in the dtype, attention in float32.
     # measured 2.81 / 0.62 / 0.61
@@ -303,6 +317,18 @@ CASES = [
     Case("sinusoidal_encoding, positions 0 to 4095",
          lambda dt: lambda: positional.sinusoidal_encoding(4096, 16, dtype=dt), lambda dt: (),
          lambda f, a: positional.sinusoidal_encoding_np(4096, 16), C=1, C_f32=1),
+    # ALiBi's bias at distances up to 4095 (-2047.5 for the first head: bfloat16 numbers are 8
+    # apart there) and RoPE at interpolated (fractional) long positions: float64, rounded once.
+    Case("alibi_bias, 8 heads, last 4 of 4096 positions",
+         lambda dt: lambda: positional.alibi_bias(8, 4, 4096, dtype=dt), lambda dt: (),
+         lambda f, a: positional.alibi_bias_np(8, 4, 4096), C=1, C_f32=1),
+    Case("apply_rope, interpolated long positions",
+         lambda dt: lambda x: positional.apply_rope(
+             x, positional.interpolate_positions(LONG_POSITIONS, 2048, 8192)),
+         lambda dt: cast((randn(2, len(LONG_POSITIONS), 32),), dt),
+         lambda f, a: positional.apply_rope_np(
+             a[0].numpy(), positional.interpolate_positions_np(LONG_POSITIONS, 2048, 8192)),
+         C=1, C_f32=2),
     Case("LearnedPositionalEmbedding", module(lambda: positional.LearnedPositionalEmbedding(64, 16)),
          lambda dt: (torch.tensor([0, 5, 63, 7]),), same_module_in_float64, C=0, C_f32=0),
 
@@ -326,6 +352,17 @@ CASES = [
       for label, s in [("ordinary", 1.0),
                        ("large inputs (squares overflow float16)", 300.0),
                        ("tiny inputs (squares underflow float16)", 3e-3)]],
+    # the backward passes (dx, dgamma), statistics and sums in float32, rounded once
+    # (measured up to 2.16 / 0.48 / 0.47)
+    *[Case(f"{fn.__name__} {what}, {label}",
+           lambda dt, fn=fn, i=i: lambda x, g, dy: fn(x, g, dy)[i],
+           lambda dt, s=s: cast((randn(3, 5, 32, scale=s, shift=s), 1 + 0.1 * randn(32),
+                                 randn(3, 5, 32)), dt),
+           lambda f, a, ref=ref, i=i: ref(*(t.numpy() for t in a))[i], C=1, C_f32=5)
+      for fn, ref in ((norms.layer_norm_backward, norms.layer_norm_backward_np),
+                      (norms.rms_norm_backward, norms.rms_norm_backward_np))
+      for i, what in enumerate(("dx", "dgamma"))
+      for label, s in [("ordinary", 1.0), ("large inputs", 300.0)]],
 
     # layer.py (lesson 07): each rounding of the residual stream is amplified by the norm after it.
     # measured 1.91 / 1.19 / 1.01
@@ -390,6 +427,19 @@ CASES = [
     Case("tiled_attention, large close scores",
          lambda dt: lambda Q, K, V: flash_attention.tiled_attention(Q, K, V, block_size=3),
          close_large_scores, lambda f, a: attention.attention_np(*(t.numpy() for t in a)), C=1, C_f32=4),
+
+    # flash_attention.py (lesson 08): the same online-softmax state in float32, inside the
+    # autograd Function (measured up to 1.42 / 0.40 / 0.40)
+    Case("flash_attention, causal and fully masked rows",
+         lambda dt: lambda Q, K, V, m: flash_attention.flash_attention(Q, K, V, m, block_size=3),
+         lambda dt: cast((randn(2, 7, 16), randn(2, 5, 16), randn(2, 5, 16),
+                          masks.causal_mask(7, 5)), dt),
+         lambda f, a: attention.attention_np(*(t.numpy() for t in a)), C=1, C_f32=3),
+    Case("flash_attention, large close scores, causal=True",
+         lambda dt: lambda Q, K, V: flash_attention.flash_attention(Q, K, V, block_size=3, causal=True),
+         close_large_scores,
+         lambda f, a: attention.attention_np(*(t.numpy() for t in a), masks.causal_mask(5, 7).numpy()),
+         C=1, C_f32=4),
 ]
 
 # Long positions for RoPE, including the issue's 1001, 1857 and 3001; 65,519 is past float16's

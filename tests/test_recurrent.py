@@ -1,6 +1,7 @@
 """Tests of txlearn.recurrent: the Elman RNN against nn.RNN, and the measured path length (an
 RNN's grows with the distance, attention's is constant)."""
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -46,3 +47,30 @@ def test_matmul_path_length_errors():
         recurrent.matmul_path_length((y * 2).sum(), x)
     with pytest.raises(ValueError, match="leaf"):
         recurrent.matmul_path_length((x * 2).sum(), x * 2)
+
+
+def test_sequential_depth_of_a_chain_counts_each_operation_once():
+    from txlearn.recurrent import sequential_depth
+    x = torch.randn(3, requires_grad=True)
+    y = x
+    for _ in range(5):
+        y = torch.tanh(y)                       # 5 operations, one after the other
+    assert sequential_depth(y, x) == 5
+    wide = (x * 2) + (x * 3) + (x * 4)          # three products side by side, then two adds
+    assert sequential_depth(wide, x) == 3       # mul, add, add
+    with pytest.raises(ValueError, match="leaf"):
+        sequential_depth(y, y)
+
+
+def test_rnn_depth_grows_linearly_in_T_and_attention_depth_is_constant():
+    from txlearn.attention import scaled_dot_product_attention
+    from txlearn.recurrent import sequential_depth
+    rnn, attn = [], []
+    for T in (2, 4, 8, 16):
+        x = torch.randn(1, T, 4, requires_grad=True)
+        W = torch.randn(4, 4)
+        rnn.append(sequential_depth(recurrent.recurrent_layer(x, W, W, torch.zeros(4))[:, -1], x))
+        attn.append(sequential_depth(scaled_dot_product_attention(x @ W, x @ W, x @ W)[:, -1], x))
+    steps = np.diff(rnn) / np.diff([2, 4, 8, 16])
+    assert len(set(attn)) == 1                      # independent of T
+    assert np.all(steps == steps[0]) and steps[0] >= 2   # the same few operations per step

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from txlearn.sampling import (check_settings, next_token_distribution, next_token_distribution_np,
-                              sample_next)
+from txlearn.sampling import (apply_repetition_penalty, apply_repetition_penalty_np, check_settings,
+                              next_token_distribution, next_token_distribution_np, sample_next)
 
 
 # ---- temperature ------------------------------------------------------------------------------
@@ -163,3 +163,61 @@ def test_draws_follow_the_distribution_and_never_leave_the_kept_set():
     assert set(ids.unique().tolist()) == {int(i) for i in torch.nonzero(p).flatten()}
     # 40,000 draws: a standard error below 0.0025 per entry; 4 standard errors
     torch.testing.assert_close(freq, p, atol=0.01, rtol=0)
+
+
+# ---- repetition penalty (issue 26) -------------------------------------------------------------
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative_logits():
+    """The reports' hard-won rule: for a token already in the sequence, a positive logit is
+    divided by the penalty and a negative one multiplied, so the token always loses
+    probability (dividing a negative logit, CTRL's formula read literally, raises it)."""
+    logits = torch.tensor([2.0, -1.0, 0.5, -3.0, 0.0])
+    got = apply_repetition_penalty(logits, [0, 1, 1, 4], 2.0)   # token 1 twice: penalised once
+    assert got.tolist() == [1.0, -2.0, 0.5, -3.0, 0.0]
+    np.testing.assert_array_equal(apply_repetition_penalty_np(logits.numpy(), [0, 1, 1, 4], 2.0),
+                                  got.numpy())
+    before = next_token_distribution(logits)
+    after = next_token_distribution(got)
+    assert after[1] < before[1] and after[0] < before[0]          # both repeated tokens lose
+    assert torch.equal(apply_repetition_penalty(logits, [0, 1], 1.0), logits)
+    assert torch.equal(apply_repetition_penalty(logits, torch.tensor([], dtype=torch.long), 3.0),
+                       logits)
+
+
+def test_repetition_penalty_matches_the_loop_reference():
+    g = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        logits = torch.randn(30, generator=g, dtype=torch.float64) * 3
+        previous = torch.randint(0, 30, (12,), generator=g)
+        theta = float(torch.rand((), generator=g, dtype=torch.float64)) * 2 + 0.5
+        np.testing.assert_allclose(apply_repetition_penalty(logits, previous, theta).numpy(),
+                                   apply_repetition_penalty_np(logits.numpy(), previous, theta),
+                                   rtol=1e-15)
+
+
+def test_bad_repetition_penalty_and_ids():
+    for bad in (0, -1.2, float("nan"), float("inf"), "x"):
+        with pytest.raises(ValueError, match="repetition_penalty must be a finite number > 0"):
+            apply_repetition_penalty(torch.zeros(3), [0], bad)
+    with pytest.raises(ValueError, match=r"previous ids must lie in \[0, 3\).*got 0 \.\. 5"):
+        apply_repetition_penalty(torch.zeros(3), [0, 5], 1.2)
+    with pytest.raises(ValueError, match="one row"):
+        apply_repetition_penalty_np(np.zeros((2, 3)), [0], 1.2)
+
+
+def test_generate_applies_the_penalty_to_prompt_and_generated_ids():
+    """generate(..., repetition_penalty=theta) at temperature 0 picks, each step, the argmax of
+    the penalised logits over every id of the sequence so far (a loop written here)."""
+    from txlearn.models.char_lm import CharTransformer
+    from txlearn.training.generate import generate
+
+    torch.manual_seed(1)
+    model = CharTransformer(9, 16, 2, 1, 32, block_size=16).eval()
+    ids = [1, 2, 3]
+    with torch.no_grad():
+        for _ in range(10):
+            z = model(torch.tensor([ids]))[0, -1].double().numpy()
+            ids.append(int(np.argmax(apply_repetition_penalty_np(z, ids, 1.8))))
+    got = generate(model, [1, 2, 3], 10, temperature=0.0, repetition_penalty=1.8)
+    assert got.tolist() == ids
+    assert got.tolist() != generate(model, [1, 2, 3], 10, temperature=0.0).tolist()

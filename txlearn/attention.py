@@ -11,6 +11,13 @@ results rounded once to the input's dtype. The scores need it: softmax turns an 
 score into a relative error of about delta in its weight, and a bfloat16 score near 100 is
 rounded by up to 0.25 (``tests/test_precision.py`` measures it on large, close logits). The cost
 is the (L, S) scores held in float32, twice the bytes of float16 ones.
+
+The backward pass (lesson 02, section 9) is written out by hand in :func:`attention_backward`
+and its NumPy twin: with ``S = Q K^T / sqrt(d_k)``, ``P = softmax(S)``, ``O = P V`` and the
+upstream gradient ``dO``,
+
+    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),
+    dQ = dS K / sqrt(d_k),   dK = dS^T Q / sqrt(d_k).
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ import numpy as np
 import torch
 
 from txlearn.precision import compute_dtype, upcast
+from txlearn.softmax import softmax_vjp, softmax_vjp_np
 
 __all__ = ["masked_softmax", "scaled_dot_product_attention", "attention_np", "masked_softmax_np",
-           "check_mask"]
+           "check_mask", "attention_backward", "attention_backward_np"]
 
 
 def check_mask(mask, scores_shape: tuple, is_bool: bool) -> None:
@@ -148,7 +156,7 @@ def masked_softmax_np(scores: np.ndarray, mask: np.ndarray | None = None,
     check_mask(mask, scores.shape, mask.dtype == np.bool_)
     mask = np.broadcast_to(mask, scores.shape)
     s = np.where(mask, scores, -np.inf)
-    m = s.max(axis=axis, keepdims=True)
+    m = s.max(axis=axis, keepdims=True, initial=-np.inf)  # -inf for no keys (S = 0) too
     m = np.where(np.isfinite(m), m, 0.0)
     e = np.where(mask, np.exp(s - m), 0.0)
     denom = e.sum(axis=axis, keepdims=True)
@@ -166,3 +174,118 @@ def attention_np(Q, K, V, mask=None, return_weights: bool = False):
     weights = masked_softmax_np(scores, mask, axis=-1)  # (..., L, S)
     out = weights @ V  # (..., L, d_v)
     return (out, weights) if return_weights else out
+
+
+# --------------------------------------------------------------------------- the backward pass
+
+def _check_grad_out(dO_shape, out_shape) -> None:
+    if tuple(dO_shape) != tuple(out_shape):
+        raise ValueError(f"dO has shape {tuple(dO_shape)}, but the attention output of these Q, K, "
+                         f"V has shape {tuple(out_shape)} (..., L, d_v)")
+
+
+def _check_weights(P_shape, scores_shape) -> None:
+    if tuple(P_shape) != tuple(scores_shape):
+        raise ValueError(f"weights of shape {tuple(P_shape)} do not match the scores' shape "
+                         f"{tuple(scores_shape)} (..., L, S) of these Q and K")
+
+
+def _sum_to(grad, shape: tuple):
+    """`grad` summed over the axes along which an input of `shape` was broadcast (NumPy or torch):
+    an input used by several heads (K shared by a group of query heads) gets the sum of their
+    gradients."""
+    lead = grad.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and grad.shape[lead + i] != 1)
+    if not axes:
+        return grad
+    if isinstance(grad, np.ndarray):
+        return grad.sum(axis=axes, keepdims=True).reshape(shape)
+    return grad.sum(dim=axes, keepdim=True).reshape(shape)
+
+
+def attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: torch.Tensor,
+                       mask: torch.Tensor | None = None, weights: torch.Tensor | None = None):
+    """Gradients of scaled dot-product attention, written by hand: ``(dQ, dK, dV)``.
+
+    Forward (:func:`scaled_dot_product_attention`): ``S = Q K^T / sqrt(d_k)``,
+    ``P = masked_softmax(S, mask)``, ``O = P V``. Backward, one product at a time (each line is
+    the chain rule through one forward line, lesson 02, section 9):
+
+        dV = P^T dO                       O_l = sum_s P_ls V_s, so dV_s = sum_l P_ls dO_l
+        dP = dO V^T                       (..., L, S)
+        dS = P * (dP - rowsum(dP * P))    the softmax's vector-Jacobian product, per query row
+        dQ = dS K / sqrt(d_k),   dK = dS^T Q / sqrt(d_k)
+
+    Masks: a masked entry has ``P = 0``, so ``dS = 0`` there: no gradient flows into a key a
+    query may not see, and a fully masked row (all its P are 0) gets ``dQ = 0`` and sends
+    nothing to any key or value, never NaN. Broadcasting: Q, K and V may broadcast over their
+    leading axes (a K of shape ``(B, n_kv_heads, 1, S, d_k)`` against a Q of
+    ``(B, n_kv_heads, n_rep, L, d_k)`` is grouped-query attention); each gradient is summed back
+    to its input's shape.
+
+    What is saved: ``weights=`` takes the P the forward kept (``return_weights=True``), an
+    ``(..., L, S)`` tensor, the memory that makes ordinary attention's training quadratic in T;
+    ``weights=None`` recomputes P from Q and K (FlashAttention's trade: FLOPs for memory).
+
+    Args:
+        Q: ``(..., L, d_k)``; K: ``(..., S, d_k)``; V: ``(..., S, d_v)``, one floating dtype.
+        dO: dLoss/dO, the shape of the output, ``(..., L, d_v)`` broadcast over the leading axes.
+        mask: bool broadcastable to ``(..., L, S)``, True = may attend; None = no mask.
+        weights: the forward's P ``(..., L, S)``, or None to recompute it.
+
+    Returns:
+        ``(dQ, dK, dV)`` of the shapes and dtype of Q, K, V; float16 and bfloat16 are computed
+        in float32 and rounded once. Differentiable (plain tensor operations).
+
+    Raises:
+        ValueError: mismatched shapes of Q, K, V, dO or weights (all named), differing dtypes,
+            or a mask that is not boolean or does not broadcast.
+
+    Source: Vaswani et al. 2017, eq. 1, differentiated; lesson 02, section 9; tested against
+    ``torch.autograd`` and ``torch.autograd.gradcheck``.
+    """
+    _check_qkv(Q.shape, K.shape, V.shape)
+    if not Q.dtype == K.dtype == V.dtype:
+        raise ValueError(f"Q, K and V must share one dtype, got Q {Q.dtype}, K {K.dtype}, "
+                         f"V {V.dtype}")
+    lead = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    _check_grad_out(dO.shape, (*lead, Q.shape[-2], V.shape[-1]))
+    dtype, scale = Q.dtype, 1.0 / math.sqrt(Q.shape[-1])
+    Qc, Kc, Vc, dOc = upcast(Q), upcast(K), upcast(V), upcast(dO).to(upcast(Q).dtype)
+    if weights is None:  # recompute P from Q and K, as the forward did
+        P = masked_softmax((Qc * scale) @ Kc.transpose(-2, -1), mask)  # (..., L, S)
+    else:
+        _check_weights(weights.shape, (*lead, Q.shape[-2], K.shape[-2]))
+        P = upcast(weights).to(Qc.dtype)
+    dV = P.transpose(-2, -1) @ dOc  # (..., S, L) @ (..., L, d_v) -> (..., S, d_v)
+    dP = dOc @ Vc.transpose(-2, -1)  # (..., L, d_v) @ (..., d_v, S) -> (..., L, S)
+    dS = softmax_vjp(P, dP)  # (..., L, S); 0 wherever P is 0 (masked keys, empty rows)
+    dQ = (dS @ Kc) * scale  # (..., L, S) @ (..., S, d_k) -> (..., L, d_k)
+    dK = (dS.transpose(-2, -1) @ Qc) * scale  # (..., S, L) @ (..., L, d_k) -> (..., S, d_k)
+    return (_sum_to(dQ, tuple(Q.shape)).to(dtype), _sum_to(dK, tuple(K.shape)).to(dtype),
+            _sum_to(dV, tuple(V.shape)).to(dtype))
+
+
+def attention_backward_np(Q, K, V, dO, mask=None, weights=None):
+    """float64 NumPy reference of :func:`attention_backward` (same equations, shapes, masks,
+    broadcasting and errors): returns ``(dQ, dK, dV)`` as float64 arrays.
+
+    Source: lesson 02, section 9.
+    """
+    Q, K, V, dO = (np.asarray(a, dtype=np.float64) for a in (Q, K, V, dO))
+    _check_qkv(Q.shape, K.shape, V.shape)
+    lead = np.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
+    _check_grad_out(dO.shape, (*lead, Q.shape[-2], V.shape[-1]))
+    scale = 1.0 / math.sqrt(Q.shape[-1])
+    if weights is None:
+        P = masked_softmax_np(Q @ np.swapaxes(K, -2, -1) * scale, mask)  # (..., L, S)
+    else:
+        P = np.asarray(weights, dtype=np.float64)
+        _check_weights(P.shape, (*lead, Q.shape[-2], K.shape[-2]))
+    dV = np.swapaxes(P, -2, -1) @ dO  # (..., S, d_v)
+    dP = dO @ np.swapaxes(V, -2, -1)  # (..., L, S)
+    dS = softmax_vjp_np(P, dP)  # (..., L, S)
+    dQ = dS @ K * scale  # (..., L, d_k)
+    dK = np.swapaxes(dS, -2, -1) @ Q * scale  # (..., S, d_k)
+    return _sum_to(dQ, Q.shape), _sum_to(dK, K.shape), _sum_to(dV, V.shape)

@@ -11,6 +11,13 @@ import glob
 import sys
 from pathlib import Path
 
+# jsonschema (imported by nbformat, which every command but `train` reads notebooks with) imports
+# rfc3987_syntax when it is installed (Jupyter's dependencies bring it) only to check the "iri"
+# string format, which no notebook schema uses; it builds a Lark parser at import: 2 s of every
+# command on this machine, 13 s under heavy load (python -X importtime). Refused here, the
+# format checker is skipped as when the package is missing.
+sys.modules.setdefault("rfc3987_syntax", None)
+
 GRADE_HELP = """\
 Grade exercise notebooks. The grader never runs a submission's code: each notebook gets its own
 runner in a bubblewrap sandbox (no network, no view of your files, only numpy, torch and the
@@ -43,6 +50,13 @@ A misnamed file or function is an error. Hidden cases run in the grader, after e
 of the notebook; the sandbox never sees the file, and a failed hidden case says only that it
 failed (its case name and hint: no values, no exception text). The public cases ship with the
 course, so grades that count need hidden cases.
+
+--gradebook FILE: record every graded notebook in a SQLite gradebook, one transaction per
+notebook as it is graded (re-grading adds a run, never overwrites one; a run killed half-way
+keeps the notebooks it finished). Deadlines, extensions and the late penalty come from the
+course file (--course, default course.yaml beside the student folders); when a notebook was
+submitted, from its manifest.csv, else the file's modification time. Then: txlearn feedback,
+report, export, similarity and merge read the gradebook.
 """
 
 
@@ -141,9 +155,9 @@ def _expand(patterns: list[str]) -> tuple[list[Path], int]:
 
 
 def _cmd_grade(args) -> int:
-    from txlearn.checks import clean
-    from txlearn.course import grading
-    from txlearn.course.grading import sandbox
+    from txlearn.course.gradebook import cli as gradebook_cli
+    from txlearn.course.gradebook.course import CourseFileError
+    from txlearn.course.gradebook.store import GradebookError
 
     paths, unmatched = _expand(args.notebooks)
     if not paths:
@@ -151,15 +165,29 @@ def _cmd_grade(args) -> int:
     if args.jobs is not None and args.jobs < 1:
         print("txlearn: error: --jobs must be at least 1", file=sys.stderr)
         return 2
+    try:   # the gradebook opens (or refuses to) before anything is graded or even imported
+        recorder = gradebook_cli.start_recording(args, paths)
+    except (GradebookError, CourseFileError) as err:
+        print(f"txlearn: error: {err}", file=sys.stderr)
+        return 2
+    from txlearn.checks import clean
+    from txlearn.course import grading
+    from txlearn.course.grading import sandbox
+
     if args.no_sandbox:
         import getpass
         print("txlearn: warning: " + sandbox.NO_SANDBOX_RISKS.format(user=getpass.getuser()),
               file=sys.stderr)
     try:
         subs = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
-                             set_name=args.set, jobs=args.jobs, no_sandbox=args.no_sandbox)
+                             set_name=args.set, jobs=args.jobs, no_sandbox=args.no_sandbox,
+                             on_graded=recorder)
     except grading.GradingError as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
+        return 2
+    except GradebookError as err:
+        print(f"txlearn: error: {err} (the notebooks graded before it are recorded)",
+              file=sys.stderr)
         return 2
     for sub in subs:
         if sub.error:
@@ -175,10 +203,16 @@ def _cmd_grade(args) -> int:
     if args.json:
         grading.write_json(subs, Path(args.json))
         print(f"wrote {args.json}")
+    if recorder is not None:
+        recorder.finish()
+        print(f"recorded {recorder.recorded} notebook(s) in the gradebook {args.gradebook}"
+              + (f" (run {recorder.run[:8]})" if recorder.run else ""))
     return 1 if any(s.error for s in subs) or unmatched else 0
 
 
 def parser(with_training: bool = True) -> argparse.ArgumentParser:
+    from txlearn.course.gradebook import cli as gradebook_cli
+
     top = argparse.ArgumentParser(prog="txlearn", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -228,7 +262,9 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", metavar="FILE", help="write one row per exercise to FILE")
     out.add_argument("--json", metavar="FILE", help="write the results, nested per notebook")
+    gradebook_cli.add_grade_arguments(p)
     p.set_defaults(func=_cmd_grade)
+    gradebook_cli.add_parsers(sub)
 
     if with_training:
         from txlearn.training import cli  # imports torch: only for the commands that need it

@@ -1,8 +1,9 @@
-"""Lesson 08: what a transformer layer costs, counted: parameters, forward FLOPs and memory.
+"""Lesson 08: what a transformer layer costs, counted: parameters, FLOPs (forward and training) and memory.
 
 Parameters and forward FLOPs of one layer, itemised per component, with the closed forms they must
 agree with; a stack (embedding, layers, head) and the paper's encoder-decoder model; the memory of
 activations and of the attention matrix (the KV cache's is :func:`txlearn.heads.kv_cache_bytes`);
+the FLOPs of a training step (forward and backward) and the bytes a decoding step reads;
 the published sizes of real models (:data:`MODEL_SIZES`). Every size is keyword-only. FLOPs are
 ``2 x multiply-accumulates`` of the matrix products; element-wise work (softmax, norms,
 activations, bias adds) is of lower order and is *not* counted (stated in each docstring).
@@ -16,6 +17,8 @@ n_heads. Source: Vaswani et al. 2017, "Attention is all you need", section 4 and
 
 from __future__ import annotations
 
+from txlearn.heads import kv_cache_bytes
+
 __all__ = [
     "layer_param_counts",
     "layer_param_count",
@@ -25,6 +28,9 @@ __all__ = [
     "visible_pairs",
     "layer_flops",
     "attention_flops",
+    "training_flops",
+    "training_flops_per_token",
+    "decode_bytes_per_token",
     "ffn_flop_share",
     "ffn_param_share",
     "MODEL_SIZES",
@@ -247,6 +253,81 @@ def attention_flops(*, T: int, d_model: int, n_heads: int, n_kv_heads: int | Non
     table = layer_flops(T=T, d_model=d_model, n_heads=n_heads, d_ff=1, n_kv_heads=n_kv_heads,
                         S=S, causal=causal)
     return sum(v for k, v in table.items() if not k.startswith("FFN"))
+
+
+def training_flops(*, n_layers: int = 1, **sizes) -> dict[str, int]:
+    """FLOPs of one training step of ``n_layers`` layers on one sequence: forward and backward.
+
+    Every matrix product ``Y = A B`` (m x k times k x n, ``2 m k n`` FLOPs) needs two products
+    in the backward pass, ``dA = dY B^T`` and ``dB = A^T dY``, of the same size: backward =
+    2 x forward, a step = 3 x forward. This holds for the projections (``dW`` and the input's
+    gradient) and for the attention products (``Q K^T`` and ``A V``: both factors are
+    activations). It assumes the layers' input needs its gradient (it does when an embedding
+    or an earlier layer made it); element-wise work is not counted (as in :func:`layer_flops`).
+
+    Args: ``n_layers`` (positive int) and the keyword sizes of :func:`layer_flops`.
+    Returns: ``{"forward": int, "backward": int}`` FLOPs. Raises ValueError as
+    :func:`layer_flops`, or for ``n_layers < 1``. Source: Kaplan et al. 2020, section 2.1
+    (``C ~ 6 N`` per token); lesson 08, checked against ``FlopCounterMode`` with a backward pass.
+    """
+    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers < 1:
+        raise ValueError(f"n_layers must be a positive integer, got {n_layers!r}")
+    forward = n_layers * sum(layer_flops(**sizes).values())
+    return {"forward": forward, "backward": 2 * forward}
+
+
+def training_flops_per_token(*, n_params: int, n_layers: int, T: int, d_model: int,
+                             causal: bool = False) -> float:
+    """The rule of thumb: training FLOPs per token ``~ 6 N + 12 n_layers T d_model``.
+
+    ``6 N``: each of the N weights of the matrix products costs a multiply-add (2 FLOPs) per
+    token forward and twice that backward. The second term is attention's: per token and layer
+    the scores and the weighted sum cost ``4 T d_model`` forward (all T keys; with
+    ``causal=True`` the average ``(T + 1) / 2`` visible keys), times 3 for a training step; it
+    passes ``6 N`` when T is large (per layer, ``N ~ 12 d_model^2``: from ``T ~ 6 d_model``).
+    N counts only the weights of matrix products (not biases, norms or the embedding lookup),
+    so for such N this equals :func:`training_flops` / T exactly. Returns FLOPs per token (float).
+    Raises ValueError for negative N or non-positive sizes. Source: Kaplan et al. 2020, Table 1
+    and section 2.1; lesson 08.
+    """
+    if n_params < 0 or min(n_layers, T, d_model) <= 0:
+        raise ValueError(f"n_params ({n_params}) must be >= 0 and n_layers ({n_layers}), T ({T}), "
+                         f"d_model ({d_model}) positive")
+    keys = (T + 1) / 2 if causal else T
+    return 6 * n_params + 3 * n_layers * 4 * keys * d_model
+
+
+def decode_bytes_per_token(*, n_params: int, n_layers: int, n_kv_heads: int, d_k: int,
+                           context: int, batch: int = 1, weight_dtype="bf16",
+                           cache_dtype="bf16") -> dict[str, float]:
+    """Bytes read from memory per generated token when decoding with a KV cache.
+
+    One decoding step computes one new token for each of ``batch`` sequences: it reads every
+    weight once (shared by the batch) and each sequence's cached keys and values
+    (:func:`txlearn.heads.kv_cache_bytes` at ``context`` tokens). Per generated token:
+
+        weights  = n_params bytes_per_weight / batch
+        KV cache = 2 n_layers n_kv_heads d_k context bytes_per_value
+
+    A step does about 2 FLOPs per weight and per token, so at batch 1 it reads about a byte (or
+    two) per FLOP: far less arithmetic per byte than a CPU or GPU can do, so its time is the
+    bytes divided by the memory bandwidth. Grouped-query attention divides the cache row by
+    ``n_heads / n_kv_heads``; its score FLOPs (``4 n_heads d_k context`` per token and layer)
+    do not change.
+
+    Args: sizes as :func:`txlearn.heads.kv_cache_bytes` (keyword-only); ``n_params`` weights read
+    per step; dtypes as there. Returns ``{"weights": bytes, "KV cache": bytes}`` (floats).
+    Raises ValueError as :func:`txlearn.heads.kv_cache_bytes`, or for negative ``n_params``.
+    Source: Shazeer 2019 (multi-query attention, section 2.4); Pope et al. 2022 ("Efficiently
+    scaling transformer inference", section 2); Ainslie et al. 2023 (GQA); lesson 08.
+    """
+    if n_params < 0:
+        raise ValueError(f"n_params must be >= 0, got {n_params}")
+    per_weight = kv_cache_bytes(n_layers=1, n_kv_heads=1, d_k=1, context=1,
+                                dtype=weight_dtype) // 2                # bytes of one weight
+    cache = kv_cache_bytes(n_layers=n_layers, n_kv_heads=n_kv_heads, d_k=d_k, context=context,
+                           batch=batch, dtype=cache_dtype) / batch
+    return {"weights": n_params * per_weight / batch, "KV cache": cache}
 
 
 def ffn_flop_share(**sizes) -> float:

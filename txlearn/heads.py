@@ -238,7 +238,8 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, x_kv: torch.Tensor | None = None,
                 mask: torch.Tensor | None = None, key_padding_mask: torch.Tensor | None = None,
-                cache: KVCache | None = None, return_weights: bool = False):
+                cache: KVCache | None = None, return_weights: bool = False,
+                positions: torch.Tensor | None = None):
         """Attend from the positions of `x` to those of `x_kv` (or of `x` itself).
 
         Args:
@@ -252,6 +253,10 @@ class MultiHeadAttention(nn.Module):
                 queries attend over all cached positions (with RoPE, this call's positions start
                 at ``len(cache)``).
             return_weights: also return the per-head weights.
+            positions: RoPE only: the positions of this call's L tokens, ``(L,)`` or one row per
+                sequence ``(B, L)`` (integers, or floats for position interpolation); None =
+                ``len(cache) .. len(cache) + L - 1``. A left-padded batch passes each row's
+                positions counted from its first real token.
 
         Returns:
             ``out (B, L, d_model)``, or ``(out, weights (B, n_heads, L, S))``, in the dtype of
@@ -259,8 +264,9 @@ class MultiHeadAttention(nn.Module):
 
         Raises:
             ValueError: wrong input shapes, an input whose dtype is not the parameters', a
-                mask that is not boolean or does not broadcast, or ``x_kv`` given to a module
-                with RoPE.
+                mask that is not boolean or does not broadcast, ``x_kv`` given to a module
+                with RoPE, or `positions` given to a module without RoPE or not ``(L,)`` or
+                ``(B, L)`` (shapes named).
         """
         if self.rope is not None and x_kv is not None:
             raise ValueError("RoPE rotates queries and keys by their positions in one sequence: "
@@ -270,9 +276,10 @@ class MultiHeadAttention(nn.Module):
         Q = split_heads(self._project(x, self.W_Q, self.b_Q), self.n_heads)  # (B, n_heads, L, d_k)
         K = split_heads(self._project(x_kv, self.W_K, self.b_K), self.n_kv_heads)  # (B, n_kv, S, d_k)
         V = split_heads(self._project(x_kv, self.W_V, self.b_V), self.n_kv_heads)  # (B, n_kv, S, d_k)
+        if self.rope is None and positions is not None:
+            raise ValueError("positions= rotates queries and keys: this attention has no RoPE")
         if self.rope is not None:  # positions continue after the cached ones
-            start = 0 if cache is None else len(cache)
-            positions = torch.arange(start, start + x.shape[1], device=x.device)  # (L,)
+            positions = self._rope_positions(positions, x, cache)             # (L,) or (B, 1, L)
             Q = apply_rope(Q, positions, self.rope, self.rope_base)           # (B, n_heads, L, d_k)
             K = apply_rope(K, positions, self.rope, self.rope_base)           # (B, n_kv, L, d_k)
         if cache is not None:
@@ -290,6 +297,18 @@ class MultiHeadAttention(nn.Module):
         heads, weights = scaled_dot_product_attention(Q, K, V, full_mask, return_weights=True)
         out = self._project(merge_heads(heads), self.W_O, self.b_O)  # (B, L, d_model)
         return (out, weights) if return_weights else out
+
+    @staticmethod
+    def _rope_positions(positions, x, cache):
+        B, L = x.shape[0], x.shape[1]
+        if positions is None:
+            start = 0 if cache is None else len(cache)
+            return torch.arange(start, start + L, device=x.device)             # (L,)
+        positions = torch.as_tensor(positions)
+        if tuple(positions.shape) not in ((L,), (B, L)):
+            raise ValueError(f"positions must be (L,) = ({L},) or (B, L) = ({B}, {L}), got "
+                             f"{tuple(positions.shape)}")
+        return positions if positions.dim() == 1 else positions[:, None, :]     # (B, 1, L)
 
     @torch.no_grad()
     def load_torch_weights(self, q_weight, k_weight, v_weight, o_weight,

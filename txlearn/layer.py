@@ -141,7 +141,7 @@ class TransformerLayer(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
                 key_padding_mask: torch.Tensor | None = None, cache: KVCache | None = None,
-                return_weights: bool = False):
+                return_weights: bool = False, positions: torch.Tensor | None = None):
         """Apply the layer.
 
         Args:
@@ -151,6 +151,8 @@ class TransformerLayer(nn.Module):
             key_padding_mask: bool ``(B, S)``, True = real token.
             cache: a ``KVCache`` passed to ``attn`` (this step's K, V are appended to it).
             return_weights: also return the attention weights ``(B, n_heads, T, S)``.
+            positions: RoPE's positions ``(T,)`` or ``(B, T)``, passed to ``attn`` (see
+                :class:`txlearn.heads.MultiHeadAttention`); None = after the cached ones.
 
         Returns:
             ``(B, T, d_model)``, the shape of x, so layers stack; or ``(out, weights)``.
@@ -163,21 +165,24 @@ class TransformerLayer(nn.Module):
             raise ValueError(f"x must be (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
         if self.norm_first:  # pre-LN: x + Sublayer(LayerNorm(x))
             a, weights = self._attention(self.norm1(x), mask, key_padding_mask, cache,
-                                         return_weights)
+                                         return_weights, positions)
             x = x + a
             x = x + self.dropout2(self.ffn(self.norm2(x)))
         else:  # post-LN: LayerNorm(x + Sublayer(x))
-            a, weights = self._attention(x, mask, key_padding_mask, cache, return_weights)
+            a, weights = self._attention(x, mask, key_padding_mask, cache, return_weights,
+                                         positions)
             x = self.norm1(x + a)
             x = self.norm2(x + self.dropout2(self.ffn(x)))
         return (x, weights) if return_weights else x
 
-    def _attention(self, h, mask, key_padding_mask, cache, return_weights):
+    def _attention(self, h, mask, key_padding_mask, cache, return_weights, positions=None):
         if not return_weights:  # lets the fast path (fused=True) skip the weights
-            out = self.attn(h, mask=mask, key_padding_mask=key_padding_mask, cache=cache)
+            out = self.attn(h, mask=mask, key_padding_mask=key_padding_mask, cache=cache,
+                            positions=positions)
             return self.dropout1(out), None  # (B, T, d_model)
         out, weights = self.attn(h, mask=mask, key_padding_mask=key_padding_mask, cache=cache,
-                                 return_weights=True)  # (B, T, d_model), (B, n_heads, T, S)
+                                 return_weights=True, positions=positions)
+        # (B, T, d_model), (B, n_heads, T, S)
         return self.dropout1(out), weights
 
     @classmethod

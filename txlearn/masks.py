@@ -1,4 +1,4 @@
-"""Attention masks (lesson 02): causal, padding, and their combination.
+"""Attention masks (lesson 02): causal, padding, sliding-window (lesson 08), and their combination.
 
 Convention of the whole course (README, "Conventions"; lesson 02): a mask is **boolean** and
 ``True`` means *may attend*. This is the polarity of the boolean ``attn_mask`` of
@@ -26,8 +26,13 @@ import torch
 __all__ = [
     "causal_mask",
     "causal_mask_np",
+    "sliding_window_mask",
+    "sliding_window_mask_np",
     "padding_mask",
     "padding_mask_np",
+    "left_padding_mask",
+    "left_padding_mask_np",
+    "positions_from_padding",
     "combine_masks",
     "key_padding_to_attn_mask",
     "from_torch_key_padding_mask",
@@ -86,10 +91,63 @@ def causal_mask_np(L: int, S: int | None = None) -> np.ndarray:
     return j <= i + (S - L)  # (L, S)
 
 
+def _check_window(window: int) -> int:
+    if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or window < 1:
+        raise ValueError(f"window must be a positive integer, got {window!r}")
+    return int(window)
+
+
+def sliding_window_mask(L: int, S: int | None = None, window: int = 1, device=None) -> torch.Tensor:
+    """Causal sliding-window mask: each query sees itself and the ``window - 1`` keys before it.
+
+    ``mask[i, j] = 0 <= (i + S - L) - j < window``: the bottom-right causal mask of
+    :func:`causal_mask` (query ``i`` is position ``S - L + i``) restricted to the last `window`
+    positions. Each query sees at most `window` keys, so attention costs ``O(T w)`` instead of
+    ``O(T^2)``; with ``window >= S`` it equals :func:`causal_mask`. Information still travels
+    further than `window` through depth: layer ``n`` sees ``n (window - 1)`` positions back.
+
+    Args:
+        L: number of queries (positive int).
+        S: number of keys (positive int); defaults to `L`.
+        window: keys each query may see, itself included (positive int).
+        device: torch device of the result.
+
+    Returns:
+        bool tensor ``(L, S)``, ``True`` = may attend.
+
+    Raises:
+        ValueError: `L`, `S` or `window` is not a positive integer (names them).
+
+    Source: Child et al. 2019 (sparse transformers, local attention); Beltagy et al. 2020
+    (Longformer, section 3.1, "sliding window"); Jiang et al. 2023 (Mistral 7B, window 4096);
+    lesson 08.
+    """
+    L, S = _check_lengths(L, S)
+    window = _check_window(window)
+    ones = torch.ones(L, S, dtype=torch.bool, device=device)  # (L, S)
+    causal = torch.tril(ones, diagonal=S - L)  # (L, S), keeps j <= i + S - L
+    return causal & ~torch.tril(ones, diagonal=S - L - window)  # (L, S), drops j <= i + S - L - w
+
+
+def sliding_window_mask_np(L: int, S: int | None = None, window: int = 1) -> np.ndarray:
+    """NumPy reference of :func:`sliding_window_mask`: bool ``(L, S)``,
+    ``mask[i, j] = 0 <= i + S - L - j < window``.
+
+    Raises:
+        ValueError: `L`, `S` or `window` is not a positive integer.
+    """
+    L, S = _check_lengths(L, S)
+    window = _check_window(window)
+    lag = np.arange(L)[:, None] + (S - L) - np.arange(S)[None, :]  # (L, S) query position - key
+    return (lag >= 0) & (lag < window)  # (L, S)
+
+
 def _lengths_array(lengths, S: int) -> np.ndarray:
     if hasattr(lengths, "detach"):
         lengths = lengths.detach().cpu().numpy()
     lengths = np.asarray(lengths)
+    if lengths.ndim == 1 and lengths.size == 0:  # an empty batch (B = 0): [] reads as float64
+        lengths = lengths.astype(np.int64)
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
         raise ValueError(f"lengths must be a 1-D sequence of integers (B,), got shape "
                          f"{lengths.shape} and dtype {lengths.dtype}")
@@ -135,6 +193,39 @@ def padding_mask_np(lengths, S: int) -> np.ndarray:
     """
     lengths = _lengths_array(lengths, S)
     return np.arange(S)[None, :] < lengths[:, None]  # (B, S)
+
+
+def left_padding_mask(lengths: Sequence[int] | torch.Tensor, S: int, device=None) -> torch.Tensor:
+    """Key padding mask of a left-padded batch: ``mask[b, j] = j >= S - lengths[b]``.
+
+    Generation pads prompts of different lengths on the left, so that every row's last real token
+    sits in the last column and the next token of every row is appended at the same place.
+    Arguments and errors as :func:`padding_mask`; returns bool ``(B, S)``, True = real token.
+    Source: lesson 10 (batched generation).
+    """
+    return padding_mask(lengths, S, device).flip(-1)  # (B, S): the real tokens at the end
+
+
+def left_padding_mask_np(lengths, S: int) -> np.ndarray:
+    """NumPy reference of :func:`left_padding_mask`: ``mask[b, j] = j >= S - lengths[b]``."""
+    lengths = _lengths_array(lengths, S)
+    return np.arange(S)[None, :] >= S - lengths[:, None]  # (B, S)
+
+
+def positions_from_padding(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position counted from its row's first real token:
+    ``positions[b, j] = (number of real tokens in row b before column j)``, int64 ``(B, S)``.
+
+    With left padding the first real token of every row gets position 0, as it would alone;
+    padding slots get 0 too (their outputs are never attended to). Without padding this is
+    ``arange(S)`` in every row. Raises ValueError when the mask is not boolean ``(B, S)``.
+    Source: lesson 10 (batched generation: a prompt's positions do not depend on its batch).
+    """
+    if key_padding_mask.dtype != torch.bool or key_padding_mask.dim() != 2:
+        raise ValueError("key_padding_mask must be bool (B, S), got "
+                         f"{key_padding_mask.dtype} of shape {tuple(key_padding_mask.shape)}")
+    real = key_padding_mask.to(torch.int64)                         # (B, S)
+    return (real.cumsum(-1) - real)                                 # (B, S) exclusive count
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:

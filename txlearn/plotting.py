@@ -1,7 +1,9 @@
 """Shared figure helpers for the lessons.
 
-``heatmap`` draws a matrix (attention weights, masks, encodings) with a labelled colour bar, so
-every heatmap of the course says what its colours mean; the lessons draw every heatmap with it.
+``show`` displays a figure together with its alt text (what the figure shows, in words, for a
+reader who cannot see it); the lessons show every figure with it, never with a bare
+``plt.show()``. ``heatmap`` draws a matrix (attention weights, masks, encodings) with a
+labelled colour bar, so every heatmap of the course says what its colours mean; the lessons draw every heatmap with it.
 ``layer_diagram`` draws the transformer layer that the course builds (lesson 00's map): the
 sub-layers bottom-up, the residual connections around them, and the lesson that derives each
 piece. Plots are never compared byte for byte; tests check what a figure contains (its labels).
@@ -11,11 +13,51 @@ Source: Vaswani et al. (2017), figure 1 (the encoder side); ``notebooks/00_map.i
 
 from __future__ import annotations
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
 
-__all__ = ["heatmap", "layer_boxes", "layer_diagram"]
+__all__ = ["MIN_ALT_WORDS", "heatmap", "layer_boxes", "layer_diagram", "show"]
+
+MIN_ALT_WORDS = 8  # an alt text is a sentence about the figure, not a title ("loss curve")
+
+
+def show(fig=None, *, alt: str) -> None:
+    """Show `fig` (the current figure when None) with its alt text `alt`.
+
+    In a notebook whose matplotlib backend is the inline one (JupyterLab, and the kernel that
+    ``txlearn book`` runs), the figure is displayed as a PNG whose output metadata carries
+    ``{"image/png": {"alt": alt}}``; the book writes it as the image's ``alt`` attribute, and
+    refuses an executed figure without one (``txlearn.course.book``). The figure is then closed,
+    so the backend does not display it a second time without its text. With any other backend
+    (``MPLBACKEND=Agg`` under the tests, a window in a script) this is ``plt.show()``; under
+    Agg the figure is closed too.
+
+    Args:
+        fig: a matplotlib Figure, or None for ``plt.gcf()``.
+        alt: what the figure shows, as a reader would need it without the picture: the axes,
+            what is drawn, and what it shows ("Validation loss against position for four
+            encodings: ..."), at least MIN_ALT_WORDS words.
+
+    Raises:
+        ValueError: `alt` is not a string of at least MIN_ALT_WORDS words (the text is quoted).
+    """
+    if not isinstance(alt, str) or len(alt.split()) < MIN_ALT_WORDS:
+        raise ValueError(f"show: alt must say what the figure shows in at least {MIN_ALT_WORDS} "
+                         f"words, got {alt!r}")
+    fig = plt.gcf() if fig is None else fig
+    backend = matplotlib.get_backend().lower()
+    if "inline" in backend:
+        from IPython.display import display
+
+        display(fig, metadata={"image/png": {"alt": " ".join(alt.split())}})
+        plt.close(fig)
+        return
+    plt.show()
+    if backend == "agg":
+        plt.close(fig)
+
 
 def heatmap(ax, values, label: str, **imshow_kwargs):
     """Draw a matrix as an image on `ax`, with a colour bar labelled `label` beside it.

@@ -1,4 +1,4 @@
-"""Lesson 04: positional encodings: sinusoidal, learned, rotary (RoPE).
+"""Lesson 04: positional encodings: sinusoidal, learned, rotary (RoPE), ALiBi, interpolation.
 
 Sinusoidal (Vaswani et al. 2017, section 3.5), the paper's layout, sin at even and cos at odd
 feature indices::
@@ -19,6 +19,17 @@ so that q_m . k_n depends only on m - n. Two channel pairings are in use, named 
 :func:`interleaved_to_half` and :func:`half_to_interleaved` permute channels between the two; the
 same permutation of W_Q's and W_K's output columns converts a checkpoint (tested).
 
+ALiBi (Press et al. 2022, "Train short, test long", section 3) adds nothing to x either: it adds
+a bias to the scaled scores of head h, linear in the distance between query and key::
+
+    scores[h, i, j] = q_i . k_j / sqrt(d_k) - m_h (i - j)      (j <= i: the causal part)
+    m_h = 2^(-8 h / n_heads),  h = 1 .. n_heads                 (n_heads a power of 2)
+
+Position interpolation (Chen et al. 2023, "Extending context window of large language models via
+positional interpolation", eq. 4) reads a RoPE model trained on windows of ``trained_len`` tokens
+at a longer ``context`` by squeezing the positions back into the trained range:
+``m -> m * trained_len / context``, so that no angle exceeds the ones seen in training.
+
 Precision: angles are computed in float64 and their cos and sin rounded to the compute dtype
 (:mod:`txlearn.precision`: float32 for float16 and bfloat16 inputs), never the angles themselves.
 An angle m * theta_k grows with the position: between 1,024 and 2,048 neighbouring bfloat16
@@ -28,6 +39,8 @@ float32 numbers are 0.004 apart, hence float64 angles.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -46,6 +59,11 @@ __all__ = [
     "interleaved_to_half",
     "half_to_interleaved",
     "PAIRINGS",
+    "interpolate_positions",
+    "interpolate_positions_np",
+    "alibi_slopes_np",
+    "alibi_bias",
+    "alibi_bias_np",
 ]
 
 PAIRINGS = ("interleaved", "half")
@@ -149,10 +167,11 @@ class LearnedPositionalEmbedding(nn.Module):
 # ---- rotary ------------------------------------------------------------------------------------
 
 def rope_angles_np(positions, d: int, base: float = 10000.0) -> np.ndarray:
-    """Angles m * theta_k, float64 (T, d_k/2) in radians, theta_k = base^(-2k/d_k), for the
-    positions (T,) and a head width ``d`` (d_k)."""
+    """Angles m * theta_k, float64 (..., T, d_k/2) in radians, theta_k = base^(-2k/d_k), for the
+    positions (T,) (or (..., T): one row of positions per sequence of a batch) and a head width
+    ``d`` (d_k)."""
     _check_even(d, "rope")
-    return np.asarray(positions, dtype=np.float64)[:, None] * _frequencies_np(d, base)
+    return np.asarray(positions, dtype=np.float64)[..., None] * _frequencies_np(d, base)
 
 
 def interleaved_to_half(x):
@@ -195,15 +214,30 @@ def _join_pairs(a, b, pairing: str):
     return _cat(a, b)                                         # (..., d)
 
 
-def _check_rope_args(x_shape, positions_len, pairing: str) -> None:
+def _check_rope_args(x_shape, positions_shape, pairing: str) -> None:
     if len(x_shape) < 2:
         raise ValueError(f"apply_rope: x must be (..., T, d), got shape {tuple(x_shape)}")
     if pairing not in PAIRINGS:
         raise ValueError(f"apply_rope: pairing must be one of {PAIRINGS}, got {pairing!r}")
     _check_even(x_shape[-1], "apply_rope")
-    if positions_len != x_shape[-2]:
-        raise ValueError(f"apply_rope: {positions_len} positions for an input of shape "
-                         f"{tuple(x_shape)}; need one position per row of the T axis (dim -2)")
+    positions_shape = tuple(positions_shape)
+    n = positions_shape[-1] if positions_shape else 1
+    if len(positions_shape) <= 1 and math.prod(positions_shape) != x_shape[-2]:
+        raise ValueError(f"apply_rope: {math.prod(positions_shape)} positions for an input of "
+                         f"shape {tuple(x_shape)}; need one position per row of the T axis "
+                         "(dim -2)")
+    if len(positions_shape) > 1 and (n != x_shape[-2] or not _broadcasts(
+            positions_shape, tuple(x_shape[:-1]))):
+        raise ValueError(f"apply_rope: positions of shape {positions_shape} do not broadcast "
+                         f"to the input's {tuple(x_shape[:-1])} (x of shape {tuple(x_shape)} "
+                         "without its d axis)")
+
+
+def _broadcasts(shape, target) -> bool:
+    """True when `shape` broadcasts to `target` (NumPy's rule, aligned on the right)."""
+    if len(shape) > len(target):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(shape), reversed(target)))
 
 
 def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
@@ -212,7 +246,9 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
 
     Args:
         x: queries or keys (..., T, d), float; d even (d_k per head).
-        positions: integer positions (T,), default 0 .. T-1 (offset them for a KV cache).
+        positions: positions (T,), default 0 .. T-1 (offset them for a KV cache); integers, or
+            floats for position interpolation; or one row per sequence, (..., T) broadcastable
+            to x's (..., T) (a left-padded batch, each row counted from its first real token).
         pairing: "interleaved" (pairs (2i, 2i+1), RoFormer/GPT-J) or "half" (pairs (i, i+d/2),
             GPT-NeoX/HF LLaMA).
         base: theta_k = base^(-2k/d_k).
@@ -222,15 +258,16 @@ def apply_rope(x: torch.Tensor, positions=None, pairing: str = "interleaved",
         for float16 and bfloat16 inputs (the input's dtype otherwise), rounded once to x's dtype.
         Rounding the angles to a 16-bit dtype instead breaks the m - n property at long positions
         (bfloat16, position 1857: an error of 1.9 on a unit vector; lesson 04).
-    Raises: ValueError for an odd d, an unknown pairing, or len(positions) != T.
+    Raises: ValueError for an odd d, an unknown pairing, len(positions) != T, or positions of
+        several rows that do not broadcast to x's (..., T) (both shapes named).
     """
     T = x.shape[-2] if x.dim() >= 2 else 0
     positions = torch.arange(T) if positions is None else torch.as_tensor(positions)
-    _check_rope_args(tuple(x.shape), positions.numel(), pairing)
-    angles = rope_angles_np(positions.cpu().numpy(), x.shape[-1], base)  # (T, d/2) float64
+    _check_rope_args(tuple(x.shape), tuple(positions.shape), pairing)
+    angles = rope_angles_np(positions.cpu().numpy(), x.shape[-1], base)  # (..., T, d/2) float64
     work = compute_dtype(x.dtype)  # float32 for float16/bfloat16: never round the angles
-    cos = torch.tensor(np.cos(angles), dtype=work, device=x.device)     # (T, d/2)
-    sin = torch.tensor(np.sin(angles), dtype=work, device=x.device)     # (T, d/2)
+    cos = torch.tensor(np.cos(angles), dtype=work, device=x.device)     # (..., T, d/2)
+    sin = torch.tensor(np.sin(angles), dtype=work, device=x.device)     # (..., T, d/2)
     a, b = _split_pairs(x.to(work), pairing)                           # (..., T, d/2) each
     a, b = _rotate(a, b, cos, sin)
     return _join_pairs(a, b, pairing).to(x.dtype)                      # (..., T, d)
@@ -242,8 +279,103 @@ def apply_rope_np(x, positions=None, pairing: str = "interleaved",
     x = np.asarray(x, dtype=np.float64)
     T = x.shape[-2] if x.ndim >= 2 else 0
     positions = np.arange(T) if positions is None else np.asarray(positions)
-    _check_rope_args(x.shape, positions.size, pairing)
-    angles = rope_angles_np(positions, x.shape[-1], base)             # (T, d/2)
+    _check_rope_args(x.shape, positions.shape, pairing)
+    angles = rope_angles_np(positions, x.shape[-1], base)             # (..., T, d/2)
     a, b = _split_pairs(x, pairing)                                    # (..., T, d/2) each
     a, b = _rotate(a, b, np.cos(angles), np.sin(angles))
     return _join_pairs(a, b, pairing)                                  # (..., T, d)
+
+
+# ---- position interpolation ----------------------------------------------------------------------
+
+def interpolate_positions_np(positions, trained_len: int, context: int) -> np.ndarray:
+    """Positions squeezed into the trained range for RoPE: ``m * trained_len / context``, float64.
+
+    Position interpolation (Chen et al. 2023, eq. 4): a RoPE model trained on windows of
+    `trained_len` tokens, read at a `context` of up to `context` tokens, rotates position m by the
+    angles of position ``m * trained_len / context`` instead, so every angle (and every offset
+    ``(m - n) * trained_len / context``) stays inside the range seen in training; neighbouring
+    tokens are then ``trained_len / context`` of a position apart. Pass the result to
+    :func:`apply_rope` as its `positions`.
+
+    Args:
+        positions: integer or float positions, any shape (e.g. ``np.arange(T)``).
+        trained_len: the training window, positive.
+        context: the longer window to read, ``>= trained_len``.
+    Returns: float64 array of the positions' shape.
+    Raises: ValueError when `trained_len` is not positive or `context < trained_len` (both named).
+    Source: Chen et al. 2023, section 2.2, eq. (4); lesson 04.
+    """
+    if trained_len < 1 or context < trained_len:
+        raise ValueError(f"interpolate_positions: need 1 <= trained_len <= context, got "
+                         f"trained_len={trained_len}, context={context} (interpolation only "
+                         "squeezes a longer context into the trained one)")
+    return np.asarray(positions, dtype=np.float64) * (trained_len / context)
+
+
+def interpolate_positions(positions, trained_len: int, context: int) -> torch.Tensor:
+    """:func:`interpolate_positions_np` as a float64 tensor (positions: a tensor, an array, a list
+    or an int T for ``0 .. T-1``). Same equation, arguments and errors."""
+    if isinstance(positions, int):
+        positions = np.arange(positions)
+    elif isinstance(positions, torch.Tensor):
+        positions = positions.detach().cpu().numpy()
+    return torch.from_numpy(interpolate_positions_np(positions, trained_len, context))
+
+
+# ---- ALiBi -------------------------------------------------------------------------------------
+
+def alibi_slopes_np(n_heads: int) -> np.ndarray:
+    """ALiBi's per-head slopes m_h, float64 (n_heads,).
+
+    For n_heads a power of 2: the geometric sequence ``m_h = 2^(-8 h / n_heads)``, h = 1 ..
+    n_heads (8 heads: 1/2, 1/4, ..., 1/256; Press et al. 2022, section 3). Otherwise, as in the
+    authors' released code and in BLOOM: the slopes of the largest power of two p below
+    n_heads, followed by every other slope of 2p (its 1st, 3rd, ...), until there are n_heads.
+    Raises ValueError for n_heads < 1. Source: Press et al. 2022, section 3.
+    """
+    if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:
+        raise ValueError(f"alibi_slopes: n_heads must be a positive integer, got {n_heads!r}")
+
+    def geometric(n: int) -> np.ndarray:
+        return 2.0 ** (-8.0 * np.arange(1, n + 1) / n)
+
+    p = 1 << (int(n_heads).bit_length() - 1)                 # largest power of 2 <= n_heads
+    slopes = geometric(p)
+    if p < n_heads:
+        slopes = np.concatenate([slopes, geometric(2 * p)[0::2][: n_heads - p]])
+    return slopes
+
+
+def alibi_bias_np(n_heads: int, L: int, S: int | None = None) -> np.ndarray:
+    """ALiBi's bias on the scores, float64 (n_heads, L, S): ``-m_h |i' - j|``.
+
+    Query i is position ``i' = S - L + i`` (the last L of S positions, aligned bottom-right like
+    :func:`txlearn.masks.causal_mask`), key j is position j. For keys up to the query
+    (``j <= i'``, all a causal model sees) this is the paper's ``-m_h (i' - j)``: 0 on the
+    query's own key, a penalty growing linearly with the distance behind it; keys after the
+    query get the same penalty for the same distance (the symmetric form used without a causal
+    mask). Add it to the scaled scores ``Q K^T / sqrt(d_k)`` of shape ``(..., n_heads, L, S)``
+    before the (masked) softmax; nothing is added to the token vectors.
+
+    Raises ValueError for n_heads, L or S < 1, or L > S (names all three).
+    Source: Press et al. 2022, section 3 and figure 3; lesson 04.
+    """
+    S = L if S is None else S
+    if min(L, S) < 1 or L > S:
+        raise ValueError(f"alibi_bias: need 1 <= L <= S (queries are the last L of S positions), "
+                         f"got n_heads={n_heads}, L={L}, S={S}")
+    slopes = alibi_slopes_np(n_heads)                                   # (n_heads,)
+    query_pos = np.arange(S - L, S, dtype=np.float64)[:, None]          # (L, 1)
+    key_pos = np.arange(S, dtype=np.float64)[None, :]                   # (1, S)
+    return -slopes[:, None, None] * np.abs(query_pos - key_pos)         # (n_heads, L, S)
+
+
+def alibi_bias(n_heads: int, L: int, S: int | None = None, dtype: torch.dtype = torch.float32,
+               device=None) -> torch.Tensor:
+    """:func:`alibi_bias_np` as a tensor (n_heads, L, S) of `dtype`, no gradient: computed in
+    float64 and rounded once (a bias of -m (i - j) at long distances is large, e.g. -2048 at
+    m = 1/2 and 4096 positions, where bfloat16 numbers are 16 apart). Same errors.
+    Source: Press et al. 2022, section 3; lesson 04.
+    """
+    return torch.tensor(alibi_bias_np(n_heads, L, S), dtype=dtype, device=device)

@@ -20,6 +20,13 @@ this order:
 The kept probabilities are renormalised and one index is drawn by inverse transform sampling from a
 uniform number of the given ``torch.Generator`` (same generator state -> same draw).
 
+Before all of that, :func:`apply_repetition_penalty` (Keskar et al. 2019, CTRL, section 4.1) can
+discourage tokens that already occur in the sequence: with a penalty ``theta > 1`` the logit
+``z_i`` of every token present becomes ``z_i / theta`` if it is positive and ``z_i * theta`` if
+it is negative, so the token always becomes *less* likely. (CTRL's paper divides every logit;
+dividing a negative logit would make it *larger*, i.e. the repeated token more likely, the sign
+bug that public reports found in several implementations.) ``theta = 1`` changes nothing.
+
 :func:`next_token_distribution` returns that distribution (for plots and checks),
 :func:`sample_next` draws from it, and :func:`next_token_distribution_np` is the float64 NumPy
 reference written independently (the tests compare the two). Source: lesson 09.
@@ -32,11 +39,15 @@ import math
 import numpy as np
 import torch
 
-__all__ = ["check_settings", "next_token_distribution", "sample_next", "next_token_distribution_np"]
+__all__ = ["check_settings", "next_token_distribution", "sample_next", "next_token_distribution_np",
+           "apply_repetition_penalty", "apply_repetition_penalty_np"]
 
 
-def check_settings(temperature: float, top_k: int | None = None, top_p: float | None = None) -> None:
-    """Raise ValueError for sampler settings no draw can use (naming the value); else return None."""
+def check_settings(temperature: float, top_k: int | None = None, top_p: float | None = None,
+                   repetition_penalty: float = 1.0) -> None:
+    """Raise ValueError for sampler settings no draw can use (naming the value); else return None.
+
+    ``repetition_penalty`` must be a finite number > 0 (1 = off; > 1 discourages repeats)."""
     try:
         t = float(temperature)
     except (TypeError, ValueError):
@@ -51,6 +62,76 @@ def check_settings(temperature: float, top_k: int | None = None, top_p: float | 
         p = math.nan
     if not 0 < p <= 1:  # False for NaN too
         raise ValueError(f"top_p must lie in (0, 1] (or None for all), got {top_p!r}")
+    try:
+        theta = float(repetition_penalty)
+    except (TypeError, ValueError):
+        theta = math.nan
+    if not (math.isfinite(theta) and theta > 0):
+        raise ValueError("repetition_penalty must be a finite number > 0 (1 = off), got "
+                         f"{repetition_penalty!r}")
+
+
+def _present(previous_ids, n_vocab: int) -> np.ndarray:
+    """The distinct ids of `previous_ids` as an int64 array, each checked to lie in the vocabulary."""
+    if isinstance(previous_ids, torch.Tensor):
+        previous_ids = previous_ids.detach().cpu().numpy()
+    ids = np.unique(np.asarray(previous_ids).astype(np.int64).reshape(-1))
+    if ids.size and (ids.min() < 0 or ids.max() >= n_vocab):
+        raise ValueError(f"previous ids must lie in [0, {n_vocab}) (the logits' vocabulary), got "
+                         f"{int(ids.min())} .. {int(ids.max())}")
+    return ids
+
+
+def apply_repetition_penalty(logits: torch.Tensor, previous_ids, penalty: float) -> torch.Tensor:
+    """Penalise the tokens already in the sequence (CTRL's repetition penalty, sign-aware).
+
+    For every token ``i`` among `previous_ids` (each counted once, however often it occurs)::
+
+        z_i -> z_i / penalty   if z_i > 0
+        z_i -> z_i * penalty   if z_i <= 0
+
+    so with ``penalty > 1`` a repeated token always loses probability (a plain ``z_i / penalty``
+    would *raise* a negative logit). Other tokens, and ``-inf`` logits, keep their value.
+
+    Args:
+        logits: ``(n_vocab,)`` float tensor, one row (the next token's logits).
+        previous_ids: the ids of the sequence so far (prompt and generated), any integer
+            sequence or tensor; may be empty.
+        penalty: finite, > 0; 1 returns the logits unchanged.
+
+    Returns:
+        a new tensor, the shape and dtype of `logits`.
+
+    Raises:
+        ValueError: a penalty that :func:`check_settings` rejects, logits that are not one row,
+            or an id outside ``[0, n_vocab)`` (the range named).
+
+    Source: Keskar et al. 2019 (CTRL), section 4.1, with the sign handling of Hugging Face's
+    ``RepetitionPenaltyLogitsProcessor``; lesson 02 (greedy decoding's loops).
+    """
+    check_settings(1.0, repetition_penalty=penalty)
+    z = torch.as_tensor(logits)
+    if z.ndim != 1:
+        raise ValueError(f"logits must be one row (n_vocab,), got shape {tuple(z.shape)}")
+    ids = torch.from_numpy(_present(previous_ids, z.shape[0])).to(z.device)
+    out = z.clone()
+    if penalty == 1 or ids.numel() == 0:
+        return out
+    picked = out[ids]                                                      # (n_present,)
+    out[ids] = torch.where(picked > 0, picked / penalty, picked * penalty)
+    return out
+
+
+def apply_repetition_penalty_np(logits, previous_ids, penalty: float) -> np.ndarray:
+    """Float64 NumPy reference of :func:`apply_repetition_penalty`, written as a loop over the
+    distinct previous ids. Same arguments and errors; returns float64 ``(n_vocab,)``."""
+    check_settings(1.0, repetition_penalty=penalty)
+    z = np.array(logits, dtype=np.float64)
+    if z.ndim != 1:
+        raise ValueError(f"logits must be one row (n_vocab,), got shape {z.shape}")
+    for i in _present(previous_ids, z.shape[0]):
+        z[i] = z[i] / penalty if z[i] > 0 else z[i] * penalty
+    return z
 
 
 def next_token_distribution(logits: torch.Tensor, temperature: float = 1.0,

@@ -18,6 +18,12 @@ overflows float16).
 The PyTorch functions take float16 and bfloat16 tensors and compute in float32
 (:mod:`txlearn.precision`), returning the input's dtype.
 
+The backward pass is the vector-Jacobian product (lesson 01 derives it):
+
+    dx = J^T g = s * (g - <s, g>),     J = diag(s) - s s^T
+
+computed in O(n) per vector, without the n x n Jacobian.
+
 Source: Vaswani et al. (2017), "Attention Is All You Need", section 3.2.1 (equation 1 and
 footnote 4 for the 1/sqrt(d_k) scale); ``notebooks/01_softmax.ipynb``.
 """
@@ -35,7 +41,7 @@ from txlearn.precision import upcast
 __all__ = [
     "softmax", "log_softmax", "softmax_np", "log_softmax_np", "naive_softmax_np",
     "softmax_jacobian", "softmax_jacobian_np", "entropy", "entropy_np",
-    "scaled_scores", "scaled_scores_np", "sample_scores_np",
+    "scaled_scores", "scaled_scores_np", "sample_scores_np", "softmax_vjp", "softmax_vjp_np",
 ]
 
 
@@ -68,6 +74,7 @@ def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     Computed as ``exp(z) / sum exp(z)`` with ``z = (x - max(x)) / tau``; the max is taken per
     slice along `axis`, so every slice has one term equal to exp(0) = 1 and the result has no
     overflow and no 0/0. Entries equal to -inf get weight 0 (a slice needs one finite entry).
+    An axis of length 0 gives an empty array of the same shape, as ``torch.softmax`` does.
 
     Args:
         x: array-like of any shape, converted to float64.
@@ -85,7 +92,8 @@ def softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     _check_temperature(temperature)
     x = np.asarray(x, dtype=np.float64)
     _check_axis(axis, x.ndim)
-    z = (x - x.max(axis=axis, keepdims=True)) / temperature  # max: (..., 1, ...) along `axis`
+    # max: (..., 1, ...) along `axis`; initial=-inf: an empty axis gives an empty result
+    z = (x - x.max(axis=axis, keepdims=True, initial=-np.inf)) / temperature
     e = np.exp(z)
     return e / e.sum(axis=axis, keepdims=True)
 
@@ -103,6 +111,8 @@ def log_softmax_np(x, axis: int = -1, temperature: float = 1.0) -> np.ndarray:
     _check_temperature(temperature)
     x = np.asarray(x, dtype=np.float64)
     _check_axis(axis, x.ndim)
+    if x.shape[axis] == 0:  # an empty axis: an empty result, as torch.log_softmax returns
+        return x.copy()
     z = (x - x.max(axis=axis, keepdims=True)) / temperature  # max: (..., 1, ...) along `axis`
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
 
@@ -158,6 +168,46 @@ def softmax_jacobian_np(x) -> np.ndarray:
     diag = s[..., :, None] * np.eye(s.shape[-1])      # (..., n, n)
     outer = s[..., :, None] * s[..., None, :]         # (..., n, 1) * (..., 1, n) -> (..., n, n)
     return diag - outer
+
+
+def _check_vjp_shapes(s_shape: tuple, g_shape: tuple) -> None:
+    if tuple(s_shape) != tuple(g_shape):
+        raise ValueError(f"softmax_vjp: s {tuple(s_shape)} and g {tuple(g_shape)} must have the "
+                         "same shape (g is the gradient of the loss with respect to s)")
+
+
+def softmax_vjp_np(s, g, axis: int = -1) -> np.ndarray:
+    """Backward pass of the softmax, float64 NumPy: ``dx = s * (g - <s, g>)`` along `axis`.
+
+    Derivation (lesson 01, section 6). With ``s_i = e^{x_i} / Z`` and ``Z = sum_k e^{x_k}``, the
+    quotient rule gives ``ds_i/dx_j = (delta_ij e^{x_i} Z - e^{x_i} e^{x_j}) / Z^2
+    = s_i (delta_ij - s_j)``, i.e. ``J = diag(s) - s s^T``. The chain rule needs the
+    vector-Jacobian product ``dx_j = sum_i g_i ds_i/dx_j = s_j g_j - s_j sum_i s_i g_i``:
+    ``dx = s * (g - <s, g>)``. It costs 3n operations per vector, where forming J costs n^2
+    numbers (at the T = 8192 of a long context, 512 MiB of float64 per row of queries).
+    J is symmetric, so ``J^T g = J g``. A row with s = 0 (a fully masked attention row) gets
+    dx = 0. The result sums to 0 along `axis` (softmax ignores a common shift of x).
+
+    Args:
+        s: the softmax output (what the forward pass saved), any shape, float64 after
+            conversion; each slice along `axis` sums to 1 (or is all 0).
+        g: dLoss/ds, the same shape as `s`.
+        axis: the axis the softmax normalised.
+
+    Returns:
+        float64 array dLoss/dx, the shape of `s`.
+
+    Raises:
+        ValueError: `s` and `g` differ in shape (both named); `axis` out of range.
+
+    Source: lesson 01 (the Jacobian derived, then its vector-Jacobian product).
+    """
+    s = np.asarray(s, dtype=np.float64)
+    g = np.asarray(g, dtype=np.float64)
+    _check_vjp_shapes(s.shape, g.shape)
+    _check_axis(axis, s.ndim)
+    inner = (s * g).sum(axis=axis, keepdims=True)  # <s, g>: (..., 1, ...) along `axis`
+    return s * (g - inner)
 
 
 def entropy_np(p, axis: int = -1) -> np.ndarray:
@@ -271,6 +321,8 @@ def softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> torch.T
     _check_float_tensor(x)
     _check_temperature(temperature)
     _check_axis(dim, x.dim(), "dim")
+    if x.shape[dim] == 0:  # an empty axis: an empty result, as torch.softmax returns
+        return x.clone()
     xc = upcast(x)  # float32 for float16/bfloat16 inputs
     z = (xc - xc.amax(dim=dim, keepdim=True).detach()) / temperature  # max: (..., 1, ...)
     e = torch.exp(z)
@@ -289,6 +341,8 @@ def log_softmax(x: torch.Tensor, dim: int = -1, temperature: float = 1.0) -> tor
     _check_float_tensor(x)
     _check_temperature(temperature)
     _check_axis(dim, x.dim(), "dim")
+    if x.shape[dim] == 0:  # an empty axis: an empty result, as torch.softmax returns
+        return x.clone()
     xc = upcast(x)  # float32 for float16/bfloat16 inputs
     z = (xc - xc.amax(dim=dim, keepdim=True).detach()) / temperature  # max: (..., 1, ...)
     return (z - torch.log(torch.exp(z).sum(dim=dim, keepdim=True))).to(x.dtype)
@@ -316,6 +370,39 @@ def softmax_jacobian(x: torch.Tensor) -> torch.Tensor:
     diag = torch.diag_embed(s)                    # (..., n, n)
     outer = s.unsqueeze(-1) * s.unsqueeze(-2)     # (..., n, 1) * (..., 1, n) -> (..., n, n)
     return (diag - outer).to(x.dtype)
+
+
+def softmax_vjp(s: torch.Tensor, g: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Backward pass of the softmax in PyTorch: ``dx = s * (g - <s, g>)`` along `dim`.
+
+    The same equation and derivation as :func:`softmax_vjp_np` (``J = diag(s) - s s^T`` is never
+    formed). Differentiable itself (plain tensor operations), so a backward built from it can be
+    differentiated again (``torch.autograd.gradgradcheck`` in the tests). Equal to
+    ``torch.autograd.grad(softmax(x), x, g)`` to float64 rounding (tested).
+
+    Args:
+        s: the softmax output, floating-point tensor of any shape (float16, bfloat16, float32
+            or float64); slices along `dim` sum to 1 or are all 0.
+        g: dLoss/ds, the shape of `s`.
+        dim: the dimension the softmax normalised.
+
+    Returns:
+        dLoss/dx, the shape of `s`, the dtype of `g`; float16 and bfloat16 are computed in
+        float32 (the sum <s, g> cancels) and rounded once.
+
+    Raises:
+        ValueError: a non-floating tensor; `s` and `g` differ in shape (both named); `dim` out
+            of range.
+
+    Source: lesson 01.
+    """
+    _check_float_tensor(s)
+    _check_float_tensor(g)
+    _check_vjp_shapes(tuple(s.shape), tuple(g.shape))
+    _check_axis(dim, s.dim(), "dim")
+    sc, gc = upcast(s), upcast(g).to(upcast(s).dtype)  # float32 for 16-bit inputs
+    inner = (sc * gc).sum(dim=dim, keepdim=True)  # <s, g>: (..., 1, ...) along `dim`
+    return (sc * (gc - inner)).to(g.dtype)
 
 
 def entropy(p: torch.Tensor, dim: int = -1) -> torch.Tensor:

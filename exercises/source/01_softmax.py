@@ -13,7 +13,8 @@
 
 # %% [markdown]
 # Lesson: `notebooks/01_softmax.ipynb`. Write each function in its answer cell, then run the
-# check cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
+# check cell below it: it prints `PASSED (public cases): <exercise>` or tells you which case
+# failed and why.
 #
 # Everything here is NumPy `float64`. Use array operations (no Python loops over elements), and
 # never modify an input array in place: the caller still needs it.

@@ -12,7 +12,8 @@
 
 # %% [markdown]
 # Lesson: `notebooks/02_attention.ipynb`. Write each function in its answer cell, then run the
-# check cell below it: it prints `PASSED: <exercise>` or tells you which case failed and why.
+# check cell below it: it prints `PASSED (public cases): <exercise>` or tells you which case
+# failed and why.
 #
 # Conventions of the course: masks are **boolean** and `True` means *may attend*; arrays are
 # NumPy `float64`; a query whose keys are all masked gets weights 0 and output 0.

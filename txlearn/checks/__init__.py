@@ -8,9 +8,10 @@ A check cell in an exercise notebook is always the same two lines::
 `check` finds the exercise by name in the check modules of this folder (one module per exercise
 set, named like the package module it checks: ``softmax.py`` for lesson 01, ``attention.py`` for
 02, ...), loaded afresh from disk on every call, runs it and prints exactly one line,
-``PASSED: <exercise>``. A wrong answer raises :class:`CheckFailure`, shown in a notebook as at
-most about eight lines: the case, what differs (shape, first differing index, got vs expected),
-the learner's own frames when their code raised, and a hint. Hints come in levels: the first
+``PASSED (public cases): <exercise>`` (the grader may hold hidden cases too). A wrong answer
+raises :class:`CheckFailure`, shown in a notebook as at most about eight lines: the case, what
+differs (shape, first differing index, got vs expected), the learner's own frames when their
+code raised, and a hint. Hints come in levels: the first
 names the concept; running the check again with the same mistake, or calling
 ``hint("stable_softmax")``, gives the next, more specific level. No hint holds a line of a
 solution (a test enforces it).
@@ -58,7 +59,7 @@ from txlearn.checks.feedback import CheckFailure, clean
 from txlearn.checks.learner import (DEFAULT_TIME_LIMIT, LearnerChangedInput, LearnerError,
                                     LearnerObject, LearnerTimeout, call, construct,
                                     forward_backward, load_state, state_shapes)
-from txlearn.checks.notebook import check, hint
+from txlearn.checks.notebook import check, hint, passed_line
 from txlearn.checks.registry import (Verdict, exercise, find, hidden_dir, parameters,
                                      run_exercise)
 from txlearn.learner_calls import GIVEN_KINDS, Given, given
@@ -67,6 +68,7 @@ __all__ = [
     "CheckFailure",
     "check",
     "hint",
+    "passed_line",
     "exercise",
     "call",
     "construct",

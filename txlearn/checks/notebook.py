@@ -8,9 +8,11 @@ A check cell is always the same two lines::
 
 :func:`check` runs the exercise's check (:func:`txlearn.checks.registry.run_exercise`) on the
 objects the cell passes, with the learner's own names for the checks of the exercises it needs,
-and prints exactly one line, ``PASSED: <exercise>``, or raises the
-:class:`~txlearn.checks.feedback.CheckFailure`. The same mistake twice in a row, or
-``hint("stable_softmax")``, gives the next, more specific hint level.
+and prints exactly one line, ``PASSED (public cases): <exercise>`` (:func:`passed_line`), or
+raises the :class:`~txlearn.checks.feedback.CheckFailure`. The line says *public* cases because
+they are all a learner's kernel has: the grader may hold hidden ones, and a notebook that passes
+here can still fail there (its feedback then names the failed case as hidden). The same
+mistake twice in a row, or ``hint("stable_softmax")``, gives the next, more specific hint level.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from txlearn.checks.feedback import CheckFailure, render
 from txlearn.checks.registry import hidden_dir, run_exercise
 
-__all__ = ["check", "hint"]
+__all__ = ["check", "hint", "passed_line"]
 
 _last: dict[str, tuple[str, int]] = {}   # exercise -> (first feedback line, hint level shown)
 _shown: dict[str, CheckFailure] = {}
@@ -53,19 +55,27 @@ def _install_display() -> None:
         shell.set_custom_exc((CheckFailure,), _show_failure)
 
 
+def passed_line(name: str) -> str:
+    """The line a passing check prints for exercise `name` (without the newline), and the output
+    ``txlearn build`` stores in a solution notebook's check cell: ``PASSED (public cases): name``.
+    """
+    return f"PASSED (public cases): {name}"
+
+
 def check(name: str, *objects: Any) -> None:
     """Check the learner's `objects` (functions, classes, values) for exercise `name`.
 
-    Prints ``PASSED: <name>`` on success. Raises :class:`CheckFailure` with feedback on a wrong
-    answer (in a notebook shown as a few lines, at the next hint level when the same mistake
-    comes back), and ``KeyError`` for an unknown exercise name.
+    Prints ``PASSED (public cases): <name>`` (:func:`passed_line`) on success. Raises
+    :class:`CheckFailure` with feedback on a wrong answer (in a notebook shown as a few lines, at
+    the next hint level when the same mistake comes back), and ``KeyError`` for an unknown
+    exercise name.
     """
     _install_display()
     caller = sys._getframe(1).f_globals
     verdict = run_exercise(name, objects, namespace=caller, hidden=hidden_dir())
     if verdict.passed:
         _last.pop(name, None)
-        print(f"PASSED: {name}")
+        print(passed_line(name))
         return
     failure = verdict.failure
     failure.level_shown = _level_for(name, failure)

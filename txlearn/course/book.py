@@ -7,7 +7,9 @@
     DEST/NN_name.html            each lesson, executed, figures embedded as data: URLs, with
                                  previous / contents / exercises / next links
     DEST/exercises/NN_name.html  each exercise set's statements: the student version (stubs,
-                                 no solutions), shown without executing it
+                                 no solutions), shown without executing it; a set with no
+                                 lesson of its own name (set 11) follows the last lesson its
+                                 header's ``lessons:`` names
     DEST/mathjax/                MathJax 2.7, copied from the PyPI package jupyter-server-mathjax
 
 Every reference a page loads is a relative path inside DEST (checked when the book is written),
@@ -24,6 +26,13 @@ The lesson table has one source: the table under "## The lessons" in README.md. 
 match ``notebooks/*.ipynb`` one for one; a lesson missing from either side stops the build.
 Lessons are executed with nbclient (cwd ``notebooks/``, a kernel of the running Python) and
 exported with nbconvert's ``lab`` template, with its CDN scripts (require.js, mermaid) removed.
+
+Figures: every image a lesson outputs must carry alt text, a sentence saying what it shows (the
+lessons display figures with ``txlearn.plotting.show(fig, alt=...)``, which stores it in the
+output's metadata as ``{"image/png": {"alt": ...}}``). The template writes it as the ``<img>``'s
+``alt`` attribute (nbconvert's own lab template drops it), and an executed lesson with an image
+output lacking it, or with fewer than ``MIN_ALT_WORDS`` words, stops the build (BookError naming
+the cells).
 """
 
 from __future__ import annotations
@@ -44,10 +53,11 @@ from urllib.parse import unquote, urlsplit
 
 import nbformat
 
-from txlearn.course.build import ROOT, Layout
+from txlearn.course.build import ROOT, Layout, read_source, set_info
+from txlearn.course.figures import alt_text, figure_count, figures_without_alt
 
-__all__ = ["BookError", "LessonEntry", "Page", "write_book", "check_links", "execute", "lesson_table",
-           "mathjax_source"]
+__all__ = ["BookError", "LessonEntry", "Page", "alt_text", "write_book", "check_links", "execute",
+           "figures_without_alt", "lesson_table", "mathjax_source"]
 
 MARKER = ".txlearn-book"  # marks a folder as a book this module wrote (safe to replace)
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
@@ -80,6 +90,19 @@ MathJax.Hub.Config({
                   font-family: var(--jp-ui-font-family); }
 </style>
 {%- endblock html_head_js_mathjax -%}
+{% block data_png scoped %}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="data:image/png;base64,{{ output.data['image/png'] | escape_html }}"
+{%- set alt = output | get_metadata('alt', 'image/png') -%}
+{%- if alt is not none %} alt="{{ alt | escape_html }}"{%- endif -%}
+{%- set width = output | get_metadata('width', 'image/png') -%}
+{%- if width is not none %} width={{ width | escape_html }}{%- endif -%}
+{%- set height = output | get_metadata('height', 'image/png') -%}
+{%- if height is not none %} height={{ height | escape_html }}{%- endif -%}
+{%- if output | get_metadata('needs_background', 'image/png') == 'light' %} class="jp-needs-light-background"{%- endif -%}
+>
+</div>
+{% endblock data_png %}
 {%- block body_header -%}
 {{ super() }}
 {{ resources.txlearn_top }}
@@ -183,6 +206,25 @@ def _check_table(entries: list[LessonEntry], layout: Layout) -> None:
                         f"without a notebook: {sorted(in_table - on_disk)}")
 
 
+def _sets_after_lessons(layout: Layout, entries: list[LessonEntry]) -> dict[str, list[str]]:
+    """{lesson stem: exercise sets shown after it} for the sets with no lesson of their own name:
+    each follows the last lesson of its header's ``lessons:`` (BookError when none is in the
+    table)."""
+    stems = [e.stem for e in entries]
+    after: dict[str, list[str]] = {}
+    for student in sorted(layout.student.glob("[0-9][0-9]_*.ipynb")):
+        source = layout.exercise_sources / f"{student.stem}.py"
+        if student.stem in stems or not source.exists():
+            continue
+        info = set_info(read_source(source), student.stem, source.name)
+        known = [s for s in info.lessons if s in stems]
+        if not known:
+            raise BookError(f"exercise set {student.stem} has no lesson of its name and its "
+                            f"header names no lesson of the table (lessons: {list(info.lessons)})")
+        after.setdefault(max(known, key=stems.index), []).append(student.stem)
+    return after
+
+
 def mathjax_source() -> Path:
     """The MathJax 2.7 folder shipped inside the jupyter-server-mathjax package."""
     spec = importlib.util.find_spec("jupyter_server_mathjax")
@@ -223,12 +265,6 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int) -> float:
             log.seek(0)
             raise BookError(f"the kernel died ({err}); its log:\n{log.read()[-2000:]}") from None
     return time.perf_counter() - start
-
-
-def _figures(nb) -> int:
-    return sum(1 for cell in nb.cells if cell.cell_type == "code"
-               for out in cell.get("outputs", [])
-               if any(k.startswith("image/") for k in out.get("data", {})))
 
 
 def _exporter(depth: int):
@@ -285,7 +321,8 @@ def _write(exporter, nb, path: Path, title: str, top: str, bottom: str) -> None:
     path.write_text(body, encoding="utf-8")
 
 
-def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execute_: bool) -> str:
+def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execute_: bool,
+              sets_after: dict[str, list[str]] | None = None) -> str:
     rows = ["| NN | lesson | what it measures | exercises | run (s) |",
             "|---|---|---|---|---|"]
     for e in entries:
@@ -293,6 +330,8 @@ def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execut
         title = e.title.replace("|", "\\|")
         lesson = f"[{title}]({page.path.as_posix()})" if page else f"{title} (not in this build)"
         ex = f"[statements]({exercises[e.stem]})" if e.stem in exercises else ""
+        ex = ", ".join([ex] * bool(ex) + [f"[set {s.split('_', 1)[0]}]({exercises[s]})"
+                                          for s in (sets_after or {}).get(e.stem, [])])
         run = f"{page.seconds:.1f}" if page and page.seconds is not None else ""
         measures = re.sub(r"\]\(notebooks/(\w+)\.ipynb\)", r"](\1.html)", e.measures)
         rows.append(f"| {e.number} | {lesson} | {measures} | {ex} | {run} |")
@@ -375,7 +414,8 @@ def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: 
     chosen = _select(entries, lessons)
     partial = _prepare(dest)
     try:
-        writer = _Writer(partial, layout, chosen, execute_lessons, timeout, progress)
+        writer = _Writer(partial, layout, chosen, execute_lessons, timeout, progress,
+                         _sets_after_lessons(layout, entries))
         pages = writer.lessons()
         pages.insert(0, writer.contents(entries, pages))
         check_links(partial)
@@ -393,12 +433,17 @@ class _Writer:
     """Writes the pages of one build into `folder` (MathJax first)."""
 
     def __init__(self, folder: Path, layout: Layout, chosen: list[LessonEntry],
-                 execute_lessons: bool, timeout: int, progress):
+                 execute_lessons: bool, timeout: int, progress,
+                 sets_after: dict[str, list[str]] | None = None):
         self.folder, self.layout, self.chosen = folder, layout, chosen
         self.execute, self.timeout, self.progress = execute_lessons, timeout, progress
         self.lesson_pages = {e.stem: f"{e.stem}.html" for e in chosen}
         self.exercise_pages = {e.stem: f"exercises/{e.stem}.html" for e in chosen
                                if (layout.student / f"{e.stem}.ipynb").exists()}
+        self.sets_after = {lesson: sets for lesson, sets in (sets_after or {}).items()
+                           if lesson in self.lesson_pages}
+        for sets in self.sets_after.values():
+            self.exercise_pages.update({s: f"exercises/{s}.html" for s in sets})
         self.top_level, self.nested = _exporter(0), _exporter(1)
         shutil.copytree(mathjax_source(), folder / "mathjax")
 
@@ -415,6 +460,8 @@ class _Writer:
             pages.append(self._done(self.lesson(entry, before, after)))
             if entry.stem in self.exercise_pages:
                 pages.append(self._done(self.exercises(entry)))
+            for stem in self.sets_after.get(entry.stem, []):
+                pages.append(self._done(self.exercises(entry, stem)))
         return pages
 
     def lesson(self, entry: LessonEntry, before, after) -> Page:
@@ -425,6 +472,11 @@ class _Writer:
                 seconds = execute(nb, self.layout.notebooks, self.timeout)
             except BookError as err:
                 raise BookError(f"lesson {entry.stem}: {err}") from None
+            missing = figures_without_alt(nb)
+            if missing:
+                raise BookError(f"lesson {entry.stem}: {len(missing)} figure(s) without alt text "
+                                "(show them with txlearn.plotting.show(fig, alt='what it "
+                                "shows')):\n  " + "\n  ".join(missing))
         _rewrite_links(nb, self.lesson_pages, self.exercise_pages)
         nav = _nav([
             ("prev", self.lesson_pages[before.stem] if before else "",
@@ -440,27 +492,32 @@ class _Writer:
         path = Path(self.lesson_pages[entry.stem])
         _write(self.top_level, nb, self.folder / path,
                f"{entry.number} {entry.title} \u00b7 txlearn", nav + note, nav)
-        return Page(path, "lesson", nb, seconds, _figures(nb))
+        return Page(path, "lesson", nb, seconds, figure_count(nb))
 
-    def exercises(self, entry: LessonEntry) -> Page:
-        nb = nbformat.read(self.layout.student / f"{entry.stem}.ipynb", as_version=4)
+    def exercises(self, entry: LessonEntry, stem: str | None = None) -> Page:
+        """The statements page of set `stem` (the lesson's own set when None), after `entry`."""
+        stem = stem or entry.stem
+        number = stem.split("_", 1)[0]
+        nb = nbformat.read(self.layout.student / f"{stem}.ipynb", as_version=4)
         _rewrite_links(nb, {k: f"../{v}" for k, v in self.lesson_pages.items()}, {})
         nav = _nav([("prev", f"../{self.lesson_pages[entry.stem]}",
                      f"\u2039 lesson {entry.number}: {entry.title}"),
                     ("contents", "../index.html", "contents")])
-        note = ('<p class="txlearn-note">The exercise statements of lesson '
-                f"{html.escape(entry.number)}, as a learner receives them (no solutions, not "
-                "executed). To solve them, run <code>make lab</code> in the course's repository: "
-                f"it copies this notebook to <code>work/{html.escape(entry.stem)}.ipynb</code>, "
-                "where each check cell says what is wrong.</p>")
-        path = Path(self.exercise_pages[entry.stem])
-        _write(self.nested, nb, self.folder / path, f"{entry.number} exercises \u00b7 txlearn",
+        whose = (f"lesson {html.escape(entry.number)}" if stem == entry.stem else
+                 f"set {html.escape(number)} (after lesson {html.escape(entry.number)})")
+        note = (f'<p class="txlearn-note">The exercise statements of {whose}, as a learner '
+                "receives them (no solutions, not executed). To solve them, run <code>make "
+                "lab</code> in the course's repository: it copies this notebook to "
+                f"<code>work/{html.escape(stem)}.ipynb</code>, where each check cell says what "
+                "is wrong.</p>")
+        path = Path(self.exercise_pages[stem])
+        _write(self.nested, nb, self.folder / path, f"{number} exercises \u00b7 txlearn",
                nav + note, nav)
         return Page(path, "exercises", nb)
 
     def contents(self, entries: list[LessonEntry], pages: list[Page]) -> Page:
         built = {p.path.stem: p for p in pages if p.kind == "lesson"}
-        text = _contents(entries, built, self.exercise_pages, self.execute)
+        text = _contents(entries, built, self.exercise_pages, self.execute, self.sets_after)
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
         _write(self.top_level, nb, self.folder / "index.html", "txlearn: the course as a book",
                "", "")

@@ -5,11 +5,12 @@ Sources are jupytext percent scripts, edited by hand:
 - ``lessons/NN_name.py``           -> ``notebooks/NN_name.ipynb`` (no outputs)
 - ``exercises/source/NN_name.py``  -> ``exercises/student/NN_name.ipynb`` (solution regions replaced
   by ``raise NotImplementedError``, no outputs) and ``exercises/solutions/NN_name.ipynb`` (marker
-  lines removed, each check cell carrying its expected ``PASSED: <exercise>`` output).
+  lines removed, each check cell carrying its expected ``PASSED (public cases): <exercise>``
+  output, :func:`txlearn.checks.notebook.passed_line`).
 
 Cells marked ``tags=["answer"] exercise="NAME"`` hold the learner's code; cells marked
 ``tags=["check"] exercise="NAME"`` call ``check("NAME", ...)`` and are tagged
-``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED:`` line.
+``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED`` line.
 The format is documented in CONTRIBUTING.md. Cell ids are derived from the cell's position and
 exercise, so regenerating gives byte-identical files.
 """
@@ -24,6 +25,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from txlearn.checks.notebook import passed_line
 from txlearn.checks.registry import exercise_modules
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository (txlearn/course/build.py)
@@ -58,7 +60,9 @@ class SetInfo:
     ``imports``: the top-level modules answers may import besides the standard library (numpy,
     torch) and the txlearn modules they may use (by full name); ``uses``: earlier sets whose
     answers this set loads (their notebooks must sit beside it); ``retired``: exercise names that
-    an earlier version of the set had, with what replaced them.
+    an earlier version of the set had, with what replaced them; ``lessons``: the lessons that
+    derive the set's exercises, for a set with no lesson of its own name (set 11, backpropagation
+    by hand, draws on lessons 01, 02, 06, 07 and 08); empty means the lesson of the set's name.
     """
 
     name: str
@@ -69,6 +73,12 @@ class SetInfo:
     imports: tuple = ("numpy",)
     uses: tuple = ()
     retired: dict = field(default_factory=dict)
+    lessons: tuple = ()
+
+    @property
+    def lesson_stems(self) -> tuple:
+        """The lessons the set's intro links to: ``lessons``, or the lesson of the set's name."""
+        return self.lessons or (self.name,)
 
 
 def set_info(src, name: str, where: str) -> SetInfo:
@@ -78,7 +88,8 @@ def set_info(src, name: str, where: str) -> SetInfo:
     missing = [k for k in ("title", "minutes", "objectives") if k not in meta]
     if missing:
         raise BuildError(f"{where}: the YAML header (jupyter: txlearn:) lacks {', '.join(missing)}")
-    unknown = set(meta) - {"title", "minutes", "objectives", "limits", "imports", "uses", "retired"}
+    unknown = set(meta) - {"title", "minutes", "objectives", "limits", "imports", "uses", "retired",
+                           "lessons"}
     if unknown:
         raise BuildError(f"{where}: unknown keys in the YAML header: {sorted(unknown)}")
     limits = dict(DEFAULT_LIMITS)
@@ -89,7 +100,8 @@ def set_info(src, name: str, where: str) -> SetInfo:
     return SetInfo(name=name, title=str(meta["title"]), minutes=int(meta["minutes"]),
                    objectives=tuple(meta["objectives"]), limits=limits,
                    imports=tuple(meta.get("imports") or ("numpy",)),
-                   uses=tuple(meta.get("uses") or ()), retired=dict(meta.get("retired") or {}))
+                   uses=tuple(meta.get("uses") or ()), retired=dict(meta.get("retired") or {}),
+                   lessons=tuple(meta.get("lessons") or ()))
 
 
 @dataclass(frozen=True)
@@ -255,10 +267,12 @@ def _headings(src) -> dict[str, str]:
 
 def intro_cell(info: SetInfo, names: list[str], titles: dict[str, str]):
     """The generated opening of a set: title, lesson, time, objectives and the exercise list."""
+    stems = info.lesson_stems
+    links = ", ".join(f"[`notebooks/{s}.ipynb`](../notebooks/{s}.ipynb)" for s in stems)
     lines = [f"# {info.title}", "",
              f"About {info.minutes} minutes; {len(names)} exercise{'s' * (len(names) != 1)}. "
-             f"Lesson: [`notebooks/{info.name}.ipynb`](../notebooks/{info.name}.ipynb) (from "
-             f"your `work/` copy).", "", "**You will be able to:**", ""]
+             f"Lesson{'s' * (len(stems) > 1)}: {links} (from your `work/` copy).", "",
+             "**You will be able to:**", ""]
     lines += [f"- {o}" for o in info.objectives]
     lines += ["", "**Exercises:**", ""]
     lines += [f"{i}. `{n}`: {titles.get(n) or n}" for i, n in enumerate(names, start=1)]
@@ -266,8 +280,10 @@ def intro_cell(info: SetInfo, names: list[str], titles: dict[str, str]):
         lines += ["", "This set uses your answers of " + ", ".join(
             f"`{u}.ipynb`" for u in info.uses) + ": keep those notebooks in the same folder."]
     lines += ["", "Write each answer in its cell, then run the check cell below it: it prints "
-              "`PASSED: <exercise>` or says what is wrong, with a hint. Run a failing check "
-              "again (or call `hint(\"<exercise>\")`) for a more specific hint."]
+              "`PASSED (public cases): <exercise>` or says what is wrong, with a hint. Run a "
+              "failing check again (or call `hint(\"<exercise>\")`) for a more specific hint. "
+              "*Public cases* are the ones the course ships; whoever grades your notebook may "
+              "also run hidden ones, and their feedback names a failed hidden case as hidden."]
     cell = nbformat.v4.new_markdown_cell("\n".join(lines))
     cell.id = "set-intro"
     return cell
@@ -286,6 +302,9 @@ def build_exercises(path: Path, layout: Layout = Layout()):
     retired_again = set(info.retired) & set(names)
     if retired_again:
         raise BuildError(f"{rel}: exercises both current and retired: {sorted(retired_again)}")
+    no_lesson = [s for s in info.lessons if not (layout.lessons / f"{s}.py").exists()]
+    if no_lesson:
+        raise BuildError(f"{rel}: the header's lessons name no lesson source: {no_lesson}")
     student = _new_notebook(
         rel, "student", path.stem,
         f"*Generated by `txlearn build` from `{rel}`.* Work in your own copy, "
@@ -309,7 +328,8 @@ def build_exercises(path: Path, layout: Layout = Layout()):
             s_cell = check_cell(cell, cell_id)
             student.cells.append(s_cell)
             solved = copy.deepcopy(s_cell)
-            solved.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"PASSED: {name}\n")]
+            solved.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                                     text=passed_line(name) + "\n")]
             solved.execution_count = count + 1
             solution.cells.append(solved)
         else:

@@ -10,12 +10,14 @@ the model knows nothing of training. Source: lesson 09.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
 from txlearn.heads import KVCache
 from txlearn.layer import TransformerLayer
-from txlearn.masks import causal_mask
+from txlearn.masks import causal_mask, positions_from_padding
 from txlearn.norms import LayerNorm
 from txlearn.positional import LearnedPositionalEmbedding
 
@@ -36,11 +38,21 @@ class CharTransformer(nn.Module):
     attention weights (``return_weights=True``) takes the teaching attention automatically.
     ``fused=False`` is the teaching path throughout; the two are tested equal
     (``tests/test_training.py``). The positions and the mask are built on the device of ``ids``.
+
+    ``init``: ``"layers"`` keeps each layer's own initialisation; ``"gpt2"`` re-draws the
+    matrices GPT-2's way (Radford et al. 2019, section 2.3): ``W_Q, W_K, W_V, W_1`` from
+    ``N(0, 0.02^2)``, and the two matrices that write into the residual stream, ``W_O`` and
+    ``W_2``, from ``N(0, (0.02 / sqrt(2 n_layers))^2)``, so the residual sum of the
+    ``2 n_layers`` sub-layers starts with the variance of one. Raises ``ValueError`` for another
+    name.
     """
 
     def __init__(self, n_vocab: int, d_model: int, n_heads: int, n_layers: int, d_ff: int,
-                 block_size: int, dropout: float = 0.0, fused: bool = True):
+                 block_size: int, dropout: float = 0.0, fused: bool = True,
+                 init: str = "layers"):
         super().__init__()
+        if init not in ("layers", "gpt2"):
+            raise ValueError(f"init must be 'layers' or 'gpt2', got {init!r}")
         self.E = nn.Parameter(torch.randn(n_vocab, d_model) * 0.02)
         self.position = LearnedPositionalEmbedding(block_size, d_model)
         self.layers = nn.ModuleList(
@@ -49,34 +61,58 @@ class CharTransformer(nn.Module):
             for _ in range(n_layers))
         self.norm = LayerNorm(d_model, fused=fused)
         self.block_size = block_size
+        if init == "gpt2":
+            self._init_gpt2()
+
+    @torch.no_grad()
+    def _init_gpt2(self) -> None:
+        residual_std = 0.02 / math.sqrt(2 * len(self.layers))   # 2 residual writes per layer
+        for layer in self.layers:
+            for W in (layer.attn.W_Q, layer.attn.W_K, layer.attn.W_V, layer.ffn.W_1):
+                W.normal_(0.0, 0.02)
+            for W in (layer.attn.W_O, layer.ffn.W_2):
+                W.normal_(0.0, residual_std)
 
     def new_caches(self) -> list[KVCache]:
         """One empty :class:`txlearn.heads.KVCache` per layer."""
         return [KVCache() for _ in self.layers]
 
     def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None,
-                return_weights: bool = False):
+                return_weights: bool = False, key_padding_mask: torch.Tensor | None = None):
         """Logits ``(B, T, n_vocab)`` for ids ``(B, T)``, after the ``S_past`` positions in ``caches``.
 
+        ``key_padding_mask``: bool ``(B, S_past + T)``, True = real token, for a left-padded batch
+        of prompts (:func:`txlearn.masks.left_padding_mask`): padding is never attended to, and
+        each row's positions count from its first real token
+        (:func:`txlearn.masks.positions_from_padding`), so a row gives the logits it gives alone.
         With ``return_weights=True`` also returns each layer's attention weights, a list of
-        ``n_layers`` tensors ``(B, n_heads, T, S_past + T)``. Raises ``ValueError`` when
-        ``S_past + T`` exceeds ``block_size`` (there is no learned position for it).
+        ``n_layers`` tensors ``(B, n_heads, T, S_past + T)``. Raises ``ValueError`` when a
+        position reaches ``block_size`` (there is no learned position for it) or the mask is
+        not ``(B, S_past + T)`` (both shapes named).
         """
         B, T = ids.shape
         past = len(caches[0]) if caches else 0
         S = past + T
-        if S > self.block_size:
-            raise ValueError(f"{S} positions exceed block_size {self.block_size}")
-        positions = torch.arange(past, S, device=ids.device)     # (T,)
+        if key_padding_mask is None:
+            positions = torch.arange(past, S, device=ids.device)  # (T,)
+        else:
+            if tuple(key_padding_mask.shape) != (B, S):
+                raise ValueError(f"key_padding_mask must be (B, S_past + T) = ({B}, {S}), got "
+                                 f"{tuple(key_padding_mask.shape)}")
+            positions = positions_from_padding(key_padding_mask)[:, past:]  # (B, T) per row
+        if T and int(positions.max()) >= self.block_size:
+            raise ValueError(f"{int(positions.max()) + 1} positions exceed block_size "
+                             f"{self.block_size}")
         x = self.E[ids] + self.position(positions)                # (B, T, d_model)
         mask = causal_mask(T, S, device=ids.device)               # (T, S) bottom-right
         weights = []
         for l, layer in enumerate(self.layers):
             cache = caches[l] if caches else None
             if return_weights:
-                x, w = layer(x, mask=mask, cache=cache, return_weights=True)
+                x, w = layer(x, mask=mask, key_padding_mask=key_padding_mask, cache=cache,
+                             return_weights=True)
                 weights.append(w)                                 # (B, n_heads, T, S)
             else:
-                x = layer(x, mask=mask, cache=cache)
+                x = layer(x, mask=mask, key_padding_mask=key_padding_mask, cache=cache)
         logits = self.norm(x) @ self.E.T                          # (B, T, n_vocab)
         return (logits, weights) if return_weights else logits

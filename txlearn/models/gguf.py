@@ -51,6 +51,7 @@ __all__ = [
     "gguf_path",
     "read_metadata",
     "read_config",
+    "read_rope_scaling",
     "read_tensor",
     "tensor_shapes",
     "weight_table",
@@ -127,23 +128,74 @@ def read_metadata(path: str | Path | None = None) -> dict:
     return out
 
 
+def _optional(reader, key: str, default=None):
+    return reader.fields[key].contents() if key in reader.fields else default
+
+
+def read_rope_scaling(path: str | Path | None = None) -> float:
+    """The linear RoPE scaling factor the file asks for (1.0 = none).
+
+    GGUF's keys, read as llama.cpp reads them: ``llama.rope.scaling.type`` (absent = "linear"),
+    ``llama.rope.scaling.factor`` (absent: the older ``llama.rope.scale_linear``; absent or 0 =
+    1). "none" is 1; "linear" is position interpolation (Chen et al. 2023, eq. 4): positions are
+    divided by the factor. Raises ValueError naming any other type (yarn, longrope, ...: the
+    course does not implement them, and ignoring them would give wrong logits silently) and a
+    factor that is not a finite number > 0. Source: the GGUF spec (``docs/gguf.md``, "LLM",
+    ``[llm].rope.scaling.*``); lesson 04.
+    """
+    reader = _reader(str(path or gguf_path()))
+    kind = str(_optional(reader, "llama.rope.scaling.type", "linear")).lower()
+    factor = _optional(reader, "llama.rope.scaling.factor")
+    if factor is None:
+        factor = _optional(reader, "llama.rope.scale_linear")
+    factor = 1.0 if factor is None or float(factor) == 0.0 else float(factor)
+    if kind == "none":
+        return 1.0
+    if kind != "linear":
+        raise ValueError(f"the GGUF file asks for rope.scaling.type = {kind!r} (factor {factor}); "
+                         "this loader applies only 'none' and 'linear' (position interpolation), "
+                         "and refuses the others rather than ignore them")
+    if not 0 < factor < float("inf"):
+        raise ValueError(f"the GGUF file's rope.scaling.factor must be a finite number > 0, got "
+                         f"{factor}")
+    return factor
+
+
 def read_config(path: str | Path | None = None, rope: str = "interleaved") -> LlamaConfig:
     """The sizes in the file's metadata (``llama.block_count``, ``llama.embedding_length``, ...).
 
-    ``rope`` is the pairing the model will use (see the module's docstring). Raises
-    ``ValueError`` when the file is not a Llama-architecture model or a field is missing.
+    ``rope`` is the pairing the model will use (see the module's docstring). The keys the GGUF
+    spec makes optional get the spec's (and llama.cpp's) defaults: no
+    ``llama.attention.head_count_kv`` means no GQA (``n_kv_heads = n_heads``); no
+    ``llama.vocab_size`` means the embedding's first dimension (``token_embd.weight``,
+    ``(n_vocab, d_model)``); no RoPE base means 10000; the RoPE scaling keys are
+    :func:`read_rope_scaling`'s. Raises ``ValueError`` when the file is not a Llama-architecture
+    model, a required field is missing (named), or it asks for a RoPE scaling the course does
+    not implement.
     """
-    reader = _reader(str(path or gguf_path()))
+    path = path or gguf_path()
+    reader = _reader(str(path))
     arch = _field(reader, "general.architecture")
     if arch != "llama":
         raise ValueError(f"expected a llama-architecture GGUF, got {arch!r}")
     f = lambda key: _field(reader, f"llama.{key}")  # noqa: E731
+    n_heads = int(f("attention.head_count"))
+    n_kv_heads = int(_optional(reader, "llama.attention.head_count_kv", n_heads))
+    n_vocab = _optional(reader, "llama.vocab_size")
+    if n_vocab is None:
+        shapes = tensor_shapes(path)
+        if "token_embd.weight" not in shapes:
+            raise ValueError("the GGUF file has no field 'llama.vocab_size' and no tensor "
+                             "'token_embd.weight' to read the vocabulary size from")
+        n_vocab = shapes["token_embd.weight"][0]                    # (n_vocab, d_model)
     return LlamaConfig(
-        n_vocab=int(f("vocab_size")), d_model=int(f("embedding_length")),
-        n_layers=int(f("block_count")), n_heads=int(f("attention.head_count")),
-        n_kv_heads=int(f("attention.head_count_kv")), d_ff=int(f("feed_forward_length")),
-        eps=float(f("attention.layer_norm_rms_epsilon")), rope_base=float(f("rope.freq_base")),
-        context=int(f("context_length")), rope=rope)
+        n_vocab=int(n_vocab), d_model=int(f("embedding_length")),
+        n_layers=int(f("block_count")), n_heads=n_heads, n_kv_heads=n_kv_heads,
+        d_ff=int(f("feed_forward_length")),
+        eps=float(f("attention.layer_norm_rms_epsilon")),
+        rope_base=float(_optional(reader, "llama.rope.freq_base", 10000.0)),
+        context=int(f("context_length")), rope=rope,
+        rope_scaling_factor=read_rope_scaling(path))
 
 
 def _tensor_info(path: str | Path | None):

@@ -28,7 +28,7 @@ from torch import nn
 
 from txlearn.heads import KVCache
 from txlearn.layer import OutputHead, TokenEmbedding, TransformerLayer
-from txlearn.masks import causal_mask
+from txlearn.masks import causal_mask, positions_from_padding
 from txlearn.norms import RMSNorm
 
 __all__ = ["LlamaConfig", "LlamaDecoder"]
@@ -42,7 +42,11 @@ class LlamaConfig:
     key/value heads (d_k = d_model / n_heads); d_ff: SwiGLU inner width; eps: RMSNorm's epsilon;
     rope_base: RoPE's base (theta_k = rope_base^(-2k/d_k)); context: the longest sequence the
     model was trained on (tokens); rope: the pairing the Q/K weights expect ("interleaved" for
-    weights in GGUF's order, "half" for Hugging Face's).
+    weights in GGUF's order, "half" for Hugging Face's); rope_scaling_factor: linear position
+    interpolation (Chen et al. 2023, eq. 4; GGUF's ``rope.scaling.type = linear``): RoPE rotates
+    position m by the angles of ``m / rope_scaling_factor`` (1 = none; a factor s is
+    :func:`txlearn.positional.interpolate_positions` with ``context = s * trained_len``).
+    Raises ValueError for a factor that is not a finite number > 0.
     """
 
     n_vocab: int
@@ -55,6 +59,13 @@ class LlamaConfig:
     rope_base: float = 10000.0
     context: int = 2048
     rope: str = "interleaved"
+    rope_scaling_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        f = self.rope_scaling_factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < float("inf"):
+            raise ValueError(f"rope_scaling_factor must be a finite number > 0 (1 = no scaling), "
+                             f"got {f!r}")
 
     @property
     def d_k(self) -> int:
@@ -92,7 +103,7 @@ class LlamaDecoder(nn.Module):
         return [KVCache() for _ in self.layers]
 
     def forward(self, ids: torch.Tensor, caches: list[KVCache] | None = None,
-                return_weights: bool = False):
+                return_weights: bool = False, key_padding_mask: torch.Tensor | None = None):
         """Next-token logits for every position.
 
         Args:
@@ -101,15 +112,20 @@ class LlamaDecoder(nn.Module):
                 values are appended, its positions start after the cached ones, and the
                 queries attend to every cached key (``causal_mask(T, S)``, bottom-right).
             return_weights: also return each layer's attention weights ``(B, n_heads, T, S)``.
+            key_padding_mask: bool ``(B, S)`` (S = cached + T), True = real token, for a
+                left-padded batch of prompts (:func:`txlearn.masks.left_padding_mask`): padding
+                is never attended to and each row's RoPE positions count from its first real
+                token (:func:`txlearn.masks.positions_from_padding`), so every row gives the
+                logits it gives alone. None = no padding.
 
         Returns:
             logits float ``(B, T, n_vocab)``, or ``(logits, [weights of layer 0, 1, ...])``.
 
         Raises:
             ValueError: `ids` not ``(B, T)``, ids outside the vocabulary, `caches` not one per
-                layer (numbers named).
+                layer, a mask not ``(B, S)`` (numbers named).
         """
-        x, weights, _ = self._blocks(ids, caches, return_weights)
+        x, weights, _ = self._blocks(ids, caches, return_weights, key_padding_mask)
         logits = self.head(self.norm(x))                                # (B, T, n_vocab)
         return (logits, weights) if return_weights else logits
 
@@ -117,21 +133,39 @@ class LlamaDecoder(nn.Module):
     def residual_stream(self, ids: torch.Tensor) -> list[torch.Tensor]:
         """The residual stream ``x_0`` (embedding) ``.. x_N`` (after the last block, before the
         final norm): ``n_layers + 1`` tensors ``(B, T, d_model)``, for comparisons layer by layer."""
-        return self._blocks(ids, None, False, keep_hidden=True)[2]
+        return self._blocks(ids, None, False, None, keep_hidden=True)[2]
 
-    def _blocks(self, ids, caches, return_weights, keep_hidden=False):
+    def positions(self, T: int, past: int = 0,
+                  key_padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """RoPE's positions of the next T tokens after `past` cached ones, divided by
+        ``config.rope_scaling_factor`` (linear position interpolation): float64 ``(T,)``, or
+        ``(B, T)`` counted per row from its first real token when a ``key_padding_mask (B, past
+        + T)`` is given. Source: Chen et al. 2023, eq. 4; lesson 04."""
+        if key_padding_mask is None:
+            m = torch.arange(past, past + T)                                # (T,)
+        else:
+            m = positions_from_padding(key_padding_mask)[:, past:]          # (B, T)
+        return m.to(torch.float64) / self.config.rope_scaling_factor
+
+    def _blocks(self, ids, caches, return_weights, key_padding_mask, keep_hidden=False):
         if ids.dim() != 2:
             raise ValueError(f"ids must be (B, T), got shape {tuple(ids.shape)}")
         if caches is not None and len(caches) != len(self.layers):
             raise ValueError(f"caches has {len(caches)} entries for {len(self.layers)} layers")
-        T = ids.shape[1]
-        S = T + (0 if caches is None else len(caches[0]))
+        B, T = ids.shape
+        past = 0 if caches is None else len(caches[0])
+        S = T + past
+        if key_padding_mask is not None and tuple(key_padding_mask.shape) != (B, S):
+            raise ValueError(f"key_padding_mask must be (B, S) = ({B}, {S}), got "
+                             f"{tuple(key_padding_mask.shape)}")
+        positions = self.positions(T, past, key_padding_mask)              # (T,) or (B, T)
         mask = causal_mask(T, S, device=ids.device)                     # (T, S) bottom-right
         x = self.embed(ids)                                             # (B, T, d_model)
         hidden, weights = [x], []
         for l, layer in enumerate(self.layers):
-            x, w = layer(x, mask=mask, cache=None if caches is None else caches[l],
-                         return_weights=True)                          # (B, T, d_model)
+            x, w = layer(x, mask=mask, key_padding_mask=key_padding_mask,
+                         cache=None if caches is None else caches[l], return_weights=True,
+                         positions=positions)                           # (B, T, d_model)
             if keep_hidden:
                 hidden.append(x)
             if return_weights:

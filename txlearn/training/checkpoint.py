@@ -107,7 +107,8 @@ def load_checkpoint(path) -> dict:
         raise UserError(f"{path}: not a safetensors checkpoint ({type(err).__name__})") from None
     if meta.get("format") != "txlearn-capstone-1":
         raise UserError(f"{path}: not a txlearn capstone checkpoint")
-    config = TrainConfig(**json.loads(meta["config"]))
+    # checkpoints from before the recipe rule had no "init": their models used the layers' own
+    config = TrainConfig(**{"init": "layers", **json.loads(meta["config"])})
     vocab = CharVocab(json.loads(meta["vocab"]))
     model = CharTransformer(len(vocab), **config.model_sizes())
     weights = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")}

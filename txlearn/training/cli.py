@@ -24,8 +24,11 @@ DEFAULT_CHECKPOINT = "checkpoints/capstone.safetensors"
 
 
 _CLI_FIELDS = ("d_model", "n_heads", "n_layers", "d_ff", "block_size", "batch_size", "max_steps",
-               "lr", "min_lr", "warmup_steps", "dropout", "precision", "eval_interval", "seed",
-               "max_seconds")
+               "lr", "min_lr", "warmup_steps", "dropout", "init", "precision", "eval_interval",
+               "seed", "max_seconds", "grad_accum")
+# the recipe fields default to None (chosen by the run): their types
+_RULE_TYPES = {"d_model": int, "d_ff": int, "block_size": int, "batch_size": int, "lr": float,
+               "min_lr": float, "dropout": float, "init": str}
 
 
 def _threads(value: str):
@@ -67,9 +70,12 @@ def add_train_parser(subparsers) -> None:
                         "of all cores and one, timed on the first steps) or a number")
     defaults = TrainConfig()
     for name in _CLI_FIELDS:
-        kind = type(getattr(defaults, name))
+        default = getattr(defaults, name)
+        kind = _RULE_TYPES[name] if default is None else type(default)
         p.add_argument("--" + name.replace("_", "-"), type=kind, default=None,
-                       help=f"default {getattr(defaults, name)}")
+                       help="default: chosen from the speed measured at the start "
+                            "(txlearn.training.recipe)" if default is None
+                       else f"default {default}")
     p.set_defaults(func=_run_train)
 
 
@@ -87,13 +93,16 @@ def _run_train(args) -> int:
 
 
 def add_sample_parser(subparsers) -> None:
-    """Add ``txlearn sample CKPT --prompt TEXT``: generate with temperature, top-k and top-p
-    (through the key/value cache)."""
+    """Add ``txlearn sample CKPT --prompt TEXT [--prompt TEXT ...]``: generate with temperature,
+    top-k, top-p and a repetition penalty (through the key/value cache), several prompts as one
+    batch."""
     p = subparsers.add_parser("sample", help="generate text from a capstone checkpoint",
                               description="Generate characters from a checkpoint of "
                                           "`txlearn train`, using the key/value cache.")
     p.add_argument("checkpoint", metavar="CKPT")
-    p.add_argument("--prompt", default="def ", help="text to continue (default: 'def ')")
+    p.add_argument("--prompt", action="append", default=None,
+                   help="text to continue (default: 'def '); repeat it to generate several "
+                        "prompts at once, as one left-padded batch")
     p.add_argument("--length", type=int, default=300, help="characters to generate (300)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (default 0.8)")
     p.add_argument("--top-k", type=int, default=10,
@@ -101,6 +110,10 @@ def add_sample_parser(subparsers) -> None:
     p.add_argument("--top-p", type=float, default=None,
                    help="sample among the smallest set of likeliest characters whose probability "
                         "reaches P (nucleus sampling, 0 < P <= 1; applied after --top-k)")
+    p.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="divide a positive logit and multiply a negative one by this for every "
+                        "character already in the text (default 1 = off; lesson 02: 1.3 breaks "
+                        "greedy decoding's loops in part, 2 finds another loop)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-cache", action="store_true", help="recompute the context every step")
     _add_device(p)
@@ -114,9 +127,17 @@ def _run_sample(args) -> int:
         raise UserError(f"--top-k must be >= 0 (0 = no limit), got {args.top_k}")
     top_k = args.top_k or None
     try:
-        check_settings(args.temperature, top_k, args.top_p)
+        check_settings(args.temperature, top_k, args.top_p, args.repetition_penalty)
     except ValueError as err:
         raise UserError(f"sampling settings: {err}") from None
-    print(sample_text(args.checkpoint, args.prompt, args.length, args.temperature, top_k,
-                      args.seed, not args.no_cache, args.top_p, device=args.device))
+    prompts = args.prompt or ["def "]
+    texts = sample_text(args.checkpoint, prompts, args.length, args.temperature, top_k,
+                        args.seed, not args.no_cache, args.top_p, device=args.device,
+                        repetition_penalty=args.repetition_penalty)
+    if len(texts) == 1:
+        print(texts[0])
+        return 0
+    for i, text in enumerate(texts):
+        print(f"--- prompt {i + 1} of {len(texts)}: {prompts[i]!r}")
+        print(text)
     return 0

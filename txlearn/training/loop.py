@@ -3,7 +3,8 @@
 :func:`train` minimises the mean next-character cross-entropy with AdamW, a linear warm-up then
 cosine decay of the learning rate, gradient-norm clipping, and a fixed seed; it checkpoints at every
 validation interval (:mod:`txlearn.training.checkpoint`) and ``resume=True`` continues the same
-trajectory. The schedule and how it is planned against the wall-time budget are
+trajectory; the recipe left open in the configuration is chosen at the start from the measured
+speed (:mod:`txlearn.training.recipe`). The schedule and how it is planned against the wall-time budget are
 :mod:`txlearn.training.schedule`'s; where the loop computes (device, bfloat16 autocast, CPU
 threads, several processes under ``torchrun``) is :mod:`txlearn.training.runtime`'s.
 
@@ -12,9 +13,11 @@ Source: lesson 09.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +32,9 @@ from txlearn.training.checkpoint import (check_resumable, fingerprint, load_chec
 from txlearn.training.config import TrainConfig, validate
 from txlearn.training.data import (CharVocab, UserError, baselines, load_corpus, min_chars,
                                    nats_to_bits, random_windows, split_by_position, val_windows)
-from txlearn.training.runtime import (Distributed, ThreadProbe, autocast, resolve_device,
-                                      resolve_precision)
+from txlearn.training.recipe import CANDIDATES, MIN_PROBE_SECONDS, choose, flops_per_step
+from txlearn.training.runtime import (Distributed, ThreadProbe, autocast, matmul_gflops,
+                                      resolve_device, resolve_precision)
 from txlearn.training.schedule import PLAN_MIN_WARMUP, BudgetPlanner, Schedule, time_budget
 
 __all__ = ["evaluate", "TrainResult", "train"]
@@ -82,7 +86,8 @@ class TrainResult:
     length of the learning-rate schedule (``config.max_steps`` unless the budget shortened it;
     None when the run stopped before the end of the warm-up, where it is planned);
     ``threads`` the CPU threads of the training steps, ``device`` and ``world_size`` where they
-    ran. ``history`` rows: step, train loss (of that step's global batch), validation estimate,
+    ran; ``recipe`` the line saying how the recipe was chosen (None when the config fixed it),
+    ``speed`` the achieved GFLOP/s against the matmul peak measured at the start. ``history`` rows: step, train loss (of that step's global batch), validation estimate,
     learning rate, seconds since the call started.
     """
 
@@ -102,6 +107,8 @@ class TrainResult:
     device: str = "cpu"
     world_size: int = 1
     notes: list = field(default_factory=list)     # how the run chose threads and its schedule
+    recipe: str | None = None     # how the run chose its recipe (None: the config fixed it)
+    speed: str | None = None      # achieved GFLOP/s against the matmul peak measured at start
 
     @property
     def val_bits(self) -> float:
@@ -136,9 +143,18 @@ def train(config: TrainConfig | None = None, text: str | None = None, checkpoint
           log=print, device: str = "auto", threads: int | str = "auto") -> TrainResult:
     """Train :class:`CharTransformer` on ``text`` (default: the pydoc_data language reference).
 
+    The recipe fields of ``config`` left None (``TrainConfig.unresolved``: width, context,
+    batch, learning rates, dropout, init) are chosen first, from the step times measured then
+    (:func:`txlearn.training.recipe.choose`; when resuming, from the checkpoint); explicit
+    values win. The log's first lines say what was chosen and why; its last line the achieved
+    GFLOP/s against a matmul peak measured at the start.
+
     Runs until the planned number of steps (``config.max_steps``, or fewer when they would not
     fit in the time budget, :func:`txlearn.training.schedule.time_budget`), until the budget
-    itself ends, or, in this call, until ``stop_after`` steps; then measures the full validation
+    itself ends, or, in this call, until ``stop_after`` steps; a call makes at least one step
+    (unless ``stop_after=0`` or the checkpoint's run is complete), past the budget if the
+    budget ended before the first step, so ``train_losses`` is never empty on a fresh run. Then
+    it measures the full validation
     split and, if ``checkpoint`` is a path, saves there. ``resume=True`` loads ``checkpoint``
     first and continues its trajectory exactly. ``log`` receives the summary lines (None:
     silent). ``device``: ``"auto"``, ``"cpu"``, ``"cuda"``... ; ``threads``: ``"auto"`` or a
@@ -163,20 +179,30 @@ def _train(config, text, dist, started, *, checkpoint, resume, stop_after, progr
            threads):
     dev = dist.device
     log = (log or (lambda *a: None)) if dist.is_main else (lambda *a: None)
+    for settings in CANDIDATES.values():   # a bad explicit field fails before any timing
+        validate(config.with_recipe(settings))
+    config = dataclasses.replace(config, precision=resolve_precision(config.precision, dev))
+    text_sha, budget = fingerprint(text), time_budget(config)
+    # short runs (tests, make test's 8 s) time no matmul: the line then gives GFLOP/s alone
+    peak = _matmul_peak(config.precision, dev, threads) if budget >= MIN_PROBE_SECONDS else {}
+    config, recipe_line = _recipe(config, text, dist, started + budget, checkpoint, resume)
     vocab, train_ids, val_ids = _prepare(config, text)
     if config.batch_size % dist.world:
         raise UserError(f"batch_size {config.batch_size} does not split evenly over "
                         f"{dist.world} processes")
-    config = dataclasses.replace(config, precision=resolve_precision(config.precision, dev))
-    text_sha, budget = fingerprint(text), time_budget(config)
+    if (config.batch_size // dist.world) % config.grad_accum:
+        raise UserError(f"each of the {dist.world} processes' {config.batch_size // dist.world} "
+                        f"windows do not split into grad_accum {config.grad_accum} micro-batches")
     corpus = _Corpus(n_chars=len(text), vocab=vocab, train_ids=train_ids, val_ids=val_ids,
                      baselines=baselines(train_ids, val_ids, len(vocab)), fingerprint=text_sha)
     torch.manual_seed(config.seed)
     model = CharTransformer(len(vocab), **config.model_sizes()).to(dev)   # the same on every rank
     if dist.rank:
         torch.manual_seed(config.seed + dist.rank)    # each rank its own dropout masks
+    # fused: one kernel per parameter group instead of a dozen element-wise passes (the
+    # optimizer was about 8% of a step on the CPU in torch.profiler; benchmarks/README.md)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
-                                  betas=(0.9, 0.99))
+                                  betas=(0.9, 0.99), foreach=True)
     data_generator = torch.Generator().manual_seed(config.seed)
     step, history, planned = 0, [], None
     if resume:
@@ -209,6 +235,8 @@ def _train(config, text, dist, started, *, checkpoint, resume, stop_after, progr
         return Path(checkpoint)
 
     _log_start(log, corpus, config=config, budget=budget, step=step, dist=dist)
+    if recipe_line:
+        log(recipe_line)
     net = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel
@@ -227,9 +255,69 @@ def _train(config, text, dist, started, *, checkpoint, resume, stop_after, progr
                          seconds=run.seconds, stopped_by=stopped_by, history=history,
                          train_losses=losses, checkpoint=path, planned_steps=schedule.total,
                          threads=run.threads, device=str(dev), world_size=dist.world,
-                         notes=run.notes)
+                         notes=run.notes, recipe=recipe_line,
+                         speed=_speed_line(run, config, len(vocab), peak))
     _log_end(log, result)
+    log(result.speed)
     return result
+
+
+def _recipe(config: TrainConfig, text: str, dist, deadline: float, checkpoint, resume):
+    """Fill the recipe fields left None (``TrainConfig.unresolved``): from the checkpoint when
+    resuming, else by :func:`txlearn.training.recipe.choose` from the speed measured now.
+    Returns (config, the log line saying what was chosen and why, or None)."""
+    if not config.unresolved():
+        return config, None
+    if resume:
+        if checkpoint is None:
+            raise UserError("resume needs a checkpoint path")
+        saved = load_checkpoint(checkpoint)["config"]
+        return config.with_recipe(dataclasses.asdict(saved)), None
+    vocab = CharVocab.from_text(text)
+    longest = max(config.with_recipe(r).block_size for r in CANDIDATES.values())
+    timed = deadline - time.perf_counter() >= MIN_PROBE_SECONDS and \
+        len(text) >= min_chars(longest, config.val_fraction)   # else nothing is timed
+    choice = choose(config, deadline, vocab.encode(text) if timed else None, len(vocab),
+                    dist.device, all_reduce=dist.all_reduce)
+    return config.with_recipe(choice.settings), choice.summary()
+
+
+def _matmul_peak(precision: str, dev, threads) -> dict:
+    """{CPU threads: matmul GFLOP/s} a step is compared with, float32's (or bfloat16's when the
+    run computes in bfloat16 and that is faster), at the thread counts the run may keep."""
+    counts = {torch.get_num_threads()}
+    if dev.type == "cpu" and threads == "auto" and not os.environ.get("OMP_NUM_THREADS"):
+        counts.add(1)                       # the thread probe may keep one thread
+    if dev.type == "cpu" and isinstance(threads, int):
+        counts = {threads}
+    before, peak = torch.get_num_threads(), {}
+    for n in sorted(counts):
+        torch.set_num_threads(n)
+        peak[n] = matmul_gflops(dev, torch.float32)
+        if precision == "bf16":
+            peak[n] = max(peak[n], matmul_gflops(dev, torch.bfloat16))
+    torch.set_num_threads(before)
+    return peak
+
+
+def _speed_line(run, config: TrainConfig, n_vocab: int, peaks: dict) -> str:
+    """The achieved GFLOP/s of the training steps against the matmul peak measured at start
+    with the thread count the run kept."""
+    peak = peaks.get(run.threads, max(peaks.values())) if peaks else None
+    times = [dt for k, dt in run.planner.step_log if k == (run.threads or 0)] or \
+        [dt for _, dt in run.planner.step_log]
+    if not times:
+        return "speed: too few steps to time"
+    step_s = statistics.median(times)
+    flops = flops_per_step(config, n_vocab) / run.dist.world
+    achieved = flops / step_s / 1e9
+    line = (f"speed: {achieved:.1f} GFLOP/s in the training steps ({flops / 1e9:.2f} GFLOP a "
+            f"step by the 6N + attention count, median {1e3 * step_s:.0f} ms on "
+            f"{run.threads or 'its'} thread(s))")
+    if peak is None:
+        return line + "; no matmul peak timed in a budget this short"
+    return line + (f", {achieved / peak:.0%} of the {peak:.0f} GFLOP/s of a "
+                   f"{config.precision} matmul measured at the start")
 
 
 class _Run:
@@ -291,9 +379,14 @@ class _Run:
         bar = tqdm(total=last(), initial=step, disable=not (progress and dist.is_main),
                    desc="train", unit="step", dynamic_ncols=True)
         stopped_by = "steps"
+        # A call makes at least one step even when reading the text and building the model used
+        # up the budget (a loaded machine under a few seconds' budget): a run that returned an
+        # untrained model and no loss would tell the learner nothing. All ranks agree.
         (late,) = dist.all_reduce([float(time.perf_counter() >= planner.deadline)], "max")
-        if late and step < last():   # the budget ended before the first step
-            stopped_by, end = "time", step
+        if late and step < last() and (end is None or step < end):
+            self.notes.append(f"budget: its {planner.deadline - self.started:.1f} s were spent "
+                              "before the first step (reading the text, building the model); "
+                              "the run makes one step past it")
         while step < last() and (end is None or step < end):
             i = len(losses)                  # steps made in this call
             if self.probe is not None:
@@ -353,16 +446,31 @@ class _Run:
         return losses, stopped_by
 
     def _step(self, x, y, lr) -> float:
+        """One optimiser step on this process's windows ``x, y (b, T)``, as ``grad_accum``
+        micro-batches: each adds its mean token loss times its share of the tokens
+        (``micro * T / (b * T)``) to the gradients, so their sum is the gradient of the mean
+        over the whole batch, per token. DDP averages the gradients over the
+        processes once, on the last micro-batch. Returns that mean loss."""
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        with autocast(self.config.precision, self.dev):
-            logits = self.net(x)                                       # (B, T, n_vocab)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), y.flatten())  # (B*T, n_vocab) vs (B*T,)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        n_tokens, total = y.numel(), 0.0
+        micro = x.shape[0] // self.config.grad_accum
+        for i in range(0, x.shape[0], micro):
+            last = i + micro >= x.shape[0]
+            sync = contextlib.nullcontext() if last or not hasattr(self.net, "no_sync") \
+                else self.net.no_sync()     # DDP: all-reduce the gradients once per step
+            with sync:
+                with autocast(self.config.precision, self.dev):
+                    logits = self.net(x[i:i + micro])                  # (micro, T, n_vocab)
+                target = y[i:i + micro].flatten()                      # (micro * T,)
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), target) * (
+                    target.numel() / n_tokens)   # its share of the mean (exactly 1.0 unsplit)
+                loss.backward()
+            total += loss.item()
         nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
-        return loss.item()
+        return total
 
 
 def _log_start(log, corpus: _Corpus, *, config, budget, step, dist) -> None:

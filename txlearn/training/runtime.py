@@ -35,7 +35,7 @@ import torch
 from txlearn.training.data import UserError
 
 __all__ = ["PRECISIONS", "resolve_device", "native_bf16", "resolve_precision", "autocast",
-           "available_cores", "ThreadProbe", "Distributed"]
+           "available_cores", "ThreadProbe", "Distributed", "matmul_gflops"]
 
 PRECISIONS = ("auto", "fp32", "bf16")
 
@@ -258,3 +258,22 @@ class Distributed:
             import torch.distributed as dist
             dist.destroy_process_group()
             self.owns_group = False
+
+
+def matmul_gflops(device: torch.device, dtype: torch.dtype = torch.float32, n: int = 512,
+                  repeats: int = 3) -> float:
+    """GFLOP/s of the fastest of ``repeats`` products of two ``(n, n)`` matrices of ``dtype`` on
+    ``device`` (``2 n^3`` FLOPs each, after one untimed product), at the current thread count:
+    the peak a training step is measured against. Random inputs from a generator of its own."""
+    import time
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, n, generator=gen).to(device, dtype)
+    b = torch.randn(n, n, generator=gen).to(device, dtype)
+    best = float("inf")
+    for i in range(repeats + 1):
+        t = time.perf_counter()
+        (a @ b)[0, 0].item()                      # .item() waits for the device
+        if i:
+            best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best / 1e9

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
     lease = None
     session = None
     try:
-        nb = read_notebook(job.path)
+        nb = read_notebook(job.path, sub)
         if job.source is None:
             raise GradingError(f"no exercise set matches the file name {job.path.name!r} (name "
                                f"it like the handout, NN_name.ipynb, or pass --set)")
@@ -137,6 +138,7 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
     else:
         for r in sub.results:
             r.integrity = "; ".join(sub.integrity)
+    sub.graded_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return sub
 
 
@@ -160,7 +162,7 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
         result = Result(sub.student, sub.path.name, name)
         sub.results.append(result)
         if name not in present:
-            result.feedback = NOT_IN_COPY
+            result.feedback, result.kind = NOT_IN_COPY, "not-in-copy"
             continue
         cell_error = next((session.cell_errors[c.index] for c in session.cells
                            if c.exercise == name and c.index in session.cell_errors), "")
@@ -169,6 +171,7 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
         if missing:
             result.feedback = "\n".join(prefix) or (
                 f"your answer cell does not define {', '.join(missing)} (the check needs it)")
+            result.kind = "missing"
             continue
         objects = [namespace[o] for o in cs.objects[name]]
         try:
@@ -178,12 +181,14 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
         except Exception as err:  # noqa: BLE001 - a check that could not use the result
             result.feedback = clean(f"the check could not use what your code returned "
                                     f"({type(err).__name__}: {err})", 300)
+            result.kind = "unusable"
             continue
         if verdict.passed:
             result.status, result.points = "PASS", result.max_points
             graded.append((result, objects))
         else:
             result.feedback = "\n".join(prefix + [verdict.failure.feedback(1)])
+            result.kind, result.hints = verdict.failure.kind, verdict.failure.hints
     if hidden is not None:
         # what the learner's code reports about itself (banned imports, dropped output) is read
         # now, before it sees any hidden input, and frozen
@@ -199,9 +204,11 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
                 result.feedback = f"a hidden case could not use what your code returned " \
                                   f"({type(err).__name__})"
             if verdict is None or not verdict.passed:
-                result.status, result.points = "FAIL", 0
+                result.status, result.points, result.hidden = "FAIL", 0, True
+                result.kind = "unusable" if verdict is None else verdict.failure.kind
                 if verdict is not None:
                     result.feedback = verdict.failure.feedback(1)
+                    result.hints = verdict.failure.hints
     for name in sorted(retired):
         sub.results.append(Result(sub.student, sub.path.name, name, status="RETIRED",
                                   max_points=0, feedback=f"retired from the course: "
@@ -238,14 +245,16 @@ def sandbox_modes(paths: list[Path], no_sandbox: bool = False) -> list[str]:
 
 def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None = None,
           jobs: int | None = None, no_sandbox: bool = False,
-          limits: dict | None = None) -> list[Submission]:
+          limits: dict | None = None, on_graded=None) -> list[Submission]:
     """Grade notebooks, each in its own sandboxed runner; return one Submission per path, in order.
 
     ``hidden``: instructor-only cases (:func:`validate_hidden` checks the folder first; format in
     :func:`txlearn.checks.hidden_dir`). ``set_name``: the exercise set of every file (otherwise
     each file's name says it). ``jobs``: submissions graded at once (default: the number of CPU
     cores). ``no_sandbox``: run the runners as plain processes. ``limits``: override the sets'
-    sandbox limits (tests shorten them). Originals are only read.
+    sandbox limits (tests shorten them). ``on_graded(sub)``: called in this thread with each
+    Submission as soon as it is graded, in the order they finish (the gradebook records each
+    notebook then). Originals are only read.
 
     Raises:
         GradingError: the run cannot start (a misnamed hidden case, an unknown ``set_name``, no
@@ -277,8 +286,23 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
                 cs.view_dir = str(Path(tmp) / f"view-{cs.name}")
                 make_view(Path(cs.view_dir), cs.view_modules)
                 sets[cs.name] = cs
+                if "bwrap" in modes:
+                    # once per run, before the workers start: the probe imports torch, and two
+                    # workers asking for the same set at once each ran it (the cache is not locked)
+                    try:
+                        sandbox.package_entries(cs.packages)
+                    except RuntimeError:
+                        pass   # each of the set's notebooks is then not graded, with the reason
         workers = max(1, int(jobs or os.cpu_count() or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txlearn-grade") as pool:
             futures = [pool.submit(grade_one, job, sets, hidden, dict(limits or {}))
                        for job in jobs_list]
+            if on_graded is not None:
+                try:
+                    for future in as_completed(futures):
+                        on_graded(future.result())
+                except BaseException:
+                    for future in futures:   # a recording that fails stops the run
+                        future.cancel()
+                    raise
             return [f.result() for f in futures]

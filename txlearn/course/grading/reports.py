@@ -32,6 +32,9 @@ class Result:
     feedback: str = ""
     flagged: str = ""      # the answer tried to import what the set does not allow
     integrity: str = ""    # the submission's integrity notes (informational)
+    kind: str = ""         # the failure's CheckFailure.kind ("" when it passed or was not run)
+    hints: tuple = ()      # the failure's hint levels, as the check wrote them (for the gradebook)
+    hidden: bool = False   # it failed on a hidden case
 
 
 @dataclass
@@ -46,6 +49,8 @@ class Submission:
     results: list[Result] = field(default_factory=list)
     integrity: list[str] = field(default_factory=list)
     output_dropped: int = 0               # bytes of printed output dropped by the caps
+    digest: str = ""                      # SHA-256 of the notebook's bytes, as graded
+    graded_at: str = ""                   # when its grading ended (ISO 8601, UTC)
 
     @property
     def points(self) -> int:

@@ -85,10 +85,8 @@ class Session:
                   "txlearn_modules": list(all_txlearn_modules())}
         packages = None
         if self.mode == "bwrap":   # only numpy, torch and what the set declares are installed
-            tops = tuple(sorted({m.split(".")[0] for m in self.cs.allowed
-                                 if not m.startswith("txlearn")} - {"numpy", "torch"}))
             try:
-                packages = sandbox.package_entries(tops)
+                packages = sandbox.package_entries(self.cs.packages)
             except RuntimeError as err:
                 raise RunnerDied(str(err)) from None
         self.process = sandbox.start(mode=self.mode, view_dir=self.cs.view_dir, files=self.files,

@@ -52,6 +52,13 @@ class CourseSet:
     view_modules: list[str] = field(default_factory=list)   # set by the run (view.py)
     view_dir: str = ""
 
+    @property
+    def packages(self) -> tuple[str, ...]:
+        """The installed top-level packages besides numpy and torch that the set's answers may
+        import (what the sandbox shows of site-packages: :func:`~.sandbox.package_entries`)."""
+        return tuple(sorted({m.split(".")[0] for m in self.allowed
+                             if not m.startswith("txlearn")} - {"numpy", "torch"}))
+
 
 def load_set(source: Path) -> CourseSet:
     """The :class:`CourseSet` of the exercise source ``source``.

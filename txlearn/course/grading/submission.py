@@ -10,6 +10,7 @@ metadata altered) becomes its integrity notes.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -24,8 +25,10 @@ MAX_NOTEBOOK_BYTES = 50 << 20
 SETUP_INDEX = 1_000_000   # the runner's numbers for the course's setup cells (above any real index)
 
 
-def read_notebook(path: Path) -> dict:
-    """The notebook at ``path`` as plain JSON data, its structure checked (else GradingError)."""
+def read_notebook(path: Path, sub=None) -> dict:
+    """The notebook at ``path`` as plain JSON data, its structure checked (else GradingError);
+    ``sub.digest`` (a :class:`~txlearn.course.grading.reports.Submission`) gets the SHA-256 of
+    the bytes read."""
     if path.is_symlink():
         raise GradingError("it is a symbolic link (submit the notebook file itself)")
     if Path(os.path.abspath(path)).parent.is_symlink():   # the student is this folder: a link
@@ -36,8 +39,11 @@ def read_notebook(path: Path) -> dict:
         raise GradingError("no such file")
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
         raise GradingError(f"larger than {MAX_NOTEBOOK_BYTES >> 20} MB")
+    data = path.read_bytes()
+    if sub is not None:
+        sub.digest = hashlib.sha256(data).hexdigest()
     try:
-        nb = json.loads(path.read_bytes().decode("utf-8"))
+        nb = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as err:
         first = (str(err).splitlines() or [""])[0][:120]
         raise GradingError(f"not a readable notebook ({type(err).__name__}: {first})") from None

@@ -1,0 +1,130 @@
+"""The gradebook's parts that need no grading: the similarity ranking (normalising names, comments
+and layout; identical wrong answers above identical right ones), the course file's rules and
+errors, and the pages' escaping of learner-made names."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from tests.test_gradebook_store import row
+from txlearn.course.gradebook import load_course, normalise, similar_pairs
+from txlearn.course.gradebook.course import CourseFileError, Penalty
+from txlearn.course.gradebook.feedback import late_text
+from txlearn.course.gradebook.pages import esc, slug
+from txlearn.course.gradebook.similarity import DISCLAIMER, similarity_page
+from txlearn.course.gradebook.store import ResultRow
+
+RIGHT = ("import numpy as np\n\ndef softmax(x, axis=-1):\n"
+         "    z = x - x.max(axis=axis, keepdims=True)\n    e = np.exp(z)\n"
+         "    return e / e.sum(axis=axis, keepdims=True)\n")
+RIGHT_RARE = ("import numpy as np\ndef softmax(x, axis=-1):\n"
+              "    e = np.exp(x - np.max(x, axis=axis, keepdims=True))\n"
+              "    total = np.sum(e, axis=axis, keepdims=True)\n    return e / total\n")
+WRONG = ("import numpy as np\ndef softmax(x, axis=-1):\n    e = np.exp(x)\n"
+         "    return e / e.sum(axis=axis, keepdims=True)\n")
+# the same wrong answer: other names, a comment, a docstring, other layout and quotes
+WRONG_DISGUISED = ('import numpy as np\n\n\ndef softmax(logits, axis = -1):\n'
+                   '    """My softmax."""\n'
+                   '    # exponentiate every logit\n'
+                   '    ex = np.exp( logits )\n'
+                   '    return ex / ex.sum(axis=axis,keepdims=True)   # normalise\n')
+
+
+def test_normalising_removes_names_comments_docstrings_and_layout_only():
+    assert normalise(WRONG) == normalise(WRONG_DISGUISED)
+    assert normalise(WRONG) != normalise(RIGHT)
+    assert normalise(RIGHT) != normalise(RIGHT_RARE)
+    # what the code reads (np, attributes) is not renamed: another library is another answer
+    assert normalise(WRONG) != normalise(WRONG.replace("np.exp", "np.expm1"))
+    assert normalise("def f(:\n  pass") == normalise("def f( :\n    pass  # x")   # unparsed
+
+
+def _class(answers: dict[str, tuple[str, str]]):
+    rows = []
+    for i, (student, (source, status)) in enumerate(sorted(answers.items())):
+        r = row("run", student, i, n_results=0)
+        r.results = [ResultRow("stable_softmax", status, int(status == "PASS"), 1,
+                               mistake="" if status == "PASS" else "softmax.HINT_NO_SHIFT")]
+        r.answers = {"stable_softmax": source}
+        rows.append(r)
+    return rows
+
+
+def test_identical_wrong_answers_rank_above_identical_right_ones_and_common_ones_are_not_paired():
+    answers = {f"common{i}": (RIGHT, "PASS") for i in range(6)}      # 6 of 10: not paired
+    answers.update({"rare1": (RIGHT_RARE, "PASS"), "rare2": (RIGHT_RARE, "PASS"),
+                    "wrong1": (WRONG, "FAIL"), "wrong2": (WRONG_DISGUISED, "FAIL")})
+    pairs = similar_pairs(_class(answers))
+    assert [p["students"] for p in pairs] == [("wrong1", "wrong2"), ("rare1", "rare2")]
+    # log2(10 / 2) = 2.32 bits, doubled for a wrong answer; both answers are 20+ tokens
+    assert pairs[0]["score"] == pytest.approx(2 * 2.3219, abs=1e-3)
+    assert pairs[1]["score"] == pytest.approx(2.3219, abs=1e-3)
+    assert pairs[0]["shared"][0]["answers"] == (WRONG, WRONG_DISGUISED)
+    html = similarity_page(pairs, policy="latest", generated="now", source="class.db")
+    assert esc(DISCLAIMER) in html and "# exponentiate every logit" in html   # the originals
+
+
+def test_stubs_are_never_paired():
+    stub = "def softmax(x, axis=-1):\n    raise NotImplementedError\n"
+    rows = _class({f"s{i}": (stub, "FAIL") for i in range(4)} | {"a": (WRONG, "FAIL")})
+    for r in rows[1:]:
+        r.results[0].mistake = "stub"
+    assert similar_pairs(rows) == []
+
+
+COURSE = """\
+timezone: Europe/Berlin
+penalty: {per_day: 0.25, max: 0.6, grace_minutes: 30}
+sets: {01_softmax: "2026-10-05 23:59", 02_attention: {deadline: 2026-10-12}}
+extensions: {ann: {01_softmax: 36 hours}, ben: {all: "2026-11-01T12:00:00Z"}}
+"""
+
+
+def test_the_course_file_gives_deadlines_extensions_and_the_penalty(tmp_path):
+    (tmp_path / "course.yaml").write_text(COURSE)
+    course = load_course(tmp_path / "course.yaml")
+    berlin = course.deadlines["01_softmax"]
+    assert berlin.astimezone(timezone.utc) == datetime(2026, 10, 5, 21, 59, tzinfo=timezone.utc)
+    assert course.deadlines["02_attention"].hour == 23            # a date: the end of that day
+    assert course.deadline("ann", "01_softmax") == berlin + timedelta(hours=36)
+    assert course.deadline("ben", "02_attention") == datetime(2026, 11, 1, 12,
+                                                              tzinfo=timezone.utc)
+    rule = course.penalty
+    assert [rule.fraction(s) for s in (0, 29 * 60, 31 * 60, 86400, 86401, 10 * 86400)] == \
+        [0, 0, 0.25, 0.25, 0.5, 0.6]
+    assert Penalty().fraction(10 * 86400) == 0                     # no rule: no penalty
+
+
+@pytest.mark.parametrize("text,words", [
+    ("penalty: {perday: 0.1}", "unknown key 'perday' (did you mean per_day?)"),
+    ("sets: {01_softmax: next tuesday}", "sets.01_softmax.deadline: 'next tuesday' is not a date"),
+    ("penalty: {per_day: 2}", "penalty.per_day: 2 is not a number from 0 to 1"),
+    ("policy: worst", "policy 'worst': use latest or best"),
+    ("timezone: Mars/Olympus", "not a time zone"),
+    ("extensions: {ann: {all: soon}}", "neither extra time"),
+    ("sets: [1, 2", "not YAML"),
+])
+def test_a_course_file_mistake_is_named_with_its_key(tmp_path, text, words):
+    (tmp_path / "course.yaml").write_text(text)
+    with pytest.raises(CourseFileError) as err:
+        load_course(tmp_path / "course.yaml")
+    assert words in str(err.value) and "course.yaml" in str(err.value)
+
+
+def test_a_manifest_without_its_columns_is_refused(tmp_path):
+    (tmp_path / "course.yaml").write_text("manifest: got.csv\n")
+    (tmp_path / "got.csv").write_text("name,when\nann,2026-10-01\n")
+    with pytest.raises(CourseFileError, match="no column student, set, submitted_at"):
+        load_course(tmp_path / "course.yaml")
+
+
+def test_learner_made_folder_names_become_safe_distinct_file_names():
+    assert slug("alice") == "alice"
+    odd = [slug(s) for s in ("../../etc", "a/b", "a?b", "<script>", ".hidden")]
+    assert all("/" not in s and not s.startswith(".") and "<" not in s for s in odd)
+    assert len(set(odd)) == len(odd) and slug("a?b") != slug("a_b")
+
+
+def test_lateness_reads_in_days_hours_and_minutes():
+    assert [late_text(s) for s in (0, 59, 3600 * 3 + 1200, 86400 * 2 + 3600 * 4)] == \
+        ["on time", "1 min late", "3 h 20 min late", "2 days 4 h late"]

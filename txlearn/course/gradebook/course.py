@@ -1,0 +1,318 @@
+"""The instructor's course file: each set's deadline, extensions, the late penalty, the roster.
+
+A YAML file beside the submissions (``submissions/course.yaml``, next to the student folders;
+``txlearn grade --course FILE`` names another)::
+
+    timezone: Europe/Berlin     # deadlines written without an offset are in this zone (default UTC)
+    policy: latest              # which graded run counts: latest (default) or best
+    penalty:                    # for late work (default: none)
+      per_day: 0.10             #   this fraction of the raw score per day late or part of one,
+      max: 0.50                 #   at most this fraction in all (1.0: late work may score 0),
+      grace_minutes: 15         #   and up to this late is not late
+    sets:
+      01_softmax:
+        deadline: 2026-10-05 23:59
+        title: "Softmax"        # its column in LMS exports (default: the set's name)
+        canvas_id: 4711         # Canvas assignment id: the Canvas column is "title (4711)"
+    extensions:                 # per student folder: extra time per set, or "all"
+      alice: {01_softmax: 2 days}             # or hours/minutes, or a new deadline (a date)
+      bob: {all: 36 hours}
+    manifest: manifest.csv      # when each notebook was submitted (below); optional
+    roster:                     # each student folder's identity in the LMS; optional, or a CSV
+      alice: {name: "Liddell, Alice", email: alice@uni.example, id_number: "1001",
+              canvas_id: 5512, sis_user_id: S1001, sis_login_id: aliddell, section: A}
+
+**When a notebook was submitted** comes from the manifest, a CSV file (default
+``manifest.csv`` beside the course file, when there is one) with the columns ``student``,
+``set`` and ``submitted_at`` (ISO 8601; without an offset, in ``timezone``), as an LMS's
+download or a collection script writes it; a notebook it does not list falls back to the file's
+modification time, and the gradebook records which of the two it used. Lateness (seconds past the
+deadline, extensions included) and the penalty (a fraction of the raw score) are computed when a
+notebook is graded and kept apart from its raw score. A roster CSV has a ``student`` column and
+any of the roster's keys as the others.
+
+Raises :class:`CourseFileError` naming the file and the key on anything it does not understand
+(an unknown key, a deadline that is not a date, a penalty outside [0, 1]).
+Source: issue 24 ("Deadlines").
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+__all__ = ["Course", "Penalty", "Lateness", "CourseFileError", "load_course", "find_course_file",
+           "COURSE_FILE", "MANIFEST_FILE", "POLICIES", "ROSTER_KEYS", "utc_iso", "parse_time"]
+
+COURSE_FILE = "course.yaml"
+MANIFEST_FILE = "manifest.csv"
+POLICIES = ("latest", "best")
+ROSTER_KEYS = ("name", "email", "id_number", "canvas_id", "sis_user_id", "sis_login_id",
+               "section")
+_TOP = ("timezone", "policy", "penalty", "sets", "extensions", "manifest", "roster")
+_PENALTY = ("per_day", "max", "grace_minutes")
+_SET = ("deadline", "title", "canvas_id")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(days?|d|hours?|h|minutes?|min|m)\s*$")
+
+
+class CourseFileError(Exception):
+    """The course file (or its manifest or roster) says something txlearn cannot use."""
+
+
+def utc_iso(moment: datetime) -> str:
+    """An aware datetime as ISO 8601 in UTC, to the second: ``2026-10-05T21:59:00Z``."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value, zone: timezone | ZoneInfo = timezone.utc) -> datetime:
+    """A date or time (a YAML datetime or date, or ISO 8601 text) as an aware datetime; one
+    without an offset is in ``zone``, a date alone means the end of that day. Raises ValueError."""
+    if isinstance(value, datetime):
+        moment = value
+    elif isinstance(value, date):
+        moment = datetime(value.year, value.month, value.day, 23, 59, 59)
+    else:
+        text = str(value).strip()
+        if text.endswith("Z"):
+            text = text[:-1] + "+00:00"
+        moment = datetime.fromisoformat(text)
+        if len(text) == 10:   # a date alone
+            moment = moment.replace(hour=23, minute=59, second=59)
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+
+
+@dataclass
+class Penalty:
+    """The late rule: ``min(max, per_day * ceil(days late))`` of the raw score, none within
+    ``grace_minutes``."""
+
+    per_day: float = 0.0
+    max: float = 1.0
+    grace_minutes: float = 0.0
+
+    def fraction(self, late_seconds: float) -> float:
+        if late_seconds <= self.grace_minutes * 60 or self.per_day <= 0:
+            return 0.0
+        return round(min(self.max, self.per_day * math.ceil(late_seconds / 86400)), 6)
+
+
+@dataclass
+class Lateness:
+    """One notebook's timing: when it was submitted (and where that came from), its deadline
+    with extensions (None without one), how late (s, 0 when on time) and the penalty fraction."""
+
+    submitted_at: str
+    submitted_from: str        # "manifest" or "mtime"
+    deadline: str = ""
+    late_seconds: float = 0.0
+    penalty: float = 0.0
+
+
+@dataclass
+class Course:
+    """A parsed course file (every field has a default: a missing file is an empty course)."""
+
+    path: Path | None = None
+    zone: object = timezone.utc
+    policy: str = "latest"
+    penalty: Penalty = field(default_factory=Penalty)
+    deadlines: dict = field(default_factory=dict)       # set -> aware datetime
+    titles: dict = field(default_factory=dict)          # set -> LMS column title
+    canvas_ids: dict = field(default_factory=dict)      # set -> Canvas assignment id
+    extensions: dict = field(default_factory=dict)      # student -> {set or "all": timedelta|datetime}
+    manifest: dict = field(default_factory=dict)        # (student, set) -> aware datetime
+    roster: dict = field(default_factory=dict)          # student -> {key: text}
+
+    def deadline(self, student: str, set_name: str) -> datetime | None:
+        """The set's deadline for this student, extensions included (None without one)."""
+        base = self.deadlines.get(set_name)
+        mine = self.extensions.get(student, {})
+        extra = mine.get(set_name, mine.get("all"))
+        if isinstance(extra, datetime):
+            return extra
+        if base is None:
+            return None
+        return base + extra if isinstance(extra, timedelta) else base
+
+    def lateness(self, student: str, set_name: str, path: Path) -> Lateness:
+        """When ``path`` was submitted (the manifest, else its modification time), and how late."""
+        when = self.manifest.get((student, set_name))
+        source = "manifest"
+        if when is None:
+            when = datetime.fromtimestamp(os.stat(path).st_mtime, timezone.utc)
+            source = "mtime"
+        out = Lateness(utc_iso(when), source)
+        deadline = self.deadline(student, set_name)
+        if deadline is not None:
+            out.deadline = utc_iso(deadline)
+            out.late_seconds = max(0.0, round((when - deadline).total_seconds(), 3))
+            out.penalty = self.penalty.fraction(out.late_seconds)
+        return out
+
+    def title(self, set_name: str) -> str:
+        return self.titles.get(set_name, set_name)
+
+
+def find_course_file(notebooks: list[Path]) -> Path | None:
+    """The course file beside the submissions: ``course.yaml`` in the folder that holds the
+    first notebook's student folder, when it exists."""
+    if not notebooks:
+        return None
+    candidate = Path(os.path.abspath(notebooks[0])).parent.parent / COURSE_FILE
+    return candidate if candidate.is_file() else None
+
+
+def _unknown(where: str, keys, known) -> None:
+    for key in keys:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise CourseFileError(f"{where}: unknown key {key!r}{hint}; known: {', '.join(known)}")
+
+
+def _number(where: str, value, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise CourseFileError(f"{where}: {value!r} is not a number from {low:g} to {high:g}")
+    return float(value)
+
+
+def _time(where: str, value, zone) -> datetime:
+    try:
+        return parse_time(value, zone)
+    except (ValueError, TypeError):
+        raise CourseFileError(f"{where}: {value!r} is not a date or time (write e.g. "
+                              f"2026-10-05 23:59 or 2026-10-05T23:59:00+02:00)") from None
+
+
+def _extension(where: str, value, zone):
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+        return timedelta(days=value)
+    match = _DURATION.match(str(value))
+    if match:
+        amount, unit = float(match.group(1)), match.group(2)[0]
+        return timedelta(days=amount) if unit == "d" else \
+            timedelta(hours=amount) if unit == "h" else timedelta(minutes=amount)
+    try:
+        return parse_time(value, zone)
+    except (ValueError, TypeError):
+        raise CourseFileError(f"{where}: {value!r} is neither extra time (2 days, 36 hours, "
+                              f"90 minutes) nor a new deadline") from None
+
+
+def _read_csv(path: Path, needed: tuple[str, ...], what: str) -> list[dict]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.DictReader(f))
+            header = rows[0].keys() if rows else []
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise CourseFileError(f"{what} {path}: cannot be read ({err})") from None
+    missing = [c for c in needed if rows and c not in header]
+    if missing:
+        raise CourseFileError(f"{what} {path}: no column {', '.join(missing)} (it needs "
+                              f"{', '.join(needed)})")
+    return rows
+
+
+def _manifest(path: Path, zone) -> dict:
+    out = {}
+    for number, row in enumerate(_read_csv(path, ("student", "set", "submitted_at"),
+                                           "manifest"), start=2):
+        key = (row["student"].strip(), row["set"].strip())
+        out[key] = _time(f"manifest {path}, line {number}, submitted_at", row["submitted_at"],
+                         zone)
+    return out
+
+
+def _roster(value, base: Path, where: str) -> dict:
+    if isinstance(value, str):
+        rows = _read_csv(base / value, ("student",), "roster")
+        return {r["student"].strip(): {k: str(v).strip() for k, v in r.items()
+                                       if k in ROSTER_KEYS and v} for r in rows}
+    if not isinstance(value, dict):
+        raise CourseFileError(f"{where}: roster must map student folders to their identities, "
+                              f"or name a CSV file")
+    out = {}
+    for student, ident in value.items():
+        if not isinstance(ident, dict):
+            raise CourseFileError(f"{where}: roster.{student} must be a mapping")
+        _unknown(f"{where}: roster.{student}", ident, ROSTER_KEYS)
+        out[str(student)] = {k: str(v) for k, v in ident.items() if v is not None}
+    return out
+
+
+def load_course(path: Path | None) -> Course:
+    """Read the course file at ``path`` (None: an empty course, no deadlines). Raises
+    CourseFileError."""
+    if path is None:
+        return Course()
+    import yaml
+
+    path = Path(path)
+    where = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as err:
+        raise CourseFileError(f"{where}: cannot be read ({err.strerror or err})") from None
+    except yaml.YAMLError as err:
+        first = (str(err).splitlines() or [""])[0]
+        raise CourseFileError(f"{where}: not YAML ({first})") from None
+    if not isinstance(data, dict):
+        raise CourseFileError(f"{where}: the course file must be a mapping of {', '.join(_TOP)}")
+    _unknown(where, data, _TOP)
+    course = Course(path=path)
+    if "timezone" in data:
+        try:
+            course.zone = ZoneInfo(str(data["timezone"]))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise CourseFileError(f"{where}: timezone {data['timezone']!r} is not a time zone "
+                                  f"name (e.g. UTC, Europe/Berlin)") from None
+    policy = str(data.get("policy", "latest"))
+    if policy not in POLICIES:
+        raise CourseFileError(f"{where}: policy {policy!r}: use {' or '.join(POLICIES)}")
+    course.policy = policy
+    penalty = data.get("penalty") or {}
+    if not isinstance(penalty, dict):
+        raise CourseFileError(f"{where}: penalty must be a mapping of {', '.join(_PENALTY)}")
+    _unknown(f"{where}: penalty", penalty, _PENALTY)
+    course.penalty = Penalty(
+        per_day=_number(f"{where}: penalty.per_day", penalty.get("per_day", 0.0), 0, 1),
+        max=_number(f"{where}: penalty.max", penalty.get("max", 1.0), 0, 1),
+        grace_minutes=_number(f"{where}: penalty.grace_minutes",
+                              penalty.get("grace_minutes", 0), 0, 1e6))
+    sets = data.get("sets") or {}
+    if not isinstance(sets, dict):
+        raise CourseFileError(f"{where}: sets must map set names to their deadlines")
+    for name, info in sets.items():
+        info = info if isinstance(info, dict) else {"deadline": info}
+        _unknown(f"{where}: sets.{name}", info, _SET)
+        if info.get("deadline") is not None:
+            course.deadlines[str(name)] = _time(f"{where}: sets.{name}.deadline",
+                                                info["deadline"], course.zone)
+        if info.get("title"):
+            course.titles[str(name)] = str(info["title"])
+        if info.get("canvas_id") is not None:
+            course.canvas_ids[str(name)] = str(info["canvas_id"])
+    extensions = data.get("extensions") or {}
+    if not isinstance(extensions, dict):
+        raise CourseFileError(f"{where}: extensions must map student folders to sets")
+    for student, mine in extensions.items():
+        if not isinstance(mine, dict):
+            raise CourseFileError(f"{where}: extensions.{student} must map sets (or all) to "
+                                  f"extra time")
+        course.extensions[str(student)] = {
+            str(s): _extension(f"{where}: extensions.{student}.{s}", v, course.zone)
+            for s, v in mine.items()}
+    manifest = data.get("manifest")
+    manifest_path = path.parent / str(manifest) if manifest else path.parent / MANIFEST_FILE
+    if manifest or manifest_path.is_file():
+        course.manifest = _manifest(manifest_path, course.zone)
+    if data.get("roster"):
+        course.roster = _roster(data["roster"], path.parent, where)
+    return course

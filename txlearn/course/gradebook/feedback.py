@@ -1,0 +1,139 @@
+"""Feedback for each student: one self-contained HTML page per student and set, ready to hand back.
+
+``txlearn feedback class.db --out feedback/`` writes ``feedback/<student>/<set>.html`` for the
+run that counts (the policy, :func:`~txlearn.course.gradebook.store.counting`) and an
+``index.html`` listing them for the instructor. A page holds the student's rows (status, points,
+the grader's feedback and hint for each exercise; a failure on a hidden case named as such), the
+raw score, lateness, penalty and final score, the integrity notes, the student's own answer cells
+and the history of their runs of that set.
+
+What a page never holds: a hidden case's inputs or expected values (the grader never records
+them: a failed hidden case's feedback is its name and hint only), a line of the course's
+solutions (only the student's own answer cells and the checks' feedback are shown), anything
+that runs (no script; every text escaped, :mod:`~txlearn.course.gradebook.pages`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from txlearn.course.gradebook.pages import Raw, badge, esc, page, pre, slug, table
+from txlearn.course.gradebook.store import NotebookRow, counting
+
+__all__ = ["write_feedback", "feedback_page", "late_text"]
+
+
+def late_text(seconds: float) -> str:
+    """How late, in words: ``on time``, ``3 h 20 min late``, ``2 days 4 h late``."""
+    if seconds <= 0:
+        return "on time"
+    minutes = int(seconds // 60) or 1
+    days, minutes = divmod(minutes, 1440)
+    hours, minutes = divmod(minutes, 60)
+    parts = ([f"{days} day{'s' * (days != 1)}"] if days else []) + \
+        ([f"{hours} h"] if hours else []) + ([f"{minutes} min"] if minutes and not days else [])
+    return " ".join(parts) + " late"
+
+
+def _score_block(row: NotebookRow) -> str:
+    if row.status == "ERROR":
+        return f'<p class="note">Not graded: {esc(row.error.removeprefix("not graded: "))}</p>'
+    rows = [["raw score", f"{row.points} / {row.max_points}"],
+            ["submitted", f"{row.submitted_at} ({'from the file time' if row.submitted_from == 'mtime' else 'as collected'})"]]
+    if row.deadline:
+        rows.append(["deadline", row.deadline + " (extensions included)"])
+        rows.append(["lateness", late_text(row.late_seconds)])
+        rows.append(["late penalty", f"{row.penalty:.0%} of the raw score"])
+    rows.append(["score", f"{row.score:g} / {row.max_points}"])
+    return table(None, rows)
+
+
+def _exercise_rows(row: NotebookRow) -> str:
+    out = []
+    for r in row.results:
+        status = badge(r.status) + (" " + badge("hidden case", "hidden") if r.hidden else "")
+        text = r.feedback
+        if r.hidden:
+            text = ("A hidden case (one the course does not publish) failed:\n" + text).strip()
+        out.append([r.exercise, Raw(status), f"{r.points} / {r.max_points}",
+                    Raw(pre(text) if text else "")])
+    return table(["exercise", "status", "points", "feedback"], out)
+
+
+def _answers(row: NotebookRow) -> str:
+    if not row.answers:
+        return ""
+    order = [r.exercise for r in row.results if r.exercise in row.answers]
+    order += sorted(set(row.answers) - set(order))
+    parts = [f"<details><summary>{esc(name)}</summary>{pre(row.answers[name])}</details>"
+             for name in order]
+    return "<h2>Your answer cells, as graded</h2>\n" + "\n".join(parts)
+
+
+def _history(rows: list[NotebookRow], counted: NotebookRow) -> str:
+    if len(rows) < 2:
+        return ""
+    body = [[r.graded_at, r.submitted_at, r.digest[:12] or "-",
+             "not graded" if r.status == "ERROR" else f"{r.score:g} / {r.max_points}",
+             "counts" if r.uuid == counted.uuid else ""] for r in rows]
+    return ("<h2>Every grading of this set</h2>\n"
+            + table(["graded", "submitted", "notebook (SHA-256)", "score", ""], body))
+
+
+def feedback_page(row: NotebookRow, history: list[NotebookRow], *, policy: str,
+                  generated: str) -> str:
+    """The HTML of one student's feedback page for one set."""
+    hidden_ran = any(r.hidden_cases for r in row.results)
+    parts = [_score_block(row)]
+    if row.status != "ERROR":
+        parts.append("<h2>Exercises</h2>")
+        if hidden_ran:
+            parts.append('<p class="note">"PASSED (public cases)" in your notebook means the '
+                         'public cases passed; the grader also ran hidden cases, named "hidden" '
+                         'below when one failed (their inputs are not shown).</p>')
+        parts.append(_exercise_rows(row))
+    if row.integrity:
+        parts.append("<h2>Integrity notes</h2>\n<ul>"
+                     + "".join(f"<li>{esc(n)}</li>" for n in row.integrity) + "</ul>")
+    parts.append(_answers(row))
+    parts.append(_history(history, row))
+    return page(f"Feedback: {row.set_name}", "\n".join(p for p in parts if p),
+                subtitle=f"{row.student} · notebook {row.notebook} · graded {row.graded_at}",
+                footer=f"Written by txlearn feedback on {generated} from the gradebook (the run "
+                       f"that counts: {policy}). This page needs no network.")
+
+
+def write_feedback(rows: list[NotebookRow], dest: Path, *, policy: str = "latest",
+                   students=None, sets=None, generated: str = "") -> list[Path]:
+    """Write one page per (student, set) that counts into ``dest`` (``<student>/<set>.html``,
+    the student's folder name made file-safe, :func:`~txlearn.course.gradebook.pages.slug`),
+    and ``index.html``; ``students``/``sets`` limit which. Returns the pages' paths."""
+    dest = Path(dest)
+    counted = counting(rows, policy)
+    history: dict[tuple[str, str], list[NotebookRow]] = {}
+    for r in rows:
+        history.setdefault((r.student, r.set_name), []).append(r)
+    written, listing = [], []
+    for (student, set_name), row in sorted(counted.items()):
+        if (students and student not in students) or (sets and set_name not in sets):
+            continue
+        folder = dest / slug(student)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{slug(set_name)}.html"
+        text = feedback_page(row, history[(student, set_name)], policy=policy,
+                             generated=generated)
+        tmp = path.with_suffix(".html.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        written.append(path)
+        link = f'<a href="{esc(path.relative_to(dest).as_posix())}">{esc(set_name)}</a>'
+        listing.append([student, Raw(link), "not graded" if row.status == "ERROR"
+                        else f"{row.score:g} / {row.max_points}"])
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "index.html").write_text(page(
+        "Feedback pages", table(["student", "set", "score"], listing),
+        subtitle=f"{len(written)} page(s), the run that counts: {policy}. Hand each student "
+                 f"their own folder.", footer=f"Written by txlearn feedback on {generated}."),
+        encoding="utf-8")
+    return written

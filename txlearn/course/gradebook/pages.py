@@ -1,0 +1,128 @@
+"""The HTML of the gradebook's pages: one self-contained offline file each, everything escaped.
+
+Every page the gradebook writes (feedback, class report, similarity) is built here: a fixed
+skeleton with its style inline, no script, no external resource (figures are inline SVG), and
+a Content-Security-Policy that forbids scripts and every load but inline styles and ``data:``
+images, so a page works from a folder, a zip or an e-mail attachment. Text reaches a page only
+through :func:`esc` (``html.escape`` with quotes) or :func:`pre`: whatever a submission wrote
+(a folder name, an exception message, an answer cell holding ``<script>``) is shown as text,
+never run; the policy is a second wall, not the first.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+
+__all__ = ["esc", "pre", "page", "table", "Raw", "figure", "svg_figure", "badge", "slug", "CSP"]
+
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
+       "base-uri 'none'; form-action 'none'")
+
+STYLE = """
+body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
+       max-width: 70em; padding: 0 1em; color: #1b1b1b; }
+h1 { font-size: 1.6em; margin-bottom: .2em; } h2 { margin-top: 1.6em; }
+.sub { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: .6em 0; } th, td { padding: .3em .6em;
+        border-bottom: 1px solid #ddd; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+pre { background: #f7f7f7; padding: .6em; overflow-x: auto; white-space: pre-wrap;
+      margin: .2em 0; font-size: 13px; }
+.badge { display: inline-block; padding: 0 .5em; border-radius: .8em; font-size: .85em;
+         font-weight: 600; }
+.PASS { background: #d9f2dc; color: #14532d; } .FAIL { background: #fde2e1; color: #7f1d1d; }
+.ERROR { background: #fef3c7; color: #78350f; } .RETIRED { background: #e5e7eb; color: #374151; }
+.hidden { background: #ede9fe; color: #4c1d95; }
+.note { border-left: 4px solid #999; padding: .3em .8em; background: #fafafa; }
+.side { display: grid; grid-template-columns: 1fr 1fr; gap: 1em; }
+figure { margin: 1em 0; } figure svg { max-width: 100%; height: auto; }
+footer { margin-top: 3em; color: #777; font-size: .85em; }
+"""
+
+
+def esc(value) -> str:
+    """Any value as HTML text (``<``, ``>``, ``&`` and both quotes escaped)."""
+    return html.escape(str(value), quote=True)
+
+
+def pre(text) -> str:
+    """Text as a preformatted block, escaped."""
+    return f"<pre>{esc(text)}</pre>"
+
+
+def badge(text: str, kind: str = "") -> str:
+    kind = kind or text
+    safe = kind if re.fullmatch(r"[A-Za-z]+", kind) else ""
+    return f'<span class="badge {safe}">{esc(text)}</span>'
+
+
+def table(header: list[str] | None, rows: list[list], numeric: set[int] = frozenset()) -> str:
+    """A table (``header`` None: none); every cell escaped unless it is a :class:`Raw` (HTML
+    this module made)."""
+    def cell(tag, i, value):
+        cls = ' class="num"' if i in numeric else ""
+        body = value.html if isinstance(value, Raw) else esc(value)
+        return f"<{tag}{cls}>{body}</{tag}>"
+
+    head = "" if header is None else \
+        "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>\n"
+    body = "\n".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>"
+                     for row in rows)
+    return f"<table>\n{head}{body}\n</table>"
+
+
+class Raw:
+    """HTML made by this module's functions (already escaped), to put in a table cell."""
+
+    def __init__(self, html_text: str):
+        self.html = html_text
+
+
+def page(title: str, body: str, *, subtitle: str = "", footer: str = "") -> str:
+    """A whole page: ``title`` and ``subtitle`` escaped, ``body`` HTML built with :func:`esc`."""
+    sub = f'<p class="sub">{esc(subtitle)}</p>' if subtitle else ""
+    foot = f"<footer>{esc(footer)}</footer>" if footer else ""
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+            f"<h1>{esc(title)}</h1>\n{sub}\n{body}\n{foot}\n</body>\n</html>\n")
+
+
+def figure(width: float, height: float):
+    """A matplotlib Figure and its axes, made without pyplot (no backend is chosen or changed,
+    nothing is kept open)."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    return fig, fig.subplots()
+
+
+def svg_figure(fig, caption: str = "") -> str:
+    """A matplotlib figure as inline SVG (text kept as text, no external reference). The labels
+    must be course text (exercise names, mistake identifiers), never a submission's: matplotlib
+    escapes them as XML, but they are not checked here."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "txlearn"}):
+        fig.savefig(buffer, format="svg", bbox_inches="tight")
+    svg = buffer.getvalue()
+    svg = svg[svg.index("<svg"):]                      # drop the XML declaration and DOCTYPE
+    svg = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
+    cap = f"<figcaption>{esc(caption)}</figcaption>" if caption else ""
+    return f"<figure>{svg}{cap}</figure>"
+
+
+def slug(text: str, limit: int = 60) -> str:
+    """A file-name-safe form of learner-made text (a student folder): letters, digits, ``-``,
+    ``_`` and ``.`` kept, anything else ``_``; a short digest is added when anything changed
+    (two folders that differ only in odd characters keep apart)."""
+    import hashlib
+
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:limit].lstrip(".") or "_"
+    if safe != text:
+        safe += "-" + hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:6]
+    return safe

@@ -1,0 +1,147 @@
+"""Recording a grading run into the gradebook: one notebook per transaction, as each is graded.
+
+:class:`Recorder` is what ``txlearn grade --gradebook class.db`` hands the grader as its
+``on_graded`` callback: for each graded :class:`~txlearn.course.grading.Submission` it adds one
+notebook row with its results (each with the identifier of the mistake that fired,
+:mod:`~txlearn.course.gradebook.mistakes`), its lateness from the course file
+(:mod:`~txlearn.course.gradebook.course`) and the text of its answer cells, in one transaction.
+The gradebook is opened, and the run added, before any notebook is graded, so a gradebook that
+cannot be written stops the run before it starts.
+
+Nothing a submission wrote is trusted here either: answer cells are read from the same bytes the
+grader graded (their SHA-256 must match, else none are kept and an integrity note says so), at
+most :data:`MAX_ANSWER_CHARS` per exercise.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import time
+import uuid
+from pathlib import Path
+
+from txlearn.course.gradebook import mistakes
+from txlearn.course.gradebook.course import Course
+from txlearn.course.gradebook.store import Gradebook, NotebookRow, ResultRow
+
+__all__ = ["Recorder", "answer_cells", "hidden_exercises", "now_utc", "MAX_ANSWER_CHARS"]
+
+MAX_ANSWER_CHARS = 20_000
+
+
+def now_utc() -> str:
+    """The time now, ISO 8601 in UTC to the second."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def answer_cells(data: bytes) -> dict[str, str]:
+    """{exercise: the text of its answer cells} of a notebook's bytes ({} when unreadable)."""
+    try:
+        nb = json.loads(data.decode("utf-8"))
+        cells = nb["cells"]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return {}
+    out: dict[str, list[str]] = {}
+    for cell in cells if isinstance(cells, list) else []:
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+        tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+        name = meta.get("exercise")
+        if "answer" not in tags or "check" in tags or not isinstance(name, str) or not name:
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(s for s in source if isinstance(s, str))
+        if isinstance(source, str):
+            out.setdefault(name[:100], []).append(source)
+    return {k: "\n".join(v)[:MAX_ANSWER_CHARS] for k, v in out.items()}
+
+
+def hidden_exercises(hidden: Path | None) -> dict[str, set[str]]:
+    """{check module stem: the exercises it has hidden cases for} of a hidden-case folder (the
+    public functions of each ``<module>.py``, as the grader reads them)."""
+    out: dict[str, set[str]] = {}
+    if hidden is None:
+        return out
+    for path in sorted(Path(hidden).glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        out[path.stem] = {n.name for n in tree.body
+                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and not n.name.startswith("_")}
+    return out
+
+
+class Recorder:
+    """The grader's ``on_graded`` callback writing each notebook into ``gradebook``.
+
+    ``course``: the course file (deadlines, extensions, penalty, manifest); ``hidden``: the
+    run's hidden-case folder (which exercises had hidden cases is recorded per result);
+    ``command``: how the run was started (kept with the run, which is added with the first
+    notebook). :meth:`finish` marks the run done.
+    """
+
+    def __init__(self, gradebook: Gradebook, course: Course, *, hidden: Path | None = None,
+                 command: str = "txlearn grade", version: str = ""):
+        self.gradebook, self.course = gradebook, course
+        self.hidden = hidden_exercises(hidden)
+        self.recorded = 0
+        self.run = ""          # added with the first notebook (a run that grades none leaves none)
+        self._run_values = dict(command=command[:2000], hidden=str(hidden or ""),
+                                course_file=str(course.path or ""), started_at=now_utc(),
+                                version=version)
+
+    def row(self, sub) -> NotebookRow:
+        """The notebook row of a graded Submission (results, lateness, answers)."""
+        path = Path(sub.path)
+        integrity = list(sub.integrity)
+        answers = {}
+        try:
+            data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        except OSError:
+            data = b""
+        if data and sub.digest and hashlib.sha256(data).hexdigest() == sub.digest:
+            answers = answer_cells(data)
+        elif data and sub.digest:
+            integrity.append("the file changed after it was graded: its answers were not kept")
+        try:
+            timing = self.course.lateness(sub.student, sub.set_name, path)
+        except OSError:
+            timing = self.course.lateness(sub.student, sub.set_name, Path("/"))
+            timing.submitted_from = "unknown"
+        results = []
+        for r in sub.results:
+            stem = mistakes.check_module(r.exercise) if r.status not in ("ERROR", "RETIRED") \
+                and r.exercise != "-" else ""
+            results.append(ResultRow(
+                exercise=r.exercise, status=r.status, points=int(r.points),
+                max_points=int(r.max_points), feedback=r.feedback, kind=r.kind,
+                mistake=mistakes.mistake_id(r.exercise, r.kind, r.hints, hidden=r.hidden,
+                                            status=r.status),
+                hint=mistakes.hint_text(r.hints), hidden=bool(r.hidden),
+                hidden_cases=r.exercise in self.hidden.get(stem, ()), flagged=r.flagged))
+        return NotebookRow(
+            uuid=uuid.uuid4().hex, run_uuid=self.run, student=sub.student,
+            set_name=sub.set_name, notebook=path.name, path=str(path), digest=sub.digest,
+            submitted_at=timing.submitted_at, submitted_from=timing.submitted_from,
+            graded_at=sub.graded_at or now_utc(), status="ERROR" if sub.error else "GRADED",
+            error=sub.error, sandbox=sub.mode, points=int(sub.points),
+            max_points=int(sub.max_points), deadline=timing.deadline,
+            late_seconds=timing.late_seconds, penalty=timing.penalty, integrity=integrity,
+            results=results, answers=answers)
+
+    def __call__(self, sub) -> None:
+        if not self.run:
+            self.run = self.gradebook.start_run(**self._run_values)
+        self.gradebook.add_notebook(self.row(sub))
+        self.recorded += 1
+
+    def finish(self) -> None:
+        """Mark the run finished (when it recorded anything)."""
+        if self.run:
+            self.gradebook.finish_run(self.run, now_utc())

@@ -1,0 +1,453 @@
+"""The gradebook's SQLite file: its versioned schema, opening it safely, and its rows.
+
+One file the instructor names (``class.db``), through the standard library's :mod:`sqlite3`.
+Nothing in it is ever overwritten: grading adds a **run** (one ``txlearn grade`` invocation:
+where, when, with which hidden cases) and, per notebook graded, one **notebook** row (student,
+set, the SHA-256 of the bytes graded, when it was submitted and graded, raw points, lateness and
+penalty kept apart) with its **results** (one per exercise: status, points, the feedback text,
+the identifier of the catalogued mistake or hint that fired, whether a hidden case failed) and
+its **answers** (the text of its answer cells, for the similarity report and the feedback page).
+Which of a student's runs counts is a policy applied when reading (:func:`counting`).
+
+Durability and concurrency:
+
+- each notebook is written in one transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``) with
+  SQLite's rollback journal and ``synchronous=FULL``: a run killed at any instant (SIGKILL, power
+  loss) leaves every notebook it had committed and nothing of the one it was writing (the next
+  opening rolls the journal back);
+- two grading runs on one file at once both land: a writer waits for the other's transaction
+  (a busy timeout, 60 s by default) instead of failing;
+- opening never writes before the file is known to be a gradebook this txlearn can read: a file
+  that is not SQLite, a SQLite file of something else, a corrupt one (``PRAGMA quick_check``), a
+  gradebook of a newer schema, or one locked past the timeout gets a :class:`GradebookError`
+  saying which, and is left byte for byte as it was.
+
+Identifiers: runs and notebooks carry random UUIDs, so gradebooks written on several machines
+merge without ever counting a run twice (:mod:`txlearn.course.gradebook.merge`).
+
+Schema version 1 (``PRAGMA user_version``; ``PRAGMA application_id`` = 0x54584C42, "TXLB"):
+the four tables below. A later version adds a migration to :data:`MIGRATIONS`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sqlite3
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Gradebook", "GradebookError", "NotebookRow", "ResultRow", "open_gradebook",
+           "counting", "attempts", "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_WAIT"]
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x54584C42            # "TXLB"
+DEFAULT_WAIT = 60.0                    # seconds a writer waits for another's transaction
+HEADER = b"SQLite format 3\x00"
+
+SCHEMA = """
+CREATE TABLE runs (
+    uuid TEXT PRIMARY KEY,
+    machine TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT NOT NULL DEFAULT '',
+    txlearn_version TEXT NOT NULL,
+    command TEXT NOT NULL,
+    hidden TEXT NOT NULL DEFAULT '',
+    course_file TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE notebooks (
+    id INTEGER PRIMARY KEY,
+    uuid TEXT NOT NULL UNIQUE,
+    run_uuid TEXT NOT NULL REFERENCES runs(uuid),
+    student TEXT NOT NULL,
+    set_name TEXT NOT NULL,
+    notebook TEXT NOT NULL,
+    path TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    submitted_at TEXT NOT NULL,
+    submitted_from TEXT NOT NULL,
+    graded_at TEXT NOT NULL,
+    status TEXT NOT NULL,
+    error TEXT NOT NULL,
+    sandbox TEXT NOT NULL,
+    points INTEGER NOT NULL,
+    max_points INTEGER NOT NULL,
+    deadline TEXT NOT NULL,
+    late_seconds REAL NOT NULL,
+    penalty REAL NOT NULL,
+    integrity TEXT NOT NULL,
+    n_results INTEGER NOT NULL
+);
+CREATE INDEX notebooks_by_student ON notebooks(student, set_name);
+CREATE TABLE results (
+    notebook_id INTEGER NOT NULL REFERENCES notebooks(id),
+    position INTEGER NOT NULL,
+    exercise TEXT NOT NULL,
+    status TEXT NOT NULL,
+    points INTEGER NOT NULL,
+    max_points INTEGER NOT NULL,
+    feedback TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    mistake TEXT NOT NULL,
+    hint TEXT NOT NULL,
+    hidden INTEGER NOT NULL,
+    hidden_cases INTEGER NOT NULL,
+    flagged TEXT NOT NULL,
+    PRIMARY KEY (notebook_id, position)
+);
+CREATE TABLE answers (
+    notebook_id INTEGER NOT NULL REFERENCES notebooks(id),
+    exercise TEXT NOT NULL,
+    source TEXT NOT NULL,
+    PRIMARY KEY (notebook_id, exercise)
+);
+"""
+
+MIGRATIONS: dict[int, str] = {}        # from version N to N + 1: the SQL that does it
+
+NOTEBOOK_COLUMNS = ("uuid", "run_uuid", "student", "set_name", "notebook", "path", "digest",
+                    "submitted_at", "submitted_from", "graded_at", "status", "error", "sandbox",
+                    "points", "max_points", "deadline", "late_seconds", "penalty", "integrity",
+                    "n_results")
+RESULT_COLUMNS = ("position", "exercise", "status", "points", "max_points", "feedback", "kind",
+                  "mistake", "hint", "hidden", "hidden_cases", "flagged")
+RUN_COLUMNS = ("uuid", "machine", "started_at", "finished_at", "txlearn_version", "command",
+               "hidden", "course_file")
+
+
+class GradebookError(Exception):
+    """The gradebook cannot be opened or written (the reason in one line; the file untouched)."""
+
+
+@dataclass
+class ResultRow:
+    """One exercise of one graded notebook, as stored."""
+
+    exercise: str
+    status: str
+    points: int
+    max_points: int
+    feedback: str = ""
+    kind: str = ""
+    mistake: str = ""
+    hint: str = ""
+    hidden: bool = False
+    hidden_cases: bool = False
+    flagged: str = ""
+    position: int = 0
+
+
+@dataclass
+class NotebookRow:
+    """One graded notebook (one student's one set in one run), with its results and answers."""
+
+    uuid: str
+    run_uuid: str
+    student: str
+    set_name: str
+    notebook: str
+    path: str
+    digest: str
+    submitted_at: str
+    submitted_from: str
+    graded_at: str
+    status: str                     # GRADED or ERROR (not graded)
+    error: str
+    sandbox: str
+    points: int                     # raw
+    max_points: int
+    deadline: str
+    late_seconds: float
+    penalty: float                  # fraction of the raw points taken off
+    integrity: list = field(default_factory=list)
+    n_results: int = 0
+    results: list = field(default_factory=list)
+    answers: dict = field(default_factory=dict)
+    id: int = 0
+
+    @property
+    def score(self) -> float:
+        """The points after the late penalty."""
+        return round(self.points * (1.0 - self.penalty), 4)
+
+
+def _fail(path: Path, why: str) -> GradebookError:
+    return GradebookError(f"gradebook {path}: {why}; the file was left as it is")
+
+
+def _header_problem(path: Path) -> str | None:
+    """What is wrong with the file's first 100 bytes for a gradebook, read without SQLite
+    (None: SQLite may open it). A file with a hot journal beside it is left to SQLite, which
+    first rolls that journal back."""
+    journal = Path(f"{path}-journal")
+    if journal.exists() and journal.stat().st_size > 0:
+        return None
+    with open(path, "rb") as f:
+        head = f.read(100)
+    if not head:
+        return None                                  # an empty file: a new gradebook
+    if not head.startswith(HEADER) or len(head) < 100:
+        return "not a SQLite database (not a txlearn gradebook)"
+    version = int.from_bytes(head[60:64], "big")
+    app = int.from_bytes(head[68:72], "big")
+    if app not in (0, APPLICATION_ID):
+        return f"a SQLite database of another application (application_id {app:#x})"
+    if app == APPLICATION_ID and version > SCHEMA_VERSION:
+        return (f"written by a newer txlearn (gradebook schema {version}; this txlearn reads up "
+                f"to {SCHEMA_VERSION}): upgrade txlearn to use it")
+    return None
+
+
+def _sqlite_error(path: Path, err: sqlite3.Error, wait: float) -> GradebookError:
+    text = str(err)
+    if "locked" in text or "busy" in text:
+        return _fail(path, f"locked by another process past {wait:g} s (another txlearn "
+                           f"grade writing to it, or a program holding it open): try again "
+                           f"when it is done")
+    if isinstance(err, sqlite3.DatabaseError) and ("malformed" in text or "not a database" in text
+                                                   or "corrupt" in text):
+        return _fail(path, f"corrupt ({text}); restore it from a copy, or merge the good "
+                           f"copies of the machines that wrote it")
+    return _fail(path, f"SQLite error ({type(err).__name__}: {text})")
+
+
+class Gradebook:
+    """An open gradebook (use :func:`open_gradebook`). Not shared between threads."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection, wait: float, readonly: bool):
+        self.path, self.conn, self.wait, self.readonly = path, conn, wait, readonly
+
+    # -- writing ------------------------------------------------------------------------
+    def write(self, statements):
+        """Run ``statements(cursor)`` in one immediate transaction (all of it or nothing)."""
+        if self.readonly:
+            raise GradebookError(f"gradebook {self.path}: opened read-only")
+        cur = self.conn.cursor()
+        try:
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                out = statements(cur)
+                cur.execute("COMMIT")
+            except BaseException:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as err:
+            raise _sqlite_error(self.path, err, self.wait) from None
+        return out
+
+    def start_run(self, *, command: str, hidden: str = "", course_file: str = "",
+                  started_at: str, version: str) -> str:
+        """Add a run; returns its UUID."""
+        run = uuid.uuid4().hex
+        self.write(lambda cur: cur.execute(
+            "INSERT INTO runs (uuid, machine, started_at, txlearn_version, command, hidden, "
+            "course_file) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (run, socket.gethostname(), started_at, version, command, hidden, course_file)))
+        return run
+
+    def finish_run(self, run: str, finished_at: str) -> None:
+        self.write(lambda cur: cur.execute("UPDATE runs SET finished_at = ? WHERE uuid = ?",
+                                            (finished_at, run)))
+
+    def add_notebook(self, row: NotebookRow) -> None:
+        """Write one notebook, its results and its answers in one transaction (``row.id`` is
+        set to its new row id)."""
+        def statements(cur):
+            values = [getattr(row, c) for c in NOTEBOOK_COLUMNS]
+            values[NOTEBOOK_COLUMNS.index("integrity")] = json.dumps(list(row.integrity))
+            cur.execute(f"INSERT INTO notebooks ({', '.join(NOTEBOOK_COLUMNS)}) VALUES "
+                        f"({', '.join('?' * len(NOTEBOOK_COLUMNS))})", values)
+            notebook_id, count = cur.lastrowid, 0
+            for position, r in enumerate(row.results):
+                r.position, count = position, position + 1
+                cur.execute(f"INSERT INTO results (notebook_id, {', '.join(RESULT_COLUMNS)}) "
+                            f"VALUES (?, {', '.join('?' * len(RESULT_COLUMNS))})",
+                            [notebook_id] + [int(getattr(r, c)) if c in ("hidden", "hidden_cases")
+                                             else getattr(r, c) for c in RESULT_COLUMNS])
+            cur.executemany("INSERT INTO answers (notebook_id, exercise, source) VALUES (?, ?, ?)",
+                            [(notebook_id, e, s) for e, s in sorted(row.answers.items())])
+            cur.execute("UPDATE notebooks SET n_results = ? WHERE id = ?", (count, notebook_id))
+            row.id, row.n_results = notebook_id, count
+        self.write(statements)
+
+    # -- reading ------------------------------------------------------------------------
+    def read(self, sql: str, params=()) -> list[tuple]:
+        try:
+            return self.conn.execute(sql, params).fetchall()
+        except sqlite3.Error as err:
+            raise _sqlite_error(self.path, err, self.wait) from None
+
+    def runs(self) -> list[dict]:
+        """Every run, oldest first."""
+        rows = self.read(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, uuid")
+        return [dict(zip(RUN_COLUMNS, r)) for r in rows]
+
+    def notebooks(self, *, with_answers: bool = True) -> list[NotebookRow]:
+        """Every graded notebook with its results (and answers), oldest grading first. One read
+        transaction: a writer's half-done notebook is never seen."""
+        try:
+            self.conn.execute("BEGIN")
+            rows = self.read(f"SELECT id, {', '.join(NOTEBOOK_COLUMNS)} FROM notebooks")
+            results = self.read(f"SELECT notebook_id, {', '.join(RESULT_COLUMNS)} FROM results "
+                                 f"ORDER BY notebook_id, position")
+            answers = self.read("SELECT notebook_id, exercise, source FROM answers") \
+                if with_answers else []
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+        out = {}
+        for r in rows:
+            data = dict(zip(NOTEBOOK_COLUMNS, r[1:]))
+            data["integrity"] = json.loads(data["integrity"] or "[]")
+            out[r[0]] = NotebookRow(id=r[0], **data)
+        for r in results:
+            values = dict(zip(RESULT_COLUMNS, r[1:]))
+            values["hidden"], values["hidden_cases"] = bool(values["hidden"]), \
+                bool(values["hidden_cases"])
+            out[r[0]].results.append(ResultRow(**values))
+        for notebook_id, exercise, source in answers:
+            out[notebook_id].answers[exercise] = source
+        return sorted(out.values(), key=lambda n: (n.graded_at, n.uuid))
+
+    def check(self) -> list[str]:
+        """Problems of the stored rows (a notebook whose results are not all there): []."""
+        rows = self.read("SELECT n.uuid, n.n_results, COUNT(r.position) FROM notebooks n "
+                          "LEFT JOIN results r ON r.notebook_id = n.id GROUP BY n.id")
+        return [f"notebook {u}: {got} of {n} results" for u, n, got in rows if n != got]
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _initialise(conn: sqlite3.Connection) -> None:
+    """Create the schema in a new (empty) file, or migrate an older one, in one transaction;
+    another process initialising the same new file at once waits, then finds it done."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if version == 0 and tables == 0:
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        while 0 < version < SCHEMA_VERSION:
+            for statement in MIGRATIONS[version].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            version += 1
+            conn.execute(f"PRAGMA user_version = {version}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def open_gradebook(path, *, create: bool = True, readonly: bool = False,
+                   wait: float = DEFAULT_WAIT) -> Gradebook:
+    """Open (or, with ``create``, make) the gradebook at ``path``.
+
+    ``readonly``: never write (reports and exports). ``wait``: seconds to wait for another
+    process's transaction. Raises GradebookError (the file left as it is) for a missing file
+    without ``create``, a folder, a file that is not a txlearn gradebook, a corrupt one, one of a
+    newer schema, or one locked past ``wait``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise _fail(path, "a folder, not a file")
+    exists = path.exists()
+    if not exists and (readonly or not create):
+        raise GradebookError(f"gradebook {path}: no such file (txlearn grade ... --gradebook "
+                             f"{path} makes it)")
+    if exists:
+        try:
+            problem = _header_problem(path)
+        except OSError as err:
+            raise _fail(path, f"cannot be read ({err.strerror or err})") from None
+        if problem:
+            raise _fail(path, problem)
+        if readonly and path.stat().st_size == 0:
+            raise _fail(path, "empty (no run was recorded in it)")
+    # a killed writer's hot journal is rolled back by the first connection that reads the file,
+    # which must be able to write it: a reader opens such a file read-write (it writes nothing
+    # itself), so that a report right after a killed run works
+    hot = Path(f"{path}-journal").exists()
+    try:
+        uri = f"{path.resolve().as_uri()}?mode={'ro' if readonly and not hot else 'rwc'}"
+        conn = sqlite3.connect(uri, uri=True, timeout=wait, isolation_level=None,
+                               check_same_thread=False)
+    except sqlite3.Error as err:
+        raise _sqlite_error(path, err, wait) from None
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
+        app = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if app != APPLICATION_ID and (tables or version):
+            raise _fail(path, "a SQLite database, but not a txlearn gradebook")
+        if version > SCHEMA_VERSION:
+            raise _fail(path, f"written by a newer txlearn (gradebook schema {version}; this "
+                              f"txlearn reads up to {SCHEMA_VERSION}): upgrade txlearn to use it")
+        found = conn.execute("PRAGMA quick_check").fetchall()
+        if found != [("ok",)]:
+            raise _fail(path, f"corrupt (SQLite's quick_check: {found[0][0][:200]}); restore it "
+                              f"from a copy, or merge the good copies of the machines that "
+                              f"wrote it")
+        if not readonly and version < SCHEMA_VERSION:
+            _initialise(conn)
+        conn.execute("PRAGMA synchronous = FULL")
+    except GradebookError:
+        conn.close()
+        raise
+    except sqlite3.Error as err:
+        conn.close()
+        raise _sqlite_error(path, err, wait) from None
+    return Gradebook(path, conn, wait, readonly)
+
+
+def counting(rows: list[NotebookRow], policy: str = "latest") -> dict[tuple[str, str], NotebookRow]:
+    """The notebook that counts for each (student, set), by ``policy``:
+
+    - ``latest``: the most recently graded run of the student's notebook (re-grading the same
+      file, or grading a newer submission, replaces the count, never the row; a latest run that
+      could not be graded counts as not graded: re-grade it);
+    - ``best``: the run with the highest score after the late penalty (ties: the latest).
+
+    Notebooks whose file name matched no exercise set are left out."""
+    if policy not in ("latest", "best"):
+        raise ValueError(f"policy {policy!r}: use latest or best")
+    out: dict[tuple[str, str], NotebookRow] = {}
+    for row in sorted(rows, key=lambda n: (n.graded_at, n.uuid)):
+        if not row.set_name:
+            continue
+        key = (row.student, row.set_name)
+        if policy == "latest" or key not in out or row.score >= out[key].score:
+            out[key] = row
+    return out
+
+
+def attempts(rows: list[NotebookRow]) -> dict[tuple[str, str], list[NotebookRow]]:
+    """Each (student, set)'s distinct submissions in the order they were submitted: one row per
+    notebook digest (its latest grading), the first attempt first."""
+    latest: dict[tuple[str, str, str], NotebookRow] = {}
+    for row in sorted(rows, key=lambda n: (n.graded_at, n.uuid)):
+        if row.set_name:
+            latest[(row.student, row.set_name, row.digest)] = row
+    out: dict[tuple[str, str], list[NotebookRow]] = {}
+    for (student, set_name, _), row in latest.items():
+        out.setdefault((student, set_name), []).append(row)
+    for rows_ in out.values():
+        rows_.sort(key=lambda n: (n.submitted_at, n.graded_at))
+    return out
+
