@@ -197,7 +197,7 @@ def available() -> tuple[bool, str]:
     if path is None:
         return False, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     argv = [path, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/",
-            "--proc", "/proc", "--dev", "/dev"]
+            "--dev", "/dev"]   # no /proc: the sandbox mounts none
     if os.geteuid() != 0:
         argv.append("--unshare-user")
     try:
@@ -272,7 +272,7 @@ def sensitive_paths(extra=()) -> list[str]:
 def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limits: dict,
                tail: list[str], packages: tuple[str, ...] | None = None,
                view_files: list[tuple[str, int]] | None = None, seccomp_fd: int | None = None,
-               hide: tuple[str, ...] = ()) -> list[str]:
+               hide: tuple[str, ...] = (), cpuinfo_fd: int | None = None) -> list[str]:
     """The bubblewrap command line that runs ``tail`` (the runner's command) in the sandbox.
 
     ``files``: ``(name, fd)`` of files to copy into the private working folder (the sibling
@@ -281,7 +281,8 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
     every other installed package is hidden under an empty folder); None shows them all.
     ``view_files``: ``(relative path, fd)`` of the view's files, copied into a read-only tmpfs at
     :data:`VIEW` (so that no host path of the view shows); without them ``view_dir`` is bound
-    there. ``seccomp_fd``: a file holding :func:`txlearn.course.grading.seccomp.program`.
+    there. ``seccomp_fd``: a file holding :func:`txlearn.course.grading.seccomp.program`;
+    ``cpuinfo_fd``: a copy of the host's ``/proc/cpuinfo`` (the one file of ``/proc`` shown).
     ``hide``: more folders to mask (:func:`sensitive_paths`). No ``/proc`` is mounted (its
     mountinfo and pid 1's command line would show host paths and this command line).
     """
@@ -340,6 +341,9 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
         argv += ["--chmod", "0755", folder]
     for name, fd in files:
         argv += ["--perms", "0644", "--file", str(fd), f"{HOME}/{name}"]
+    if cpuinfo_fd is not None:   # torch reads the CPU's features there (no other /proc)
+        argv += ["--dir", "/proc", "--perms", "0444", "--file", str(cpuinfo_fd), "/proc/cpuinfo"]
+    argv += ["--remount-ro", "/"]   # the sandbox's own root: a tmpfs its uid owns without root
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--chdir", HOME, "--clearenv"]
@@ -454,6 +458,18 @@ def _seccomp_fd() -> int | None:
     return fd
 
 
+def _cpuinfo_fd() -> int | None:
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return None
+    fd = os.memfd_create("txlearn-cpuinfo", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dict,
           config: dict, uid: int | None = None, packages: tuple[str, ...] | None = None,
           hide: tuple[str, ...] = ()) -> Process:
@@ -475,15 +491,17 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
     if mode == "bwrap":
         fds = [(name, os.open(path, os.O_RDONLY | os.O_CLOEXEC)) for name, path in files]
         view_fds = _view_fds(view_dir)
-        seccomp_fd = _seccomp_fd()
-        keep += [fd for _, fd in fds + view_fds] + ([seccomp_fd] if seccomp_fd is not None
-                                                     else [])
-        fds = fds + view_fds + ([("seccomp", seccomp_fd)] if seccomp_fd is not None else [])
+        seccomp_fd, cpuinfo_fd = _seccomp_fd(), _cpuinfo_fd()
+        extra = [("seccomp", seccomp_fd), ("cpuinfo", cpuinfo_fd)]
+        extra = [(n, fd) for n, fd in extra if fd is not None]
+        keep += [fd for _, fd in fds + view_fds + extra]
+        fds = fds + view_fds + extra
         config["sys_path"] = [VIEW] + list(sys_path)
         tail = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
         argv = bwrap_argv(available()[1], view_dir=view_dir, files=fds[:len(files)],
                           limits=limits, tail=tail, packages=packages, view_files=view_fds,
-                          seccomp_fd=seccomp_fd, hide=tuple(hide) + (view_dir,))
+                          seccomp_fd=seccomp_fd, hide=tuple(hide) + (view_dir,),
+                          cpuinfo_fd=cpuinfo_fd)
         kwargs = dict(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd="/")
         cleanup = None
     else:
