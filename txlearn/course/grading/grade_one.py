@@ -96,6 +96,8 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
             if not sibling.is_file():
                 raise GradingError(f"needs {used}.ipynb beside it (this set uses your answers "
                                    f"there)")
+            if sibling.stat().st_nlink > 1:   # a classmate's notebook, run as this one's answers
+                raise GradingError(f"{used}.ipynb beside it is a hard link")
             files.append((f"{used}.ipynb", str(sibling)))
         limits = dict(cs.info.limits, **limits_override)
         if job.mode == "bwrap" and os.geteuid() == 0:
@@ -281,7 +283,10 @@ def linked_paths(paths: list[Path]) -> list[str]:
                 key = (st.st_dev, st.st_ino)
             except OSError:
                 key = None
-            if key is not None and key in seen:
+            if key is not None and st.st_nlink > 1:
+                why = (f"it is a hard link (the same file has {st.st_nlink} names; find out who "
+                       f"submitted it)")
+            elif key is not None and key in seen:
                 why = f"it is the same file as {seen[key]} (a link), graded there"
             elif key is not None:
                 seen[key] = str(path)
