@@ -1240,3 +1240,181 @@ def test_a_hidden_failure_reads_the_same_whatever_the_code_did(tmp_path):
         reports.add((r.status, r.feedback, r.kind, tuple(r.hints), r.hidden))
     assert reports == {("FAIL", grade_one.HIDDEN_FAILED, "hidden", (grade_one.HIDDEN_HINT,),
                         True)}
+
+
+HOG = r'''import ctypes, json, os, socket, threading
+import numpy as np
+_R = {}
+def _fill(folder):
+    n = 0
+    for i in range(300):          # 300 files of up to 8 MiB each: far past any tmpfs size
+        try:
+            f = open(f"{folder}/hog{i}", "wb", buffering=0)
+        except OSError:
+            return n
+        try:
+            with f:
+                for _ in range(8):
+                    n += f.write(b"x" * (1 << 20))
+        except OSError as e:
+            if e.errno == 28:     # no space left
+                return n
+    return n
+for _d in ("/dev", "/dev/shm", "/tmp", os.environ["HOME"], "/", "/opt", "/proc", "/usr"):
+    _R[_d] = _fill(_d)
+def _try(name, f):
+    try:
+        _R[name] = repr(f())
+    except BaseException as e:
+        _R[name] = type(e).__name__
+_libc = ctypes.CDLL(None, use_errno=True)
+_try("fork", lambda: os._exit(0) if os.fork() == 0 else "forked")
+_try("memfd", lambda: os.memfd_create("hog"))
+_try("shmget", lambda: _libc.shmget(0, 1 << 20, 0o1600))
+_try("unshare", lambda: _libc.unshare(0x10000000))
+_try("socketpair", socket.socketpair)
+_big = []
+def _grab():
+    try:
+        while True:
+            _big.append(np.ones(1 << 24))     # 128 MiB at a time, from a thread
+    except MemoryError:
+        pass
+_t = threading.Thread(target=_grab)
+_t.start()
+_t.join()
+_R["thread_mb"] = len(_big) * 128
+del _big[:]
+def softmax(x, axis=-1):
+    raise ValueError("HOG " + json.dumps(_R))
+'''
+GREEDY = ("import numpy as np\ndef scaled_scores(Q, K):\n    hog = np.ones(1 << 31)\n"
+          "    return Q @ K.T\n")
+HOG_LIMITS = dict(LIMITS, cell_seconds=30, call_seconds=10)
+
+
+def _assert_sealed(by, limits):
+    seen = _seen(by["stable_softmax"], "HOG")
+    sizes = sandbox.writable_mb(limits)
+    for place in ("/dev", "/", "/opt", "/proc", "/usr"):
+        assert seen[place] == 0, (place, seen)
+    for place, mb in sizes.items():
+        folder = sandbox.HOME if place == sandbox.HOME else place
+        assert 0 < seen[folder] <= mb << 20, (place, seen[folder], mb)
+    files = sum(seen[p] for p in sizes)
+    assert seen["fork"] == "BlockingIOError" and seen["memfd"] == "PermissionError", seen
+    assert seen["shmget"] == seen["unshare"] == "-1", seen
+    assert seen["socketpair"] == "PermissionError", seen
+    # memory and files together stay within memory_mb (the address space holds torch too)
+    assert (files >> 20) + seen["thread_mb"] <= limits["memory_mb"], seen
+    assert seen["thread_mb"] >= 128, seen
+    greedy = by["scaled_scores"].feedback
+    assert f"your code used more than {limits['memory_mb']} MB" in greedy, greedy
+
+
+def _hog_notebooks(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o755)
+    hog = _notebook(SOLUTION, folder / "hog" / "01_softmax.ipynb",
+                    answers={"stable_softmax": HOG, "scaled_scores": GREEDY})
+    return [*_classmates(folder)[:1], hog, *_classmates(folder)[1:]]
+
+
+def test_every_writable_place_is_bounded_and_counted_as_root(tmp_path):
+    # grading as root: the runner has a uid of its own; no fork, no memfd, no System V segment,
+    # no namespace of its own; /dev read-only; home, /tmp and /dev/shm sized within memory_mb
+    assert os.geteuid() == 0, "the suite runs as root (CI does); this test grades as root"
+    subs = grading.grade(_hog_notebooks(tmp_path), jobs=2, limits=HOG_LIMITS)
+    _classmates_unchanged(subs)
+    _assert_sealed({r.exercise: r for r in subs[1].results}, HOG_LIMITS)
+
+
+_AS_USER = r'''
+import json, os, sys
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
+from txlearn.course import grading
+subs = grading.grade(json.loads(sys.argv[1]), jobs=2, limits=json.loads(sys.argv[2]))
+print("RESULT " + json.dumps([[s.student, s.points, s.error,
+                               {r.exercise: r.feedback for r in s.results}] for s in subs]))
+'''
+
+
+def _as_ordinary_user(paths, limits):
+    """Grade ``paths`` as uid 65534 (nobody), the grader itself unprivileged: in a mount
+    namespace (bubblewrap, as root) where folders the interpreter needs but nobody may enter
+    (``/root`` holding pyenv's Python) are replaced by a tmpfs holding just those binds."""
+    ok, bwrap = sandbox.available()
+    assert ok, bwrap
+    needed = sorted({os.path.realpath(p) for p in (*sandbox.python_layout()[1], ROOT,
+                                                   sys.prefix, os.path.realpath(sys.executable))})
+    argv = [bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
+    closed = set()
+    for path in needed:
+        for folder in [str(p) for p in reversed(Path(path).parents)][1:] + [path]:
+            if not os.stat(folder).st_mode & 0o001:
+                closed.add(folder)
+                break
+    for folder in sorted(closed):
+        argv += ["--tmpfs", folder, "--chmod", "0755", folder]
+        for path in needed:
+            if path.startswith(folder + "/"):
+                argv += ["--ro-bind", path, path]
+    argv += ["--", sys.executable, "-c", _AS_USER, json.dumps([str(p) for p in paths]),
+             json.dumps(limits)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
+    return json.loads(line[0][len("RESULT "):])
+
+
+class _Row:   # a Result as the ordinary user's grader printed it
+    def __init__(self, feedback):
+        self.feedback = feedback
+
+
+def test_every_writable_place_is_bounded_and_counted_as_an_ordinary_user():
+    # as an ordinary user bubblewrap makes a user namespace: /dev was a tmpfs the runner owned
+    # (half the RAM, counted by no limit: 1 GiB went to /dev/shm under a 512 MB limit), and the
+    # sandbox's own root too
+    folder = Path(tempfile.mkdtemp(prefix="txlearn-as-user-", dir="/tmp"))
+    try:
+        os.chmod(folder, 0o755)
+        rows = _as_ordinary_user(_hog_notebooks(folder), HOG_LIMITS)
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+    assert [(r[0], r[1], r[2]) for r in rows if r[0] != "hog"] == [("correct", 4, ""),
+                                                                    ("wrong", 3, "")]
+    hog = next(r for r in rows if r[0] == "hog")
+    assert not hog[2], hog[2]
+    _assert_sealed({k: _Row(v) for k, v in hog[3].items()}, HOG_LIMITS)
+
+
+def test_a_course_checked_out_under_usr_stays_out_of_the_sandbox(tmp_path, monkeypatch):
+    # /usr is bound whole: a checkout under /usr/local (its solutions, an instructor's hidden
+    # folder beside it) was readable from the sandbox. A copy of the package is placed there.
+    from txlearn.course import build as course_build
+    odd = Path(tempfile.mkdtemp(prefix="txlearn-odd-", dir="/usr/local/share"))
+    try:
+        import shutil
+        shutil.copytree(ROOT / "txlearn", odd / "txlearn",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        (odd / "exercises" / "solutions").mkdir(parents=True)
+        (odd / "exercises" / "solutions" / "secret.txt").write_text("SOLUTION")
+        (odd / "hidden").mkdir()
+        (odd / "hidden" / "softmax.py").write_text("HIDDEN")
+        monkeypatch.setattr(course_build, "ROOT", odd)
+        ok, bwrap = sandbox.available()
+        assert ok, bwrap
+        argv = sandbox.bwrap_argv(
+            bwrap, view_dir=str(tmp_path), files=[], limits=LIMITS, hide=(str(odd / "hidden"),),
+            tail=["/bin/sh", "-c", f"cat {odd}/exercises/solutions/secret.txt {odd}/hidden/*.py "
+                                   f"{odd}/txlearn/checks/softmax.py; ls -A {odd}; echo END"])
+        argv = [a for a in argv if not a.startswith("CAP_") and a != "--cap-add"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == "END", (done.stdout[-500:], done.stderr[-500:])
+        assert "SOLUTION" not in done.stdout + done.stderr and "HIDDEN" not in done.stdout
+    finally:
+        subprocess.run(["rm", "-rf", str(odd)], check=False)

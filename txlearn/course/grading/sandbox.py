@@ -6,11 +6,19 @@ user namespace when the grader is not root), and a file system of its own:
 
 - read only: ``/usr`` and the ``/lib*`` links, ``/etc/ld.so.cache``, the Python installation and
   the venv the grader runs from (bound at their own paths, so the interpreter finds itself), with
-  an installed copy of the ``txlearn`` package masked; and a synthetic ``txlearn`` at
-  :data:`VIEW` holding only the runner, the protocol, :mod:`txlearn.learner_calls`, the
-  earlier-answers loader and the modules the exercise set may import;
-- private and writable: a small tmpfs home (the working folder, holding copies of the sibling
-  notebooks the set uses) and ``/tmp``; nothing the runner writes reaches the host;
+  an installed copy of the ``txlearn`` package masked, and the course checkout, the hidden folder
+  and the submissions' folder masked should one of those binds hold them; a synthetic
+  ``txlearn`` at :data:`VIEW` (copied in, file by file) holding only the runner, the protocol,
+  :mod:`txlearn.learner_calls`, the earlier-answers loader and the modules the set may import;
+  the sandbox's own root, ``/dev`` and a ``/proc`` that holds only a copy of ``/proc/cpuinfo``
+  (no mountinfo, no pid 1 command line: they showed host paths and this command line);
+- private and writable, each a tmpfs of a fixed size (:func:`writable_mb`) taken out of the
+  submission's ``memory_mb`` (:func:`address_space_mb`): the home (the working folder, holding
+  copies of the sibling notebooks the set uses), ``/tmp`` and ``/dev/shm``; nothing the runner
+  writes reaches the host;
+- a seccomp filter (:mod:`txlearn.course.grading.seccomp`) that keeps the submission to one
+  process (threads allowed) with no memfd, System V segment, socket, namespace or mount of its
+  own, so that its address space and those folders are all the memory it has;
 - nothing else: no repository, no checks, solutions, hidden cases or other submissions, no
   network, no ``TXLEARN_*`` or other variables of the grader (the environment is cleared; PATH,
   HOME, LANG, TMPDIR, one thread per maths library and MPLBACKEND=Agg are set).
