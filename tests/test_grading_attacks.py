@@ -1027,7 +1027,7 @@ ZERO_SIZE = ("import io, sys, numpy as np\n_P = sys.modules['txlearn.course.grad
              "        return {'ndarray': len(self.blobs) - 1}\n"
              "    return _enc(self, value, depth)\n"
              "_P.MessageEncoder.encode = _encode\n"
-             "def softmax(x, axis=-1):\n    return np.zeros(50_000_000, np.dtype([]))\n")
+             "def softmax(x, axis=-1):\n    return np.zeros(50_000_000, [('a', '<f8', (0,))])\n")
 FLOOD = ("import sys, struct\n_P = sys.modules['txlearn.course.grading.protocol']\n"
          "_send = _P.Channel.send\n"
          "def _flood(self, message, blobs=(), deadline=None):\n"

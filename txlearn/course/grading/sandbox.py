@@ -274,7 +274,7 @@ def sensitive_paths(extra=()) -> list[str]:
     what the sandbox sees does not depend on where the course is checked out."""
     from txlearn.course import build
     out = {os.path.realpath(build.ROOT)} | {os.path.realpath(p) for p in extra if p}
-    return sorted(out)
+    return sorted(p for p in out if not any(_under(p, q) and p != q for q in out))
 
 
 def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limits: dict,
