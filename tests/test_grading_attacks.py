@@ -1220,7 +1220,7 @@ def test_a_hidden_failure_reads_the_same_whatever_the_code_did(tmp_path):
             "inplace": "x[...] = 0.0\n        return _right(x, axis)",
             "timeout": "while True:\n            pass",
             "die": "import os\n        os._exit(3)",
-            "wrong": "return np.zeros_like(x)"}
+            "wrong_value": "return np.zeros_like(x)"}
     attackers = []
     for label, how in ways.items():
         code = (RIGHT + "_right = softmax\ndef softmax(x, axis=-1):\n"
@@ -1362,6 +1362,10 @@ def _as_ordinary_user(paths, limits):
         for path in needed:
             if path.startswith(folder + "/"):
                 argv += ["--ro-bind", path, path]
+                for made in Path(path).parents:   # bwrap makes these 0700
+                    if str(made).startswith(folder + "/") and not any(
+                            str(made) == n or str(made).startswith(n + "/") for n in needed):
+                        argv += ["--chmod", "0755", str(made)]
     argv += ["--", sys.executable, "-c", _AS_USER, json.dumps([str(p) for p in paths]),
              json.dumps(limits)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
