@@ -229,7 +229,7 @@ def test_feedback_pages_never_hold_a_hidden_input_or_a_solution_line(written):
             assert leaked == [], (page, leaked)
     eve = (out / "eve" / "01_softmax.html").read_text()
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in eve
-    assert "hidden case" in eve and "your code raised an exception" in eve
+    assert "hidden case" in eve   # one fixed text: not how eve's code failed there (issue 25)
     alice = (out / "alice" / "01_softmax.html").read_text()
     assert "1 day 6 h late" in alice and "20% of the raw score" in alice and "3.2 / 4" in alice
 

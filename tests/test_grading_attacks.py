@@ -418,8 +418,7 @@ def test_process_rewriting_the_csv_after_grading(run):
 def test_hidden_case_text_in_an_exception(run):
     sub = run["by"]["hidden_leak"]
     result = {r.exercise: r for r in sub.results}["stable_softmax"]
-    assert result.status == "FAIL" and "case 'hidden: ties'" in result.feedback
-    assert "raised an exception" in result.feedback
+    assert result.status == "FAIL" and result.feedback == grade_one.HIDDEN_FAILED
     text = run["csv"].read_text() + grading.table(run["subs"])
     for leak in (SECRET, "LEAK", "7.0, 7.0", "TXLEARN", str(run["tmp"] / "hidden")):
         assert leak not in text
@@ -692,7 +691,7 @@ def test_importing_a_package_the_set_does_not_declare_by_any_spelling(tmp_path):
     _, by = _grade_alone(path)
     for name in ("stable_softmax", "log_softmax"):
         assert by[name].status == "FAIL", by[name]
-    assert "No module named 'scipy'" in by["stable_softmax"].feedback
+    assert "scipy.special may not be imported" in by["stable_softmax"].feedback
 
 
 def test_terminal_escapes_surrogates_and_fake_hint_lines_in_learner_text(tmp_path, capsys):

@@ -286,7 +286,7 @@ def linked_paths(paths: list[Path]) -> list[str]:
             if key is not None and st.st_nlink > 1:
                 why = (f"it is a hard link (the same file has {st.st_nlink} names; find out who "
                        f"submitted it)")
-            elif key is not None and key in seen:
+            elif key is not None and key in seen and seen[key] != str(path):
                 why = f"it is the same file as {seen[key]} (a link), graded there"
             elif key is not None:
                 seen[key] = str(path)
