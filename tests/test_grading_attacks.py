@@ -32,6 +32,11 @@ SITE = [Path(p) for p in sandbox.python_layout()[2] if p.endswith("site-packages
 LIMITS = {"cell_seconds": 3, "call_seconds": 2, "cpu_seconds": 60, "memory_mb": 1536,
           "processes": 16, "output_kb": 8, "file_mb": 4}
 SECRET = "HIDDEN-CASE-SECRET-7c1f"
+# an instructor's hidden case for stable_softmax: three tied logits
+HIDDEN_TIES = ("import numpy as np\nfrom txlearn.checks import call, expect_close\n"
+               "def stable_softmax(softmax):\n"
+               "    got = call(softmax, np.array([[7.25, 7.25, 7.25]]), case='ties')\n"
+               "    expect_close(got, [[1 / 3, 1 / 3, 1 / 3]], case='ties')\n")
 NO_SHIFT = ("import numpy as np\n"
             "def softmax(x, axis=-1):\n    e = np.exp(x)\n"
             "    return e / e.sum(axis=axis, keepdims=True)\n")
@@ -653,10 +658,7 @@ def test_hidden_inputs_smuggled_out_through_a_later_exercises_feedback(tmp_path)
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     (hidden / "softmax.py").write_text(
-        "import numpy as np\nfrom txlearn.checks import call, expect_close\n"
-        "def stable_softmax(softmax):\n"
-        "    got = call(softmax, np.array([[7.25, 7.25, 7.25]]), case='ties')\n"
-        "    expect_close(got, [[1 / 3, 1 / 3, 1 / 3]], case='ties')\n"
+        HIDDEN_TIES +
         "def scaled_scores(scaled_scores):\n"
         "    got = call(scaled_scores, np.array([[6.5, -3.5]]), np.array([[1.0, 2.0]]), "
         "case='secret')\n"
@@ -1213,11 +1215,7 @@ def test_a_hidden_failure_reads_the_same_whatever_the_code_did(tmp_path):
     # from bits of an earlier hidden input: the report named the kind, about 2 bits a run
     hidden = tmp_path / "hidden"
     hidden.mkdir()
-    (hidden / "softmax.py").write_text(
-        "import numpy as np\nfrom txlearn.checks import call, expect_close\n"
-        "def stable_softmax(softmax):\n"
-        "    got = call(softmax, np.array([[7.25, 7.25, 7.25]]), case='ties')\n"
-        "    expect_close(got, [[1 / 3, 1 / 3, 1 / 3]], case='ties')\n")
+    (hidden / "softmax.py").write_text(HIDDEN_TIES)
     ways = {"raise": "raise NotImplementedError('exercise stable_softmax')",
             "inplace": "x[...] = 0.0\n        return _right(x, axis)",
             "timeout": "while True:\n            pass",
