@@ -287,11 +287,14 @@ def generate_with(*, reset=True, refeed=False, position=-1):
             newest = ids if (step == 0 or not use_cache or refeed) else ids[-1:]
             logits = model(torch.tensor([newest]), use_cache=use_cache)[0, position]
             ids.append(int(logits.argmax()))
+        if reset:
+            model.reset_cache()
         return torch.tensor(ids, dtype=torch.long)
     return generate_greedy
 
 
-LOAD_REF, GENERATE_REF = load_with(), generate_with()
+GENERATE_REF = generate_with()
+LOAD_REF = functools.lru_cache(maxsize=1)(load_with())   # one model for the generation mistakes
 
 REFERENCE.update({
     "llama_attention": (rope_half_ref, LLAMA_ATTENTION_REF),

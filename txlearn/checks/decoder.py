@@ -11,7 +11,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from txlearn.checks import call, diagnose, exercise, expect_close, expect_shape
+from txlearn.checks import (cache_shapes, call, diagnose, exercise, expect_close, expect_shape,
+                            expect_true)
 from txlearn.heads import kv_cache_bytes
 from txlearn.positional import apply_rope_np, half_to_interleaved, interleaved_to_half
 
@@ -570,20 +571,31 @@ def smollm2_decoder(generate_greedy, load_smollm2):
 
     prompt = oracle.chat_prompt()
     want = oracle.greedy()
-    n = oracle.N_NEW
-    for repeat in range(2):
-        case = (f"generate_greedy(model, the chat prompt ({len(prompt)} tokens), {n}), "
-                f"use_cache=True{', a second call' if repeat else ''}")
-        got = run(generate_greedy, model, prompt.clone(), n, use_cache=True, case=case,
-                  time_limit=120, hint=SLOW)
-        expect_shape_of(got, (len(prompt) + n,), case=case, hint=("prompt and new ids, (T0 + n_new,)",))
-        expect_match(got, want, case=case, rtol=0, atol=0, default=GEN_DEFAULT,
-                     mistakes=[(oracle.greedy_without_reset, GEN_RESET),
-                               (oracle.greedy_refeeding, GEN_REFEED)])
-    case = f"generate_greedy(model, the chat prompt, {n}, use_cache=False): equal to the cached ids"
-    got = run(generate_greedy, model, prompt.clone(), n, use_cache=False, case=case,
+    T0, n = len(prompt), oracle.N_NEW
+    case = f"generate_greedy(model, the chat prompt ({T0} tokens), {n}), use_cache=True"
+    got = run(generate_greedy, model, prompt.clone(), n, use_cache=True, case=case,
               time_limit=120, hint=SLOW)
-    expect_match(got, want, case=case, rtol=0, atol=0, default=GEN_NOT_CACHED_EQUAL)
+    expect_shape_of(got, (T0 + n,), case=case, hint=("prompt and new ids, (T0 + n_new,)",))
+    expect_match(got, want, case=case, rtol=0, atol=0, default=GEN_DEFAULT,
+                 mistakes=[(lambda: oracle.greedy_refeeding(n), GEN_REFEED)])
+    short = oracle.N_SHORT
+    case = (f"generate_greedy(model, the chat prompt, {short}), use_cache=True, after a cached "
+            f"call of your model on 40 other tokens")
+    run(model, torch.arange(100, 140)[None], use_cache=True, case=case, hint=SLOW)
+    got = run(generate_greedy, model, prompt.clone(), short, use_cache=True, case=case,
+              time_limit=120, hint=SLOW)
+    held = cache_shapes(model, case=case)
+    longest = max((shape[2] for pair in held for shape in pair if len(shape) == 4), default=0)
+    expect_true(longest <= T0 + short, case=case, hint=GEN_RESET,
+                message=f"after the call your caches hold {longest} positions; a new sequence of "
+                        f"{T0} + {short} tokens holds at most {T0 + short}")
+    expect_match(got, want[:T0 + short], case=case, rtol=0, atol=0, default=GEN_DEFAULT,
+                 mistakes=[(lambda: oracle.greedy_without_reset(short), GEN_RESET)])
+    case = (f"generate_greedy(model, the chat prompt, {short}, use_cache=False): equal to the "
+            f"cached ids")
+    got = run(generate_greedy, model, prompt.clone(), short, use_cache=False, case=case,
+              time_limit=120, hint=SLOW)
+    expect_match(got, want[:T0 + short], case=case, rtol=0, atol=0, default=GEN_NOT_CACHED_EQUAL)
 
 
 DEFAULTS.update({"llama_attention": [HALF_DEFAULT, LLAMA_DEFAULT],

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["TEXT", "CHAT", "TEXT_IDS", "CHAT_IDS", "N_NEW", "VARIANTS", "CACHE_VERSION",
+__all__ = ["TEXT", "CHAT", "TEXT_IDS", "CHAT_IDS", "N_NEW", "N_SHORT", "VARIANTS", "CACHE_VERSION",
            "text_ids", "chat_prompt", "cache_file", "logits", "greedy", "greedy_without_reset",
            "greedy_refeeding"]
 
@@ -37,7 +37,8 @@ TEXT = ("The transformer is a neural network that reads a whole sequence at once
         "depends only on how far apart two tokens are. Grouped-query attention shares each key "
         "and value head among several query heads, which shrinks the cache that decoding keeps.")
 CHAT = "Name three colours of the rainbow."
-N_NEW = 20
+N_NEW = 20     # greedy tokens compared with the oracle
+N_SHORT = 6    # the second call (a new sequence?) and the uncached one (equal to the cached?)
 
 # the catalogued loading mistakes the oracle can reproduce (decoder.py holds their hints)
 VARIANTS = ("unpermuted", "gate and up swapped", "eps default", "base 10000",
@@ -100,6 +101,7 @@ def _one_thread():
 @contextmanager
 def _changed(variant: str | None):
     """The oracle with one catalogued mistake, undone on exit."""
+    from txlearn.models.gguf import interleaved_to_half_heads
     model, undo = _model(), []
 
     def set_attr(obj, name, value):
@@ -125,8 +127,8 @@ def _changed(variant: str | None):
                     set_attr(norm, "eps", 1e-6)
             elif variant == "base 10000":
                 set_attr(attn, "rope_base", 10000.0)
-            elif variant == "square not transposed":
-                set_param(attn.W_Q, attn.W_Q.detach().T.clone())
+            elif variant == "square not transposed":     # the file's rows permuted as columns
+                set_param(attn.W_Q, interleaved_to_half_heads(_raw_qk()[i][0].T, attn.n_heads))
                 set_param(attn.W_O, attn.W_O.detach().T.clone())
             elif variant == "norms swapped":
                 g1, g2 = layer.norm1.gamma.detach().clone(), layer.norm2.gamma.detach().clone()
@@ -215,19 +217,19 @@ def greedy() -> np.ndarray:
     return _right()["greedy"].copy()
 
 
-def greedy_without_reset() -> np.ndarray:
-    """The continuation of a second greedy call whose cache still holds the first call's
-    sequence (a ``generate`` that never calls ``reset_cache``)."""
+def greedy_without_reset(n_new: int) -> np.ndarray:
+    """The ids of a second greedy call of ``n_new`` tokens whose cache still holds the first
+    call's sequence of :data:`N_NEW` (a ``generate`` that never calls ``reset_cache``)."""
     with _one_thread():
         model = _model()
         caches = model.new_caches()
         _generate(model, chat_prompt(), N_NEW, caches)
-        return np.array(_generate(model, chat_prompt(), N_NEW, caches))
+        return np.array(_generate(model, chat_prompt(), n_new, caches))
 
 
-def greedy_refeeding() -> np.ndarray:
-    """The continuation when every step runs the whole sequence again with the cache on (the
-    cache then holds every position several times)."""
+def greedy_refeeding(n_new: int) -> np.ndarray:
+    """The ids when every step runs the whole sequence again with the cache on (the cache then
+    holds every position several times)."""
     with _one_thread():
         model = _model()
-        return np.array(_generate(model, chat_prompt(), N_NEW, model.new_caches(), refeed=True))
+        return np.array(_generate(model, chat_prompt(), n_new, model.new_caches(), refeed=True))

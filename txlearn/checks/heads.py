@@ -443,13 +443,13 @@ def multi_head_attention(MultiHeadAttention):
     got = run(m4, x4[:, :3].clone(), mask=mask_ref(3, 3), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_ALWAYS)])
     expect_close(got, full[:, :3], case=case, **F32, hint=MHA_CACHE_ALWAYS)
-    expect_cache(m4, 2, 4, 2, 3, 2, case)
+    expect_cache(m4, 2, 4, 2, 3, 2, case, empty=MHA_CACHE_MISSING)
     case = "KV cache, step 2: positions 3-4, use_cache=True, mask causal_mask(2, 5)"
     got = run(m4, x4[:, 3:].clone(), mask=mask_ref(2, 5), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_MISSING), ("shape", MHA_CACHE_MISSING)])
     expect_shape_of(got, (2, 2, 8), case=case, hint=MHA_CACHE_MISSING)
     expect_close(got, full[:, 3:], case=case, **F32, hint=MHA_CACHE_MISSING)
-    expect_cache(m4, 2, 4, 2, 5, 2, case)
+    expect_cache(m4, 2, 4, 2, 5, 2, case, empty=MHA_CACHE_MISSING)
     case = ("KV cache: the start your forward passes to apply_positions on cached calls of 3, 2 "
             "and 1 positions")
     starts = record_starts(MultiHeadAttention, 8, 4, n_kv_heads=2, case=case,

@@ -219,14 +219,16 @@ MHA_CACHE_CONTENT = (
     "self.kv_cache is the pair (K, V) of every position seen with use_cache=True, each "
     "(B, n_kv_heads, S, d_k), stored before repeat_kv")
 
-def expect_cache(module, B, n_heads, n_kv_heads, S, d_k, case):
-    """Fail unless the module's kv_cache holds exactly (K, V), each (B, n_kv_heads, S, d_k)."""
+def expect_cache(module, B, n_heads, n_kv_heads, S, d_k, case, empty=MHA_CACHE_CONTENT):
+    """Fail unless the module's kv_cache holds exactly (K, V), each (B, n_kv_heads, S, d_k);
+    ``empty`` is the hint when it holds nothing."""
     held = cache_shapes(module, case=case)
     want = (B, n_kv_heads, S, d_k)
     if held == [[want, want]]:
         return
     repeated = (B, n_heads, S, d_k)
-    hint = MHA_CACHE_REPEATED if held == [[repeated, repeated]] else MHA_CACHE_CONTENT
+    hint = MHA_CACHE_REPEATED if held == [[repeated, repeated]] else \
+        empty if not held else MHA_CACHE_CONTENT
     shown = "; ".join(", ".join(str(s) for s in pair) for pair in held) or "nothing"
     raise CheckFailure(f"after this step self.kv_cache holds {shown}; expected (K, V), each "
                        f"{want}", case=case, hint=hint)
