@@ -40,7 +40,7 @@ from txlearn.checks.capstone_model import (ALWAYS_GREEDY, CACHE_IGNORED, CACHE_R
                                            POS_BY_ID, POS_NOT_OFFSET, PROMPT_SKIPPED, SCALED,
                                            WHOLE_WITH_CACHE, build_char, char_logits,
                                            char_reference, course_init, expect_ids, ref_generate)
-from txlearn.checks.capstone_sampling import (GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
+from txlearn.checks.capstone_sampling import (SAMPLE_HALF, GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
                                               NOT_FLOAT64, NOT_SCALAR, SAMPLE_DEFAULT,
                                               SAMPLE_UNSTABLE, TEMP_ZERO, TOP_P_DEFAULT,
                                               loss_cases, loss_mistakes, loss_np, probs_mistakes,
@@ -88,7 +88,8 @@ def sampling_distribution(next_token_probs):
                      hint=("one probability per logit: the shape of the logits",))
         if not finite(got):
             raise CheckFailure("the probabilities hold NaN or infinity", case=case,
-                               hint=TEMP_ZERO if zero else SAMPLE_UNSTABLE)
+                               hint=TEMP_ZERO if zero else SAMPLE_HALF
+                               if z.dtype == torch.float16 else SAMPLE_UNSTABLE)
         if zero:
             last = torch.nn.functional.one_hot(len(z) - 1 - z.flip(-1).argmax(-1), len(z))
             mistakes = [(last.double(), GREEDY_LAST)]
