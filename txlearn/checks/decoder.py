@@ -255,16 +255,11 @@ def _llama_attention_mistakes(state, x, n_heads, mask, q_rows, q_pos, k_pos, bas
     return out
 
 
-def _llama_state(d_model, n_heads, n_kv_heads, seed):
-    from txlearn.checks.modules import mha_state
-    return mha_state(d_model, n_heads, n_kv_heads, False, seed)
-
-
 @exercise("llama_attention", needs=("multi_head_attention",))
 def llama_attention(rope_half, LlamaAttention):
     from txlearn.checks.modules import (F32, expect_cache, expect_dtype, expect_match,
                                         expect_shape_of, expect_tensor, load, make_module,
-                                        mask_ref, run)
+                                        mask_ref, mha_state, run)
 
     g = torch.Generator().manual_seed(10)
     cases = [("x (1, 2, 3, 8) float64, positions [0, 1, 2], base 500",
@@ -295,7 +290,7 @@ def llama_attention(rope_half, LlamaAttention):
                  f"KV cache, step {step}: positions {lo}-{hi - 1}, mask causal_mask({hi - lo}, {hi})"))
         if step in (0, 1):
             m = make_module(LlamaAttention, 16, 4, 2, base, case=case, raised=raised)
-            state = _llama_state(16, 4, 2, 30)
+            state = mha_state(16, 4, 2, False, 30)
             load(m, {k: torch.tensor(v, dtype=torch.float32) for k, v in state.items()}, case=case,
                  unexpected=LLAMA_BIAS, names=LLAMA_BIAS)
         mask = mask_ref(hi - lo, hi)
@@ -550,7 +545,6 @@ def _raised_load():
 @exercise("smollm2_decoder", needs=("llama_decoder", "rope_pairing_permutation"))
 def smollm2_decoder(generate_greedy, load_smollm2):
     from txlearn.checks import decoder_oracles as oracle
-    from txlearn.checks.learner import LearnerTimeout  # noqa: F401  (documented: call's time limit)
     from txlearn.checks.modules import expect_match, expect_shape_of, guarded, run
 
     case = "load_smollm2() on the course's GGUF file"
