@@ -369,7 +369,7 @@ show(fig, alt=f"Your character model's loss in nats per character against the st
               f"{bigram:.2f}.")
 assert val_curve[-1] < val_curve[0], "the held-out loss falls as your model trains"
 
-prompt = torch.tensor(vocab.encode("def "))
+prompt = vocab.encode("def ")                          # int64 (4,)
 sample = generate(mine, prompt, n_new=block - len(prompt), temperature=0.8, top_k=20, seed=0)
 again = generate(mine, prompt, n_new=block - len(prompt), temperature=0.8, top_k=20, seed=0,
                  use_cache=False)
