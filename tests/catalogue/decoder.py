@@ -118,7 +118,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from tests.catalogue.ffn import swiglu_class  # noqa: E402
-from tests.catalogue.heads import MHA_REF  # noqa: E402
+from tests.catalogue.heads import MHA_REF, mha_class  # noqa: E402
 from tests.catalogue.norms import rms_class  # noqa: E402
 
 
@@ -357,3 +357,13 @@ WRONG.update({
          "only the newest id"),
     ],
 })
+
+# a right LlamaAttention on a set-03 MultiHeadAttention that caches after repeat_kv (issue 23)
+_MHA_AFTER_REPEAT = mha_class(cache="after_repeat")
+DEPENDENT = {
+    "llama_attention": [
+        ("MultiHeadAttention caches after repeat_kv",
+         (rope_half_ref, llama_attention_class(base=_MHA_AFTER_REPEAT)),
+         {"MultiHeadAttention": _MHA_AFTER_REPEAT}, "fix multi_head_attention first"),
+    ],
+}
