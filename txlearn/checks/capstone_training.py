@@ -177,9 +177,11 @@ def probe(CharModel, train, steps, case):
     _, state = char_reference(seed=2, sizes=PROBE_SIZES)
     model = build_char(CharModel, state, case, sizes=PROBE_SIZES)
     train_ids, val_ids = probe_data()
-    returned = call(train, model, train_ids.clone(), val_ids.clone(), steps=steps, batch_size=4,
-                    block_size=PROBE_SIZES["block_size"], lr=PROBE_LR, seed=0, case=case,
-                    hint=TOO_LONG)
+    from txlearn.learner_calls import one_thread
+    with one_thread():                      # as in the grader's sandbox; room for a busy machine
+        returned = call(train, model, train_ids.clone(), val_ids.clone(), steps=steps,
+                        batch_size=4, block_size=PROBE_SIZES["block_size"], lr=PROBE_LR, seed=0,
+                        case=case, hint=TOO_LONG, time_limit=PACE_SECONDS)
     return model, returned
 
 
