@@ -418,8 +418,7 @@ def test_process_rewriting_the_csv_after_grading(run):
 def test_hidden_case_text_in_an_exception(run):
     sub = run["by"]["hidden_leak"]
     result = {r.exercise: r for r in sub.results}["stable_softmax"]
-    assert result.status == "FAIL" and "case 'hidden: ties'" in result.feedback
-    assert "raised an exception" in result.feedback
+    assert result.status == "FAIL" and result.feedback == grade_one.HIDDEN_FAILED
     text = run["csv"].read_text() + grading.table(run["subs"])
     for leak in (SECRET, "LEAK", "7.0, 7.0", "TXLEARN", str(run["tmp"] / "hidden")):
         assert leak not in text
@@ -678,9 +677,7 @@ def test_hidden_inputs_smuggled_out_through_a_later_exercises_feedback(tmp_path)
     text = " ".join(r.feedback for r in sub.results)
     assert "LEAK" in text and "7.25" not in text               # public feedback came first
     scores = {r.exercise: r for r in sub.results}["scaled_scores"]
-    assert scores.status == "FAIL" and scores.feedback.startswith("case 'hidden: secret'")
-    assert "wrong on this hidden case" in scores.feedback
-    assert "expected" not in scores.feedback and "-0.35" not in scores.feedback  # no values
+    assert scores.status == "FAIL" and scores.feedback == grade_one.HIDDEN_FAILED  # no values
 
 
 def test_importing_a_package_the_set_does_not_declare_by_any_spelling(tmp_path):
@@ -694,7 +691,7 @@ def test_importing_a_package_the_set_does_not_declare_by_any_spelling(tmp_path):
     _, by = _grade_alone(path)
     for name in ("stable_softmax", "log_softmax"):
         assert by[name].status == "FAIL", by[name]
-    assert "No module named 'scipy'" in by["stable_softmax"].feedback
+    assert "scipy.special may not be imported" in by["stable_softmax"].feedback
 
 
 def test_terminal_escapes_surrogates_and_fake_hint_lines_in_learner_text(tmp_path, capsys):
@@ -751,8 +748,9 @@ def test_many_made_up_type_names_do_not_grow_the_grader(tmp_path):
              "def make(x, axis=-1):\n    return [object()] * 3000\n")
     path = _notebook(SOLUTION, tmp_path / "types" / "01_softmax.ipynb",
                      answers={"stable_softmax": flood + "softmax = make\n"})
-    _grade_alone(path)
-    assert len(session.PROXY_CLASSES) <= session.MAX_PROXY_CLASSES
+    _, by = _grade_alone(path)
+    assert by["stable_softmax"].status == "FAIL"
+    assert "T3000" not in by["stable_softmax"].feedback   # past MAX_PROXY_CLASSES: "object"
 
 
 def test_a_symlink_inside_work_does_not_count_as_work(tmp_path):
@@ -886,8 +884,10 @@ def test_hidden_inputs_spelled_out_by_a_dying_runner(tmp_path):
                  for label, code in (("by_exit", by_exit), ("by_reply", by_reply))]
     subs = grading.grade([correct, *attackers, wrong], hidden=hidden, jobs=2, limits=LIMITS)
     _classmates_unchanged(subs)
-    for sub in subs[1:3]:
-        assert sub.error == grade_one.DIED_IN_HIDDEN, sub.error
+    for sub in subs[1:3]:   # a death during the hidden cases reads like any hidden failure
+        assert not sub.error, sub.error
+        result = {r.exercise: r for r in sub.results}["stable_softmax"]
+        assert (result.status, result.feedback) == ("FAIL", grade_one.HIDDEN_FAILED)
     text = grading.table(subs)
     assert "LEAK" not in text and "7.25" not in text and "status 72" not in text
 
@@ -1016,3 +1016,411 @@ def test_a_spreadsheet_formula_as_the_student_folder(tmp_path):
     rows = list(csv.DictReader(out_csv.open(encoding="utf-8")))
     assert len(rows) == 4 and all(r["student"] == "'" + name for r in rows)
     assert all(r["status"] == "PASS" for r in rows)
+
+
+# ---- issue 25: a reply that costs the grader more than its bytes, a sealed sandbox -----------
+
+ZERO_SIZE = ("import io, sys, numpy as np\n_P = sys.modules['txlearn.course.grading.protocol']\n"
+             "_enc = _P.MessageEncoder.encode\n"
+             "def _encode(self, value, depth=0):\n"
+             "    if isinstance(value, np.ndarray) and value.dtype.itemsize == 0:\n"
+             "        b = io.BytesIO()\n        np.save(b, value, allow_pickle=False)\n"
+             "        self.blobs.append(b.getvalue())\n"
+             "        return {'ndarray': len(self.blobs) - 1}\n"
+             "    return _enc(self, value, depth)\n"
+             "_P.MessageEncoder.encode = _encode\n"
+             "def softmax(x, axis=-1):\n    return np.zeros(50_000_000, [('a', '<f8', (0,))])\n")
+FLOOD = ("import sys, struct\n_P = sys.modules['txlearn.course.grading.protocol']\n"
+         "_send = _P.Channel.send\n"
+         "def _flood(self, message, blobs=(), deadline=None):\n"
+         "    if 'value' in message:\n"
+         "        body = (b'{\"m\":{\"id\":' + str(message['id']).encode() + b',\"ok\":true,'\n"
+         "                b'\"value\":[' + b'{},' * UNITS + b'{}]},\"b\":[]}')\n"
+         "        self._write_all(struct.pack('>I', len(body)) + body, deadline)\n"
+         "        return\n"
+         "    return _send(self, message, blobs, deadline)\n"
+         "_P.Channel.send = _flood\n") + RIGHT
+# every spelling of an import of a package the set does not declare (some are torch's own
+# dependencies, in the sandbox because torch imports them; tqdm is loaded with torch)
+SPELLINGS = {
+    "import_module": "importlib.import_module('sympy')",
+    "bootstrap_import": "importlib.__import__('networkx')",
+    "exec_fresh_globals": "exec('import jinja2', {})",
+    "eval_dunder": "eval(\"__import__('mpmath')\", {'__builtins__': __builtins__})",
+    "pydoc_locate": "__import__('pydoc').locate('fsspec') or 1/0",
+    "pickle_global": "__import__('pickle').loads(b'cfilelock\\nFileLock\\n.')",
+    "already_loaded": "importlib.import_module('tqdm')",
+}
+IMPORTS = ("import importlib, json\n_seen = {}\n" + "".join(
+    f"try:\n    {code}\n    _seen[{label!r}] = 'imported'\n"
+    f"except BaseException as e:\n    _seen[{label!r}] = type(e).__name__\n"
+    for label, code in SPELLINGS.items()) +
+    "def softmax(x, axis=-1):\n    raise ValueError('SEEN ' + json.dumps(_seen))\n")
+PATHS_SEEN = ("import os, json\n_seen = {}\n"
+              "for p in ('/proc/self/mountinfo', '/proc/1/cmdline', '/proc/self/cmdline',\n"
+              "          '/proc/self/environ'):\n"
+              "    try:\n        _seen[p] = open(p, 'rb').read(300).decode('latin-1')\n"
+              "    except OSError as e:\n        _seen[p] = type(e).__name__\n"
+              "_seen['/'] = sorted(os.listdir('/'))\n_seen['/proc'] = sorted(os.listdir('/proc'))\n"
+              "_seen['view'] = sorted(os.listdir('/opt/txlearn-view'))\n"
+              "def softmax(x, axis=-1):\n    raise ValueError('SEEN ' + json.dumps(_seen))\n")
+
+
+def _seen(result, word="SEEN"):
+    text = result.feedback
+    assert f"{word} " in text, text
+    return json.loads(text.split(f"{word} ", 1)[1].splitlines()[0])
+
+
+@pytest.fixture(scope="module")
+def run25(tmp_path_factory):
+    """Correct and wrong classmates graded in one run (two jobs) beside the replies that cost the
+    grader more than their bytes, every spelling of an undeclared import, a reader of /proc, and
+    links above a classmate's notebook; the grader's own allocations traced all along."""
+    import tracemalloc
+    tmp = tmp_path_factory.mktemp("attacks25")
+    correct, wrong = _classmates(tmp)
+    alice = _notebook(SOLUTION, tmp / "submissions" / "alice" / "x" / "01_softmax.ipynb")
+    (tmp / "submissions" / "mallory").symlink_to(tmp / "submissions" / "alice")
+    eve = tmp / "submissions" / "eve" / "x" / "01_softmax.ipynb"
+    linked = _notebook(SOLUTION, tmp / "submissions" / "bob" / "x" / "01_softmax.ipynb")
+    eve.parent.mkdir(parents=True)
+    os.link(linked, eve)
+    attackers = {
+        "zero_size": _notebook(STUDENT, tmp / "zero_size" / "01_softmax.ipynb",
+                               answers={"stable_softmax": ZERO_SIZE}),
+        "json_flood": _notebook(SOLUTION, tmp / "json_flood" / "01_softmax.ipynb",
+                                answers={"stable_softmax": FLOOD.replace("UNITS", str(10 << 20))}),
+        "containers": _notebook(SOLUTION, tmp / "containers" / "01_softmax.ipynb",
+                                answers={"stable_softmax": FLOOD.replace("UNITS",
+                                                                         str(1_300_000))}),
+        "imports": _notebook(SOLUTION, tmp / "imports" / "01_softmax.ipynb",
+                             answers={"stable_softmax": IMPORTS}),
+        "paths_seen": _notebook(SOLUTION, tmp / "paths_seen" / "01_softmax.ipynb",
+                                answers={"stable_softmax": PATHS_SEEN}),
+    }
+    glob = sorted((tmp / "submissions").glob("*/*/01_*.ipynb"))
+    assert [p.parts[-3] for p in glob] == ["alice", "bob", "eve", "mallory"]
+    order = [correct, *attackers.values(), *glob, wrong]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        subs = grading.grade(order, jobs=2, limits=LIMITS)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    by = {s.path: s for s in subs}
+    return {"subs": subs, "peak": peak, "by": {k: by[p] for k, p in attackers.items()},
+            "glob": {p.parts[-3]: by[p] for p in glob}, "tmp": tmp}
+
+
+def _classmates_kept(run):
+    _classmates_unchanged(run["subs"])
+
+
+def test_a_reply_of_a_few_bytes_costs_the_grader_a_few_bytes(run25):
+    # a zero-itemsize dtype of 50 million elements (128 bytes sent: the check's float64 copy
+    # took 400 MB), 10 Mi empty JSON objects (30 MiB sent, about 700 MB parsed) and 1.3 million
+    # under the reply's 4 MiB: each refused before it costs more than its bytes
+    _classmates_kept(run25)
+    for label in ("zero_size", "json_flood", "containers"):
+        sub = run25["by"][label]
+        assert sub.error.startswith("not graded: the runner's reply broke the protocol"), \
+            (label, sub.error)
+    assert "only numbers, bytes and str cross" in run25["by"]["zero_size"].error
+    assert "a message header of" in run25["by"]["json_flood"].error
+    assert "objects and lists in one message" in run25["by"]["containers"].error
+    # the bound of protocol.COST_BOUND: 16 x 4 MiB of JSON + 32 MiB, for the whole run
+    assert run25["peak"] < 96 << 20, f"the grader's peak grew by {run25['peak'] >> 20} MiB"
+
+
+def test_undeclared_packages_are_refused_and_flagged_by_every_spelling(run25):
+    _classmates_kept(run25)
+    sub = run25["by"]["imports"]
+    results = {r.exercise: r for r in sub.results}
+    seen = _seen(results["stable_softmax"])
+    assert set(seen) == set(SPELLINGS)
+    assert all(v != "imported" for v in seen.values()), seen
+    assert seen["import_module"] == seen["already_loaded"] == "ImportError", seen
+    integrity = "; ".join(sub.integrity)
+    for name in ("sympy", "networkx", "jinja2", "mpmath", "fsspec", "filelock", "tqdm"):
+        assert name in integrity, (name, integrity)
+        assert name in results["stable_softmax"].flagged, results["stable_softmax"].flagged
+    assert sub.points == 3   # the other answers are the course's own
+
+
+def test_the_sandbox_shows_no_proc_no_command_line_and_no_host_path(run25):
+    _classmates_kept(run25)
+    seen = _seen({r.exercise: r for r in run25["by"]["paths_seen"].results}["stable_softmax"])
+    for p in ("/proc/self/mountinfo", "/proc/1/cmdline", "/proc/self/cmdline",
+              "/proc/self/environ"):
+        assert seen[p] == "FileNotFoundError", (p, seen[p])
+    assert seen["/proc"] == ["cpuinfo"] and seen["view"] == ["txlearn"]
+    text = json.dumps(seen)
+    assert str(ROOT) not in text and "txlearn-grade-" not in text
+    # the top folders: the system's, the sandbox's own, and those holding the Python installation
+    tops = {Path(r).parts[1] for r in sandbox.python_layout()[1]}
+    assert set(seen["/"]) <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc",
+                              "dev", "tmp", "home", "opt", "proc"} | tops, seen["/"]
+
+
+def test_a_link_above_the_notebook_or_a_hard_link_grades_no_classmate_twice(run25):
+    _classmates_kept(run25)
+    glob = run25["glob"]
+    assert glob["alice"].points == 4 and not glob["alice"].error
+    assert glob["mallory"].error == ("not graded: submissions/mallory on its path is a symbolic "
+                                     "link (each student's notebook must lie in folders of its "
+                                     "own)"), glob["mallory"].error
+    for name in ("bob", "eve"):   # which of the two names is the student's cannot be told
+        assert glob[name].error.startswith("not graded: it is a hard link"), glob[name].error
+    assert all(r.points == 0 for n in ("mallory", "bob", "eve") for r in glob[n].results)
+
+
+def test_linked_paths_refuses_links_below_the_common_folder_only(tmp_path):
+    a = _notebook(SOLUTION, tmp_path / "s" / "a" / "01_softmax.ipynb")
+    (tmp_path / "s" / "b").symlink_to(tmp_path / "s" / "a")
+    (tmp_path / "up").symlink_to(tmp_path / "s")
+    assert grade_one.linked_paths([a, tmp_path / "s" / "b" / "01_softmax.ipynb"])[0] == ""
+    # the common folder itself reached through a link: allowed (it is the instructor's)
+    assert grade_one.linked_paths([tmp_path / "up" / "a" / "01_softmax.ipynb"]) == [""]
+    assert grade_one.linked_paths([a, a]) == ["", ""]   # the instructor named it twice
+
+
+def test_a_classmates_feedback_is_the_same_whether_or_not_an_attacker_went_first(tmp_path):
+    # a runner that names 3000 made-up types filled a process-wide registry of proxy classes;
+    # a classmate graded later was told "got object" instead of "got generator"
+    flood = (RIGHT + "import sys\n_rm = sys.modules['txlearn.course.grading.runner']\n_n = [0]\n"
+             "def _keep(self, value):\n    _n[0] += 1\n"
+             "    return {'handle': 1, 'is_module': False, 'type': f'T{_n[0]}'}\n"
+             "_rm.Runner._keep = _keep\n"
+             "def softmax(x, axis=-1):\n    return [object()] * 3000\n")
+    generator = RIGHT + "_right = softmax\ndef softmax(x, axis=-1):\n    return (v for v in x)\n"
+    attacker = _notebook(SOLUTION, tmp_path / "types" / "01_softmax.ipynb",
+                         answers={"stable_softmax": flood})
+    mate = _notebook(SOLUTION, tmp_path / "gen" / "01_softmax.ipynb",
+                     answers={"stable_softmax": generator})
+    correct, wrong = _classmates(tmp_path)
+    alone = grading.grade([mate], jobs=1, limits=LIMITS)[0]
+    after = grading.grade([correct, attacker, mate, wrong], jobs=1, limits=LIMITS)
+    _classmates_unchanged(after)
+    feedback = [{r.exercise: r.feedback for r in s.results} for s in (alone, after[2])]
+    assert "generator" in feedback[0]["stable_softmax"], feedback[0]["stable_softmax"]
+    assert feedback[0] == feedback[1]
+
+
+def test_a_hidden_failure_reads_the_same_whatever_the_code_did(tmp_path):
+    # a submission picking how to fail (raise, change its input, time out, die, a wrong value)
+    # from bits of an earlier hidden input: the report named the kind, about 2 bits a run
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    (hidden / "softmax.py").write_text(
+        "import numpy as np\nfrom txlearn.checks import call, expect_close\n"
+        "def stable_softmax(softmax):\n"
+        "    got = call(softmax, np.array([[7.25, 7.25, 7.25]]), case='ties')\n"
+        "    expect_close(got, [[1 / 3, 1 / 3, 1 / 3]], case='ties')\n")
+    ways = {"raise": "raise NotImplementedError('exercise stable_softmax')",
+            "inplace": "x[...] = 0.0\n        return _right(x, axis)",
+            "timeout": "while True:\n            pass",
+            "die": "import os\n        os._exit(3)",
+            "wrong_value": "return np.zeros_like(x)"}
+    attackers = []
+    for label, how in ways.items():
+        code = (RIGHT + "_right = softmax\ndef softmax(x, axis=-1):\n"
+                "    if x.flat[0] == 7.25:\n"
+                f"        {how}\n    return _right(x, axis)\n")
+        attackers.append(_notebook(SOLUTION, tmp_path / label / "01_softmax.ipynb",
+                                   answers={"stable_softmax": code}))
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, *attackers, wrong], hidden=hidden, jobs=2, limits=LIMITS)
+    _classmates_unchanged(subs)
+    reports = set()
+    for sub in subs[1:-1]:
+        assert not sub.error, (sub.student, sub.error)
+        results = {r.exercise: r for r in sub.results}
+        assert sub.points == 3, (sub.student, [(r.exercise, r.feedback) for r in sub.results])
+        r = results["stable_softmax"]
+        reports.add((r.status, r.feedback, r.kind, tuple(r.hints), r.hidden))
+    assert reports == {("FAIL", grade_one.HIDDEN_FAILED, "hidden", (grade_one.HIDDEN_HINT,),
+                        True)}
+
+
+HOG = r'''import ctypes, json, os, socket, threading
+import numpy as np
+_R = {}
+def _fill(folder):
+    n = 0
+    for i in range(300):          # 300 files of up to 8 MiB each: far past any tmpfs size
+        try:
+            f = open(f"{folder}/hog{i}", "wb", buffering=0)
+        except OSError:
+            return n
+        try:
+            with f:
+                for _ in range(8):
+                    n += f.write(b"x" * (1 << 20))
+        except OSError as e:
+            if e.errno == 28:     # no space left
+                return n
+    return n
+for _d in ("/dev", "/dev/shm", "/tmp", os.environ["HOME"], "/", "/opt", "/proc", "/usr"):
+    _R[_d] = _fill(_d)
+def _try(name, f):
+    try:
+        _R[name] = repr(f())
+    except BaseException as e:
+        _R[name] = type(e).__name__
+_libc = ctypes.CDLL(None, use_errno=True)
+_try("fork", lambda: os._exit(0) if os.fork() == 0 else "forked")
+_try("memfd", lambda: os.memfd_create("hog"))
+_try("shmget", lambda: _libc.shmget(0, 1 << 20, 0o1600))
+_try("unshare", lambda: _libc.unshare(0x10000000))
+_try("socketpair", socket.socketpair)
+_big = []
+def _grab():
+    try:
+        while True:
+            _big.append(np.ones(1 << 24))     # 128 MiB at a time, from a thread
+    except MemoryError:
+        pass
+_t = threading.Thread(target=_grab)
+_t.start()
+_t.join()
+_R["thread_mb"] = len(_big) * 128
+del _big[:]
+def softmax(x, axis=-1):
+    raise ValueError("HOG " + json.dumps(_R))
+'''
+GREEDY = ("import numpy as np\ndef scaled_scores(Q, K):\n    hog = np.ones(1 << 31)\n"
+          "    return Q @ K.T\n")
+HOG_LIMITS = dict(LIMITS, cell_seconds=30, call_seconds=10)
+
+
+def _assert_sealed(by, limits):
+    seen = _seen(by["stable_softmax"], "HOG")
+    sizes = sandbox.writable_mb(limits)
+    for place in ("/dev", "/", "/opt", "/proc", "/usr"):
+        assert seen[place] == 0, (place, seen)
+    for place, mb in sizes.items():
+        folder = sandbox.HOME if place == sandbox.HOME else place
+        assert 0 < seen[folder] <= mb << 20, (place, seen[folder], mb)
+    files = sum(seen[p] for p in sizes)
+    assert seen["fork"] == "BlockingIOError" and seen["memfd"] == "PermissionError", seen
+    assert seen["shmget"] == seen["unshare"] == "-1", seen
+    assert seen["socketpair"] == "PermissionError", seen
+    # memory and files together stay within memory_mb (the address space holds torch too)
+    assert (files >> 20) + seen["thread_mb"] <= limits["memory_mb"], seen
+    assert seen["thread_mb"] >= 128, seen
+    greedy = by["scaled_scores"].feedback
+    assert f"your code used more than {limits['memory_mb']} MB" in greedy, greedy
+
+
+def _hog_notebooks(folder):
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o755)
+    hog = _notebook(SOLUTION, folder / "hog" / "01_softmax.ipynb",
+                    answers={"stable_softmax": HOG, "scaled_scores": GREEDY})
+    return [*_classmates(folder)[:1], hog, *_classmates(folder)[1:]]
+
+
+def test_every_writable_place_is_bounded_and_counted_as_root(tmp_path):
+    # grading as root: the runner has a uid of its own; no fork, no memfd, no System V segment,
+    # no namespace of its own; /dev read-only; home, /tmp and /dev/shm sized within memory_mb
+    assert os.geteuid() == 0, "the suite runs as root (CI does); this test grades as root"
+    subs = grading.grade(_hog_notebooks(tmp_path), jobs=2, limits=HOG_LIMITS)
+    _classmates_unchanged(subs)
+    _assert_sealed({r.exercise: r for r in subs[1].results}, HOG_LIMITS)
+
+
+_AS_USER = r'''
+import json, os, sys
+os.setgroups([])
+os.setresgid(65534, 65534, 65534)
+os.setresuid(65534, 65534, 65534)
+os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
+from txlearn.course import grading
+subs = grading.grade(json.loads(sys.argv[1]), jobs=2, limits=json.loads(sys.argv[2]))
+print("RESULT " + json.dumps([[s.student, s.points, s.error,
+                               {r.exercise: r.feedback for r in s.results}] for s in subs]))
+'''
+
+
+def _as_ordinary_user(paths, limits):
+    """Grade ``paths`` as uid 65534 (nobody), the grader itself unprivileged: in a mount
+    namespace (bubblewrap, as root) where folders the interpreter needs but nobody may enter
+    (``/root`` holding pyenv's Python) are replaced by a tmpfs holding just those binds."""
+    ok, bwrap = sandbox.available()
+    assert ok, bwrap
+    needed = sorted({os.path.realpath(p) for p in (*sandbox.python_layout()[1], ROOT,
+                                                   sys.prefix, os.path.realpath(sys.executable))})
+    argv = [bwrap, "--bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"]
+    closed = set()
+    for path in needed:
+        for folder in [str(p) for p in reversed(Path(path).parents)][1:] + [path]:
+            if not os.stat(folder).st_mode & 0o001:
+                closed.add(folder)
+                break
+    for folder in sorted(closed):
+        argv += ["--tmpfs", folder, "--chmod", "0755", folder]
+        for path in needed:
+            if path.startswith(folder + "/"):
+                argv += ["--ro-bind", path, path]
+                for made in Path(path).parents:   # bwrap makes these 0700
+                    if str(made).startswith(folder + "/") and not any(
+                            str(made) == n or str(made).startswith(n + "/") for n in needed):
+                        argv += ["--chmod", "0755", str(made)]
+    argv += ["--", sys.executable, "-c", _AS_USER, json.dumps([str(p) for p in paths]),
+             json.dumps(limits)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert line, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
+    return json.loads(line[0][len("RESULT "):])
+
+
+class _Row:   # a Result as the ordinary user's grader printed it
+    def __init__(self, feedback):
+        self.feedback = feedback
+
+
+def test_every_writable_place_is_bounded_and_counted_as_an_ordinary_user():
+    # as an ordinary user bubblewrap makes a user namespace: /dev was a tmpfs the runner owned
+    # (half the RAM, counted by no limit: 1 GiB went to /dev/shm under a 512 MB limit), and the
+    # sandbox's own root too
+    folder = Path(tempfile.mkdtemp(prefix="txlearn-as-user-", dir="/tmp"))
+    try:
+        os.chmod(folder, 0o755)
+        rows = _as_ordinary_user(_hog_notebooks(folder), HOG_LIMITS)
+    finally:
+        subprocess.run(["rm", "-rf", str(folder)], check=False)
+    assert [(r[0], r[1], r[2]) for r in rows if r[0] != "hog"] == [("correct", 4, ""),
+                                                                    ("wrong", 3, "")]
+    hog = next(r for r in rows if r[0] == "hog")
+    assert not hog[2], hog[2]
+    _assert_sealed({k: _Row(v) for k, v in hog[3].items()}, HOG_LIMITS)
+
+
+def test_a_course_checked_out_under_usr_stays_out_of_the_sandbox(tmp_path, monkeypatch):
+    # /usr is bound whole: a checkout under /usr/local (its solutions, an instructor's hidden
+    # folder beside it) was readable from the sandbox. A copy of the package is placed there.
+    from txlearn.course import build as course_build
+    odd = Path(tempfile.mkdtemp(prefix="txlearn-odd-", dir="/usr/local/share"))
+    try:
+        import shutil
+        shutil.copytree(ROOT / "txlearn", odd / "txlearn",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        (odd / "exercises" / "solutions").mkdir(parents=True)
+        (odd / "exercises" / "solutions" / "secret.txt").write_text("SOLUTION")
+        (odd / "hidden").mkdir()
+        (odd / "hidden" / "softmax.py").write_text("HIDDEN")
+        monkeypatch.setattr(course_build, "ROOT", odd)
+        ok, bwrap = sandbox.available()
+        assert ok, bwrap
+        argv = sandbox.bwrap_argv(
+            bwrap, view_dir=str(tmp_path), files=[], limits=LIMITS, hide=(str(odd / "hidden"),),
+            tail=["/bin/sh", "-c", f"cat {odd}/exercises/solutions/secret.txt {odd}/hidden/*.py "
+                                   f"{odd}/txlearn/checks/softmax.py; ls -A {odd}; echo END"])
+        argv = [a for a in argv if not a.startswith("CAP_") and a != "--cap-add"]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.stdout.strip() == "END", (done.stdout[-500:], done.stderr[-500:])
+        assert "SOLUTION" not in done.stdout + done.stderr and "HIDDEN" not in done.stdout
+    finally:
+        subprocess.run(["rm", "-rf", str(odd)], check=False)

@@ -34,11 +34,17 @@ from txlearn.course.grading.submission import plan, read_notebook
 from txlearn.course.grading.view import make_view, view_modules
 
 __all__ = ["grade", "grade_one", "run_checks", "run_quietly", "sandbox_modes", "in_work", "Job",
-           "error_rows", "DIED_IN_HIDDEN", "NOT_IN_COPY"]
+           "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED", "HIDDEN_HINT"]
 
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "
                   "a hidden case's inputs)")
+# what every failed hidden case reports, whatever the submission did there (raised, returned a
+# stub or a wrong value, changed its input in place, ran out of time, died, broke the protocol):
+# a report that named the kind of failure let a submission choose it from bits of a hidden input
+HIDDEN_FAILED = ("failed a hidden case (it passed every public case; a hidden case reports "
+                 "nothing about what your code did there)")
+HIDDEN_HINT = "Re-read the exercise: a hidden case tries inputs the public cases do not."
 NOT_IN_COPY = ("not in your copy: run make lab (it adds the course's new exercises to your copy "
                "and keeps your answers)")
 
@@ -52,6 +58,7 @@ class Job:
     student: str
     source: Path | None
     mode: str
+    refused: str = ""     # why the run refuses this path before reading it (:func:`linked_paths`)
 
 
 def error_rows(sub: Submission, cs: CourseSet | None) -> None:
@@ -71,6 +78,8 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
     lease = None
     session = None
     try:
+        if job.refused:
+            raise GradingError(job.refused)
         nb = read_notebook(job.path, sub)
         if job.source is None:
             raise GradingError(f"no exercise set matches the file name {job.path.name!r} (name "
@@ -87,13 +96,16 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
             if not sibling.is_file():
                 raise GradingError(f"needs {used}.ipynb beside it (this set uses your answers "
                                    f"there)")
+            if sibling.stat().st_nlink > 1:   # a classmate's notebook, run as this one's answers
+                raise GradingError(f"{used}.ipynb beside it is a hard link")
             files.append((f"{used}.ipynb", str(sibling)))
         limits = dict(cs.info.limits, **limits_override)
         if job.mode == "bwrap" and os.geteuid() == 0:
             lease = sandbox.UidLease()
         folders = watched(job.path, hidden)
         before = fingerprint(folders)
-        session = Session(cs, cells, limits, job.mode, files, lease.uid if lease else None)
+        hide = tuple(str(p) for p in (hidden, Path(os.path.abspath(job.path)).parent.parent) if p)
+        session = Session(cs, cells, limits, job.mode, files, lease.uid if lease else None, hide)
         session.boot()
         run_checks(sub, cs, session, present, retired, hidden)
         session.report()
@@ -197,18 +209,18 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
         for result, objects in graded:
             try:
                 verdict = run_quietly(result.exercise, objects, namespace, hidden, public=False)
-            except (RunnerDied, CannotCross):
+                failed = not verdict.passed
+            except CannotCross:
                 raise
-            except Exception as err:  # noqa: BLE001
-                verdict = None
-                result.feedback = f"a hidden case could not use what your code returned " \
-                                  f"({type(err).__name__})"
-            if verdict is None or not verdict.passed:
+            except RunnerDied:   # the next exercise's hidden cases start a fresh runner
+                session.close()
+                failed = True
+            except Exception:  # noqa: BLE001 - a hidden case that could not use the value
+                failed = True
+            if failed:
                 result.status, result.points, result.hidden = "FAIL", 0, True
-                result.kind = "unusable" if verdict is None else verdict.failure.kind
-                if verdict is not None:
-                    result.feedback = verdict.failure.feedback(1)
-                    result.hints = verdict.failure.hints
+                result.kind, result.feedback, result.hints = "hidden", HIDDEN_FAILED, \
+                    (HIDDEN_HINT,)
     for name in sorted(retired):
         sub.results.append(Result(sub.student, sub.path.name, name, status="RETIRED",
                                   max_points=0, feedback=f"retired from the course: "
@@ -243,6 +255,45 @@ def sandbox_modes(paths: list[Path], no_sandbox: bool = False) -> list[str]:
     return ["plain"] * len(paths)
 
 
+def linked_paths(paths: list[Path]) -> list[str]:
+    """Why each path of one run is refused ("" where it is not): a symbolic link in any folder
+    between the run's common folder and the notebook (``submissions/mallory -> alice`` graded
+    with ``submissions/*/*/01_*.ipynb`` graded alice's notebook twice, once as mallory's), or the
+    same file as an earlier path of the run (a hard link, or a link above the common folder)."""
+    if not paths:
+        return []
+    absolute = [Path(os.path.abspath(p)) for p in paths]
+    try:
+        root = Path(os.path.commonpath([str(p.parent) for p in absolute]))
+    except ValueError:
+        root = Path("/")
+    out, seen = [], {}
+    for path in absolute:
+        why = ""
+        below = path.parent.relative_to(root).parts if path.parent != root else ()
+        for i in range(len(below) - 1):   # the notebook's own folder: read_notebook's check
+            folder = root.joinpath(*below[: i + 1])
+            if folder.is_symlink():
+                why = (f"{folder.relative_to(root)} on its path is a symbolic link (each "
+                       f"student's notebook must lie in folders of its own)")
+                break
+        if not why:
+            try:
+                st = os.stat(path)
+                key = (st.st_dev, st.st_ino)
+            except OSError:
+                key = None
+            if key is not None and st.st_nlink > 1:
+                why = (f"it is a hard link (the same file has {st.st_nlink} names; find out who "
+                       f"submitted it)")
+            elif key is not None and key in seen and seen[key] != str(path):
+                why = f"it is the same file as {seen[key]} (a link), graded there"
+            elif key is not None:
+                seen[key] = str(path)
+        out.append(why)
+    return out
+
+
 def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None = None,
           jobs: int | None = None, no_sandbox: bool = False,
           limits: dict | None = None, on_graded=None) -> list[Submission]:
@@ -272,10 +323,11 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
         if forced is None:
             raise GradingError(f"--set {set_name}: no such exercise set")
     jobs_list = []
+    refused = linked_paths(paths)
     for number, (path, mode) in enumerate(zip(paths, modes)):
         source = forced or build.find_source(path.stem)
         student = Path(os.path.abspath(path)).parent.name
-        jobs_list.append(Job(number, path, student, source, mode))
+        jobs_list.append(Job(number, path, student, source, mode, refused[number]))
     sets: dict[str, CourseSet] = {}
     with tempfile.TemporaryDirectory(prefix="txlearn-grade-") as tmp:
         os.chmod(tmp, 0o755)

@@ -19,8 +19,19 @@ str, list) or a one-key object naming what it is:
 - ``{"ref": {"name": n}}`` or ``{"ref": {"handle": id}}``: the grader pointing at such an object.
 
 Every message is checked against strict limits (:data:`MAX_MESSAGE_BYTES`, :data:`MAX_JSON_BYTES`,
-:data:`MAX_DEPTH`, :data:`MAX_ITEMS`, :data:`MAX_BLOBS`) on both sides; a violation is a
-:class:`ProtocolError`, never a crash of the reader.
+:data:`MAX_DEPTH`, :data:`MAX_ITEMS`, :data:`MAX_BLOBS`, :data:`MAX_CONTAINERS`) on both sides; a
+violation is a :class:`ProtocolError`, never a crash of the reader.
+
+What a message may cost its reader is bounded by its size, not only its bytes (the runner is the
+learner's code and may send anything; issue 25): the JSON part is refused before it is parsed when
+it holds more than :data:`MAX_CONTAINERS` ``{`` and ``[`` (empty objects cost Python about 25
+times their bytes), and the grader reads replies of at most :data:`MAX_REPLY_JSON_BYTES`; an
+array is refused unless its dtype is one that may cross (bool, integers, floats, complex, bytes,
+str: never a structured, void or object dtype) with an itemsize of at least one byte and its
+shape, each zero dimension counted as one, has no more elements than its ``.npy`` blob has bytes.
+So decoding a reply of J JSON bytes and A array bytes costs at most about 16 J + A + 32 MiB, and
+a float64 or complex128 copy of any array a check makes costs at most 16 times that array's bytes
+(:data:`COST_BOUND`).
 
 This module is imported by the runner inside the sandbox, so it needs only NumPy (PyTorch is
 imported when a tensor crosses) and :mod:`txlearn.learner_calls` (for :class:`Given`); it never
@@ -53,6 +64,10 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_ITEMS",
     "MAX_BLOBS",
+    "MAX_CONTAINERS",
+    "MAX_REPLY_JSON_BYTES",
+    "ARRAY_KINDS",
+    "COST_BOUND",
 ]
 
 MAX_MESSAGE_BYTES = 128 << 20   # one message, JSON and arrays together
@@ -60,6 +75,12 @@ MAX_JSON_BYTES = 32 << 20       # its JSON part
 MAX_DEPTH = 32                  # nesting of containers in one value
 MAX_ITEMS = 1_000_000           # values (container elements included) in one message
 MAX_BLOBS = 4096                # arrays in one message
+MAX_CONTAINERS = 100_000        # "{" and "[" in one message's JSON, counted before it is parsed
+MAX_REPLY_JSON_BYTES = 4 << 20  # the JSON part of a runner's reply, as the grader reads it
+ARRAY_KINDS = "biufcSU"         # the dtype kinds that may cross (never V, O, M, m)
+COST_BOUND = ("decoding a reply of J JSON bytes and A array bytes costs the grader at most about "
+              "16 J + A + 32 MiB, and any float64/complex128 copy of an array in it at most 16 "
+              "times that array's bytes")
 
 _HEADER = struct.Struct(">I")
 _TAGS = ("tuple", "dict", "float", "ndarray", "npscalar", "tensor", "given", "handle", "ref")
@@ -110,7 +131,8 @@ class MessageEncoder:
         if isinstance(value, str):
             return str(value)
         if isinstance(value, np.ndarray):
-            if value.dtype.hasobject or value.dtype.kind not in "biufcSU":
+            if value.dtype.hasobject or value.dtype.kind not in ARRAY_KINDS or \
+                    value.dtype.itemsize == 0:
                 return self._other(value)
             return {"ndarray": self._blob(value.view(np.ndarray))}
         if _is_tensor(value):
@@ -261,6 +283,19 @@ class MessageDecoder:
             raise ProtocolError(f"not a valid .npy array ({type(err).__name__})") from None
         if not isinstance(arr, np.ndarray) or arr.dtype.hasobject:
             raise ProtocolError("an array of Python objects")
+        if arr.dtype.kind not in ARRAY_KINDS or arr.dtype.fields is not None or \
+                arr.dtype.subdtype is not None:
+            raise ProtocolError(f"an array of dtype {str(arr.dtype)[:40]} (only numbers, bytes "
+                                f"and str cross)")
+        if arr.dtype.itemsize < 1:   # 250 million elements of 0 bytes each travel in 200 bytes
+            raise ProtocolError(f"an array of dtype {str(arr.dtype)[:40]}, {arr.dtype.itemsize} "
+                                f"bytes an element")
+        elements = 1
+        for n in arr.shape:          # (0, 10**9, 10**9): no data, but a shape a check may use
+            elements *= max(int(n), 1)
+        if elements > max(len(self._blobs[index]), 1):
+            raise ProtocolError(f"an array of shape {str(arr.shape)[:60]} in "
+                                f"{len(self._blobs[index]):,} bytes")
         return arr
 
     @staticmethod
@@ -292,8 +327,10 @@ class Channel:
     message that breaks the format raises :class:`ProtocolError`.
     """
 
-    def __init__(self, read_fd: int, write_fd: int, nonblocking: bool = False):
+    def __init__(self, read_fd: int, write_fd: int, nonblocking: bool = False,
+                 max_json: int = MAX_JSON_BYTES):
         self.read_fd, self.write_fd = read_fd, write_fd
+        self.max_json = min(int(max_json), MAX_JSON_BYTES)
         if nonblocking:  # writes then never block past a deadline
             os.set_blocking(write_fd, False)
 
@@ -311,10 +348,13 @@ class Channel:
 
     def recv(self, deadline: float | None = None) -> tuple[dict, list[bytes]]:
         (length,) = _HEADER.unpack(self._read_exact(_HEADER.size, deadline))
-        if length > MAX_JSON_BYTES:
+        if length > self.max_json:
             raise ProtocolError(f"a message header of {length:,} bytes")
+        raw = self._read_exact(length, deadline)
+        if raw.count(b"{") + raw.count(b"[") > MAX_CONTAINERS:   # before json.loads builds them
+            raise ProtocolError(f"more than {MAX_CONTAINERS:,} objects and lists in one message")
         try:
-            envelope = json.loads(self._read_exact(length, deadline).decode("utf-8"))
+            envelope = json.loads(raw.decode("utf-8"))
         except (ValueError, RecursionError) as err:
             raise ProtocolError(f"not JSON ({type(err).__name__})") from None
         if not isinstance(envelope, dict) or not isinstance(envelope.get("m"), dict) or \

@@ -136,16 +136,55 @@ class _Policy:
             return None
         return name
 
+    def refuse(self, banned: str) -> ImportError:
+        """Record ``banned`` for the integrity column and the ImportError the learner gets."""
+        self.runner.banned.append({"module": banned[:120], "where": self.runner.where})
+        allowed = ", ".join(sorted(self.top | self.txlearn - {
+            "txlearn.course", "txlearn.course.earlier"}))
+        return ImportError(f"{banned} may not be imported in this exercise set (answers "
+                           f"may use the standard library and {allowed})")
+
     def __call__(self, name, globals=None, locals=None, fromlist=(), level=0):
-        if level == 0 and self.runner.is_learner(globals):
+        if level == 0:
             banned = self.refusal(name, fromlist)
-            if banned is not None:
-                self.runner.banned.append({"module": banned[:120], "where": self.runner.where})
-                allowed = ", ".join(sorted(self.top | self.txlearn - {
-                    "txlearn.course", "txlearn.course.earlier"}))
-                raise ImportError(f"{banned} may not be imported in this exercise set (answers "
-                                  f"may use the standard library and {allowed})")
+            # the learner's own import, whatever its globals (exec(..., {}) has fresh ones):
+            # decided by who is importing, found on the stack (torch importing sympy is not)
+            if banned is not None and (self.runner.is_learner(globals) or
+                                       self.runner.learner_initiated(sys._getframe(1))):
+                raise self.refuse(banned)
         return self.original(name, globals, locals, fromlist, level)
+
+    def wrap(self, function):
+        """``importlib.import_module`` or ``importlib.__import__`` with the same rule (they skip
+        ``builtins.__import__``, and a module already loaded never reaches a finder)."""
+        policy = self
+
+        def checked(name, *args, **kwargs):
+            if isinstance(name, str) and not name.startswith("."):
+                banned = policy.refusal(name, kwargs.get("fromlist") or
+                                        (args[2] if len(args) > 2 else ()))
+                if banned is not None and policy.runner.learner_initiated(sys._getframe(1)):
+                    raise policy.refuse(banned)
+            return function(name, *args, **kwargs)
+        checked.__name__, checked.__doc__ = function.__name__, function.__doc__
+        return checked
+
+
+class _PackageFinder:
+    """Refuses (and records) a learner's import of an installed package the set does not
+    declare, however it is spelled (``importlib.import_module``, ``exec(..., {})``, ...), while
+    torch and numpy still import their own dependencies (sympy, networkx, jinja2, ...)."""
+
+    def __init__(self, runner: "Runner", policy: _Policy):
+        self.runner, self.policy = runner, policy
+
+    def find_spec(self, fullname, path=None, target=None):
+        top = fullname.split(".")[0]
+        if top == "txlearn" or top in self.policy.stdlib or top in self.policy.top:
+            return None
+        if self.runner.learner_initiated(sys._getframe(1)):
+            raise self.policy.refuse(fullname)
+        return None
 
 
 class _TxlearnFinder:
@@ -193,7 +232,33 @@ class Runner:
         self.policy = _Policy(self, list(config.get("imports", [])),
                               list(config.get("txlearn_modules", [])))
         builtins.__import__ = self.policy
+        import importlib
+        importlib.import_module = self.policy.wrap(importlib.import_module)
+        importlib.__import__ = self.policy.wrap(importlib.__import__)
+        self.library_roots = tuple(p.rstrip("/") + "/" for p in sys.path
+                                   if p and os.path.basename(p) in ("site-packages",
+                                                                    "dist-packages"))
+        self.library_roots += tuple(p.rstrip("/") + "/txlearn/" for p in sys.path[:1] if p)
         sys.meta_path.insert(0, _TxlearnFinder(self, set(config.get("view_modules", []))))
+        sys.meta_path.insert(1, _PackageFinder(self, self.policy))
+
+    def learner_initiated(self, frame) -> bool:
+        """Whether the code running at ``frame`` acts for the learner: walking outward, a frame
+        of the learner's (its namespace, an earlier notebook's, a cell) comes before any frame of
+        an installed package or of the view's txlearn (the standard library, the import system
+        and code compiled from strings in between are the learner's instruments, not a
+        library's own import)."""
+        depth = 0
+        while frame is not None and depth < 500:
+            if self.is_learner(frame.f_globals):
+                return True
+            filename = frame.f_code.co_filename
+            if filename.startswith("<cell "):
+                return True
+            if filename.startswith(self.library_roots):
+                return False
+            frame, depth = frame.f_back, depth + 1
+        return False
 
     def describe(self, err: BaseException) -> dict:
         return _describe(err, self._frames, self.protocol.ProtocolError)
@@ -412,7 +477,7 @@ class Runner:
 
 # ---- start -----------------------------------------------------------------------------------
 
-def _apply_limits(limits: dict, nproc: bool) -> None:
+def _apply_limits(limits: dict, nproc: bool, address_space_mb: int | None = None) -> None:
     import resource
     mb = 1 << 20
 
@@ -422,7 +487,8 @@ def _apply_limits(limits: dict, nproc: bool) -> None:
         except (ValueError, OSError):
             pass  # cannot raise a limit that is already lower: keep the lower one
 
-    cap(resource.RLIMIT_AS, int(limits["memory_mb"]) * mb)
+    # in the sandbox, memory_mb less the writable folders' sizes (sandbox.address_space_mb)
+    cap(resource.RLIMIT_AS, int(address_space_mb or limits["memory_mb"]) * mb)
     cap(resource.RLIMIT_CPU, int(limits["cpu_seconds"]), int(limits["cpu_seconds"]) + 5)
     cap(resource.RLIMIT_FSIZE, int(limits["file_mb"]) * mb)
     cap(resource.RLIMIT_NOFILE, int(limits.get("open_files", 128)))
@@ -446,7 +512,8 @@ def _drop_to(uid: int) -> None:
 
 def main(config: dict) -> None:
     """The runner's entry point (``BOOTSTRAP``): limits, privileges, then serve requests."""
-    _apply_limits(config["limits"], nproc=bool(config.get("limit_processes")))
+    _apply_limits(config["limits"], nproc=bool(config.get("limit_processes")),
+                  address_space_mb=config.get("address_space_mb"))
     if config.get("uid") is not None:
         _drop_to(int(config["uid"]))
     from txlearn.course.grading.protocol import Channel

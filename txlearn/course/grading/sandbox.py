@@ -6,11 +6,19 @@ user namespace when the grader is not root), and a file system of its own:
 
 - read only: ``/usr`` and the ``/lib*`` links, ``/etc/ld.so.cache``, the Python installation and
   the venv the grader runs from (bound at their own paths, so the interpreter finds itself), with
-  an installed copy of the ``txlearn`` package masked; and a synthetic ``txlearn`` at
-  :data:`VIEW` holding only the runner, the protocol, :mod:`txlearn.learner_calls`, the
-  earlier-answers loader and the modules the exercise set may import;
-- private and writable: a small tmpfs home (the working folder, holding copies of the sibling
-  notebooks the set uses) and ``/tmp``; nothing the runner writes reaches the host;
+  an installed copy of the ``txlearn`` package masked, and the course checkout, the hidden folder
+  and the submissions' folder masked should one of those binds hold them; a synthetic
+  ``txlearn`` at :data:`VIEW` (copied in, file by file) holding only the runner, the protocol,
+  :mod:`txlearn.learner_calls`, the earlier-answers loader and the modules the set may import;
+  the sandbox's own root, ``/dev`` and a ``/proc`` that holds only a copy of ``/proc/cpuinfo``
+  (no mountinfo, no pid 1 command line: they showed host paths and this command line);
+- private and writable, each a tmpfs of a fixed size (:func:`writable_mb`) taken out of the
+  submission's ``memory_mb`` (:func:`address_space_mb`): the home (the working folder, holding
+  copies of the sibling notebooks the set uses), ``/tmp`` and ``/dev/shm``; nothing the runner
+  writes reaches the host;
+- a seccomp filter (:mod:`txlearn.course.grading.seccomp`) that keeps the submission to one
+  process (threads allowed) with no memfd, System V segment, socket, namespace or mount of its
+  own, so that its address space and those folders are all the memory it has;
 - nothing else: no repository, no checks, solutions, hidden cases or other submissions, no
   network, no ``TXLEARN_*`` or other variables of the grader (the environment is cleared; PATH,
   HOME, LANG, TMPDIR, one thread per maths library and MPLBACKEND=Agg are set).
@@ -44,7 +52,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from txlearn.course.grading.protocol import Channel
+from txlearn.course.grading.protocol import MAX_REPLY_JSON_BYTES, Channel
 from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
@@ -197,7 +205,7 @@ def available() -> tuple[bool, str]:
     if path is None:
         return False, "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     argv = [path, "--unshare-net", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/",
-            "--proc", "/proc", "--dev", "/dev"]
+            "--dev", "/dev"]   # no /proc: the sandbox mounts none
     if os.geteuid() != 0:
         argv.append("--unshare-user")
     try:
@@ -243,14 +251,48 @@ def _ancestors(path: str) -> list[str]:
     return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
 
 
+def writable_mb(limits: dict) -> dict[str, int]:
+    """The size in MB of each writable folder of the sandbox: the home and ``/tmp`` (8 x
+    ``file_mb`` each) and ``/dev/shm`` (2 x ``file_mb``). Their sum is taken out of the
+    submission's ``memory_mb`` (see :func:`address_space_mb`), so files and memory share one
+    budget; ``/dev`` itself is read-only and everything else is read-only binds."""
+    file_mb = max(1, int(limits["file_mb"]))
+    return {HOME: 8 * file_mb, "/tmp": 8 * file_mb, "/dev/shm": 2 * file_mb}
+
+
+def address_space_mb(limits: dict) -> int:
+    """The runner's address-space limit: ``memory_mb`` less the writable folders' sizes (its
+    files count against the same budget), never below half of ``memory_mb``."""
+    memory = int(limits["memory_mb"])
+    return max(memory // 2, memory - sum(writable_mb(limits).values()))
+
+
+def sensitive_paths(extra=()) -> list[str]:
+    """Folders of the grader's own that a bound folder might hold (the course checkout, an
+    instructor's hidden cases, the submissions' folder, the run's temporary folder, given in
+    ``extra``): masked with an empty tmpfs where they lie under ``/usr`` or another bind, so that
+    what the sandbox sees does not depend on where the course is checked out."""
+    from txlearn.course import build
+    out = {os.path.realpath(build.ROOT)} | {os.path.realpath(p) for p in extra if p}
+    return sorted(p for p in out if not any(_under(p, q) and p != q for q in out))
+
+
 def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limits: dict,
-               tail: list[str], packages: tuple[str, ...] | None = None) -> list[str]:
+               tail: list[str], packages: tuple[str, ...] | None = None,
+               view_files: list[tuple[str, int]] | None = None, seccomp_fd: int | None = None,
+               hide: tuple[str, ...] = (), cpuinfo_fd: int | None = None) -> list[str]:
     """The bubblewrap command line that runs ``tail`` (the runner's command) in the sandbox.
 
     ``files``: ``(name, fd)`` of files to copy into the private working folder (the sibling
-    notebooks); ``limits``: the set's sandbox limits (the tmpfs folders get 8 x ``file_mb``);
-    ``packages``: the site-packages entries to show (:func:`package_entries`; every other
-    installed package is hidden under an empty folder); None shows them all.
+    notebooks); ``limits``: the set's sandbox limits (the writable folders' sizes come from
+    :func:`writable_mb`); ``packages``: the site-packages entries to show (:func:`package_entries`;
+    every other installed package is hidden under an empty folder); None shows them all.
+    ``view_files``: ``(relative path, fd)`` of the view's files, copied into a read-only tmpfs at
+    :data:`VIEW` (so that no host path of the view shows); without them ``view_dir`` is bound
+    there. ``seccomp_fd``: a file holding :func:`txlearn.course.grading.seccomp.program`;
+    ``cpuinfo_fd``: a copy of the host's ``/proc/cpuinfo`` (the one file of ``/proc`` shown).
+    ``hide``: more folders to mask (:func:`sensitive_paths`). No ``/proc`` is mounted (its
+    mountinfo and pid 1's command line would show host paths and this command line).
     """
     python, roots, _, masks = python_layout()
     argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
@@ -258,7 +300,7 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
     if os.geteuid() == 0:   # no user namespace: the runner drops to the job's uid itself
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
-        argv += ["--unshare-user"]
+        argv += ["--unshare-user", "--disable-userns"]
     argv += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         host = f"/{name}"
@@ -268,12 +310,20 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
             argv += ["--ro-bind", host, host]
     for extra in ("/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/localtime"):
         argv += ["--ro-bind-try", extra, extra]
-    argv += ["--proc", "/proc", "--dev", "/dev"]
-    size = str(int(limits["file_mb"]) * 8 << 20)
+    sizes = writable_mb(limits)
+    argv += ["--dev", "/dev", "--size", str(sizes["/dev/shm"] << 20), "--tmpfs", "/dev/shm",
+             "--chmod", "1777", "/dev/shm", "--remount-ro", "/dev"]
     for folder in (HOME, "/tmp"):   # before the binds: a venv under /tmp stays visible
-        argv += ["--size", size, "--tmpfs", folder, "--chmod", "1777", folder]
+        argv += ["--size", str(sizes[folder] << 20), "--tmpfs", folder, "--chmod", "1777", folder]
+    bound = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *roots]
+    for path in sensitive_paths(hide):   # a checkout under /usr: its solutions stay out of view
+        if any(_under(path, b) for b in bound) and not any(_under(r, path) for r in roots):
+            argv += ["--tmpfs", path, "--remount-ro", path]
     for root in roots:
         argv += ["--ro-bind", root, root]
+    for path in sensitive_paths(hide):   # a course checked out inside the Python installation
+        if any(_under(path, r) and path != r for r in roots):
+            argv += ["--tmpfs", path, "--remount-ro", path]
     for mask in masks:
         argv += ["--tmpfs", mask]
     if packages is not None:
@@ -281,7 +331,17 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
             argv += ["--tmpfs", site]
         for entry in packages:
             argv += ["--ro-bind", entry, entry]
-    argv += ["--ro-bind", view_dir, VIEW]
+    if view_files is None:
+        argv += ["--ro-bind", view_dir, VIEW]
+    else:
+        argv += ["--tmpfs", VIEW]
+        for folder in sorted({os.path.dirname(rel) for rel, _ in view_files} - {""}):
+            parts = folder.split("/")
+            for i in range(1, len(parts) + 1):
+                argv += ["--dir", f"{VIEW}/{'/'.join(parts[:i])}"]
+        for rel, fd in view_files:
+            argv += ["--perms", "0644", "--file", str(fd), f"{VIEW}/{rel}"]
+        argv += ["--chmod", "0755", VIEW, "--remount-ro", VIEW]
     made = sorted({a for r in list(roots) + [VIEW] for a in _ancestors(r)
                    if not any(_under(a, r2) for r2 in roots) and not _under(a, "/usr")},
                   key=lambda p: p.count("/"))
@@ -289,6 +349,11 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
         argv += ["--chmod", "0755", folder]
     for name, fd in files:
         argv += ["--perms", "0644", "--file", str(fd), f"{HOME}/{name}"]
+    if cpuinfo_fd is not None:   # torch reads the CPU's features there (no other /proc)
+        argv += ["--dir", "/proc", "--perms", "0444", "--file", str(cpuinfo_fd), "/proc/cpuinfo"]
+    argv += ["--remount-ro", "/"]   # the sandbox's own root: a tmpfs its uid owns without root
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--chdir", HOME, "--clearenv"]
     for key, value in _env(HOME, "/tmp").items():
         argv += ["--setenv", key, value]
@@ -379,28 +444,72 @@ class Process:
         return f"it exited with status {code}{detail}"
 
 
+def _view_fds(view_dir: str) -> list[tuple[str, int]]:
+    out = []
+    for folder, dirs, names in os.walk(view_dir):
+        dirs.sort()
+        for name in sorted(names):
+            path = os.path.join(folder, name)
+            out.append((os.path.relpath(path, view_dir),
+                        os.open(path, os.O_RDONLY | os.O_CLOEXEC)))
+    return out
+
+
+def _seccomp_fd() -> int | None:
+    from txlearn.course.grading.seccomp import program
+    code = program()
+    if code is None:
+        return None
+    fd = os.memfd_create("txlearn-seccomp", os.MFD_CLOEXEC)
+    os.write(fd, code)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _cpuinfo_fd() -> int | None:
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            data = f.read(1 << 20)
+    except OSError:
+        return None
+    fd = os.memfd_create("txlearn-cpuinfo", os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dict,
-          config: dict, uid: int | None = None, packages: tuple[str, ...] | None = None
-          ) -> Process:
+          config: dict, uid: int | None = None, packages: tuple[str, ...] | None = None,
+          hide: tuple[str, ...] = ()) -> Process:
     """Start the runner with ``config`` (see :func:`txlearn.course.grading.runner.main`).
 
     ``mode``: ``"bwrap"`` (the sandbox) or ``"plain"`` (a subprocess, for ``--no-sandbox`` and a
     learner's own ``work/``); ``files``: ``(name, host path)`` of the sibling notebooks to copy
-    into the private folder; ``uid``: the job's uid when the grader is root (bwrap mode).
+    into the private folder; ``uid``: the job's uid when the grader is root (bwrap mode);
+    ``hide``: the grader's folders to mask should a bound folder hold them
+    (:func:`sensitive_paths`).
     """
     python, _, sys_path, _ = python_layout()
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     out_r, out_w = os.pipe()
-    config = dict(config, fds=[req_r, rep_w], uid=uid, limit_processes=mode == "bwrap")
+    config = dict(config, fds=[req_r, rep_w], uid=uid, limit_processes=mode == "bwrap",
+                  address_space_mb=address_space_mb(limits) if mode == "bwrap" else None)
     keep = [req_r, rep_w]
     if mode == "bwrap":
         fds = [(name, os.open(path, os.O_RDONLY | os.O_CLOEXEC)) for name, path in files]
-        keep += [fd for _, fd in fds]
+        view_fds = _view_fds(view_dir)
+        seccomp_fd, cpuinfo_fd = _seccomp_fd(), _cpuinfo_fd()
+        extra = [("seccomp", seccomp_fd), ("cpuinfo", cpuinfo_fd)]
+        extra = [(n, fd) for n, fd in extra if fd is not None]
+        keep += [fd for _, fd in fds + view_fds + extra]
+        fds = fds + view_fds + extra
         config["sys_path"] = [VIEW] + list(sys_path)
         tail = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
-        argv = bwrap_argv(available()[1], view_dir=view_dir, files=fds, limits=limits, tail=tail,
-                          packages=packages)
+        argv = bwrap_argv(available()[1], view_dir=view_dir, files=fds[:len(files)],
+                          limits=limits, tail=tail, packages=packages, view_files=view_fds,
+                          seccomp_fd=seccomp_fd, hide=tuple(hide) + (view_dir,),
+                          cpuinfo_fd=cpuinfo_fd)
         kwargs = dict(env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, cwd="/")
         cleanup = None
     else:
@@ -423,7 +532,8 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
             os.close(fd)
     sink = _Sink(out_r, int(limits.get("output_kb", 64)) * 1024)
     sink.start()
-    return Process(popen, Channel(rep_r, req_w, nonblocking=True), sink, mode, limits, cleanup)
+    return Process(popen, Channel(rep_r, req_w, nonblocking=True,
+                                          max_json=MAX_REPLY_JSON_BYTES), sink, mode, limits, cleanup)
 
 
 def wait_hello(process: Process, timeout: float) -> dict:

@@ -22,8 +22,8 @@ from txlearn.course.grading.submission import Cell
 from txlearn.course.grading.view import all_txlearn_modules
 
 __all__ = ["Session", "Remote", "RunnerDied", "CannotCross", "WallTimeout", "Stale",
-           "format_cell_error", "remote_class", "GRACE_SECONDS", "START_SECONDS",
-           "MAX_PROXY_CLASSES", "PROXY_CLASSES"]
+           "format_cell_error", "over_budget", "remote_class", "GRACE_SECONDS", "START_SECONDS",
+           "MAX_PROXY_CLASSES"]
 
 GRACE_SECONDS = 3.0        # how long past a limit the grader waits before killing the runner
 START_SECONDS = 60.0       # the runner's start (Python and NumPy; torch loads with the cells)
@@ -57,14 +57,34 @@ def format_cell_error(cell: Cell, reply: dict) -> str:
     return "\n".join([text] + [f"  {clean(f, 160)}" for f in frames[-2:]])
 
 
+def over_budget(err: dict, limits: dict) -> dict:
+    """``err`` (a runner's description of a learner's exception) with its message replaced by
+    the grader's own words when the submission ran out of its memory or file budget: "your code
+    used more than N MB" (N: the set's ``memory_mb``, files in the writable folders included)."""
+    if not isinstance(err, dict):
+        return err
+    kind, message = str(err.get("type", "")), str(err.get("message", ""))
+    memory = int(limits.get("memory_mb", 0) or 0)
+    if kind == "MemoryError":
+        text = (f"your code used more than {memory} MB (this exercise set's memory limit, its "
+                f"files included)")
+    elif kind in ("OSError", "IOError") and ("No space left on device" in message
+                                             or "File too large" in message):
+        text = (f"your code's files outgrew their space (each at most {limits.get('file_mb')} "
+                f"MB; all of them count against the {memory} MB memory limit)")
+    else:
+        return err
+    return dict(err, message=text)
+
+
 class Session:
     """The grader's end of one submission's runner: starts it, runs the cells (restarting without
     a cell that ran past its limit), and serves the proxies' requests."""
 
     def __init__(self, cs: CourseSet, cells: list[Cell], limits: dict, mode: str,
-                 files: list[tuple[str, str]], uid: int | None):
+                 files: list[tuple[str, str]], uid: int | None, hide: tuple[str, ...] = ()):
         self.cs, self.cells, self.limits, self.mode = cs, cells, limits, mode
-        self.files, self.uid = files, uid
+        self.files, self.uid, self.hide = files, uid, tuple(hide)
         self.process = None
         self.generation = 0
         self.seq = 0
@@ -74,6 +94,9 @@ class Session:
         self.output_dropped = 0
         self.banned: list[dict] = []
         self.frozen = False      # set once hidden cases start: no more self-reports are read
+        # the proxy classes made for this submission's type names: per session, so that nothing
+        # one runner sends (a flood of made-up names) reaches another student's feedback
+        self.proxy_classes: dict[str, type] = {}
         self.seconds = float(limits.get("notebook_seconds", 600))
         self.deadline = time.monotonic() + self.seconds     # the whole notebook, restarts included
 
@@ -91,7 +114,7 @@ class Session:
                 raise RunnerDied(str(err)) from None
         self.process = sandbox.start(mode=self.mode, view_dir=self.cs.view_dir, files=self.files,
                                      limits=self.limits, config=config, uid=self.uid,
-                                     packages=packages)
+                                     packages=packages, hide=self.hide)
         self.generation += 1
         try:
             hello = sandbox.wait_hello(self.process, START_SECONDS)
@@ -151,6 +174,7 @@ class Session:
             self.cell_errors[cell.index] = (f"your {cell.label} imports txlearn.checks, so it was "
                                             f"not run (the grader runs the checks itself)")
         elif not reply.get("ok"):
+            reply = dict(reply, error=over_budget(reply.get("error"), self.limits))
             self.cell_errors[cell.index] = format_cell_error(cell, reply)
         return True
 
@@ -228,7 +252,8 @@ class Session:
         if "timeout" in reply:
             raise LearnerTimeout(seconds)
         if not reply.get("ok"):
-            err = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+            err = over_budget(reply.get("error"), self.limits) \
+                if isinstance(reply.get("error"), dict) else {}
             frames = [str(f)[:160] for f in err.get("frames", [])][:6] \
                 if isinstance(err.get("frames"), list) else []
             raise LearnerError(str(err.get("type", "Error"))[:80],
@@ -248,13 +273,13 @@ class Session:
     def _handle(self, obj: dict):
         if "handle" not in obj or not isinstance(obj.get("handle"), int):
             raise protocol.ProtocolError("expected a handle")
-        return remote_class(str(obj.get("type", "object")))(
+        return remote_class(str(obj.get("type", "object")), self.proxy_classes)(
             self, {"handle": obj["handle"]}, f"your {str(obj.get('type', 'object'))[:40]}",
             bool(obj.get("is_module")), self.generation)
 
     def proxy(self, name: str) -> "Remote":
         info = self.names.get(name, {})
-        return remote_class(str(info.get("type", "object")))(
+        return remote_class(str(info.get("type", "object")), self.proxy_classes)(
             self, {"name": name}, name, bool(info.get("module")), None)
 
 
@@ -327,18 +352,19 @@ class Remote(LearnerObject):
         return f"<{self.name} in the sandbox>"
 
 
-PROXY_CLASSES: dict[str, type] = {}   # the proxy classes made so far, by name
-MAX_PROXY_CLASSES = 256
+MAX_PROXY_CLASSES = 256   # proxy classes one session makes; past it every new name is "object"
 
 
-def remote_class(type_name: str) -> type:
+def remote_class(type_name: str, registry: dict[str, type]) -> type:
     """A proxy class named like the learner's object's type, so a check's message says
-    "got function" or "got MyModule" as it would in the learner's kernel."""
+    "got function" or "got MyModule" as it would in the learner's kernel. ``registry``: the
+    session's own classes by name (:attr:`Session.proxy_classes`; never shared between
+    submissions), at most :data:`MAX_PROXY_CLASSES` of them."""
     name = "".join(ch for ch in type_name if ch.isalnum() or ch == "_")[:40]
     if not name or not name[0].isalpha():
         name = "object"
-    if name not in PROXY_CLASSES and len(PROXY_CLASSES) >= MAX_PROXY_CLASSES - 1:
+    if name not in registry and len(registry) >= MAX_PROXY_CLASSES - 1:
         name = "object"  # a runner cannot make the grader keep classes without end
-    if name not in PROXY_CLASSES:
-        PROXY_CLASSES[name] = type(name, (Remote,), {"__module__": __name__})
-    return PROXY_CLASSES[name]
+    if name not in registry:
+        registry[name] = type(name, (Remote,), {"__module__": __name__})
+    return registry[name]

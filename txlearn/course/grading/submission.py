@@ -37,6 +37,10 @@ def read_notebook(path: Path, sub=None) -> dict:
                            "its own)")
     if not path.is_file():
         raise GradingError("no such file")
+    if path.stat().st_nlink > 1:   # a hard link to a classmate's notebook (an archive can hold
+        # one): which name is the student's own cannot be told, so neither is graded
+        raise GradingError(f"it is a hard link (the same file has {path.stat().st_nlink} names; "
+                           f"find out who submitted it)")
     if path.stat().st_size > MAX_NOTEBOOK_BYTES:
         raise GradingError(f"larger than {MAX_NOTEBOOK_BYTES >> 20} MB")
     data = path.read_bytes()

@@ -1,0 +1,90 @@
+"""The system calls the grader's sandboxed runner may not make: a seccomp filter for bubblewrap.
+
+bubblewrap's ``--seccomp FD`` loads a compiled classic-BPF program (an array of
+``struct sock_filter``) into the sandboxed command before it starts; :func:`program` writes that
+program here, by hand, with no library. It keeps a submission to one process whose memory the
+address-space limit counts (issue 25):
+
+- no new process: ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` and ``clone3`` fail
+  (EAGAIN; ENOSYS for ``clone3``, so that the C library falls back to ``clone`` for threads, which
+  share the one address space and stay allowed);
+- no memory outside that address space and the sized tmpfs folders: ``memfd_create``,
+  ``memfd_secret`` and System V ``shmget`` fail (EPERM; a segment or memfd written and unmapped
+  would hold memory no limit counts), and so do ``socket``/``socketpair`` (kernel buffers);
+- no namespace or mount of its own: ``unshare``, ``setns``, ``mount``, ``umount2``,
+  ``pivot_root``, ``chroot`` and the new mount API (``fsopen`` ... ``mount_setattr``) fail (an
+  unprivileged user namespace would let the code mount a tmpfs of unbounded size);
+- on x86-64, the x32 and 32-bit system call tables are refused whole (ENOSYS).
+
+Known architectures: x86-64 and aarch64 (their system call numbers are below). On another one
+:func:`program` returns None and the sandbox runs without the filter (``sandbox.py`` says so in
+its risks).
+"""
+
+from __future__ import annotations
+
+import errno
+import platform
+import struct
+
+__all__ = ["program", "ARCHES", "BLOCKED"]
+
+# struct seccomp_data: int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]
+_NR, _ARCH, _ARG0 = 0, 4, 16
+_LD_W_ABS = 0x20     # BPF_LD | BPF_W | BPF_ABS
+_JEQ_K = 0x15        # BPF_JMP | BPF_JEQ | BPF_K
+_JGE_K = 0x35        # BPF_JMP | BPF_JGE | BPF_K
+_JSET_K = 0x45       # BPF_JMP | BPF_JSET | BPF_K
+_RET_K = 0x06        # BPF_RET | BPF_K
+_ALLOW = 0x7FFF0000  # SECCOMP_RET_ALLOW
+_ERRNO = 0x00050000  # SECCOMP_RET_ERRNO | errno
+_CLONE_THREAD = 0x00010000
+_X32_BIT = 0x40000000
+
+# (audit arch, machine names, {syscall: number})
+ARCHES = {
+    "x86_64": (0xC000003E, ("x86_64", "amd64"), {
+        "fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "unshare": 272, "setns": 308,
+        "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "memfd_create": 319,
+        "memfd_secret": 447, "shmget": 29, "socket": 41, "socketpair": 53, "open_tree": 428,
+        "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+        "mount_setattr": 442}),
+    "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
+        "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
+        "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
+        "shmget": 194, "socket": 198, "socketpair": 199, "open_tree": 428, "move_mount": 429,
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442}),
+}
+# what each refused call returns
+BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS}
+
+
+def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def program(machine: str | None = None) -> bytes | None:
+    """The compiled filter for ``machine`` (default: this one's, ``platform.machine()``), as the
+    bytes bubblewrap reads from ``--seccomp FD``; None for an architecture not in
+    :data:`ARCHES`."""
+    machine = (machine or platform.machine()).lower()
+    found = next((v for v in ARCHES.values() if machine in v[1]), None)
+    if found is None:
+        return None
+    audit_arch, _, numbers = found
+    refuse = [(nr, BLOCKED.get(name, errno.EPERM)) for name, nr in sorted(numbers.items())
+              if name != "clone"]
+    out = [_op(_LD_W_ABS, _ARCH),
+           _op(_JEQ_K, audit_arch, jt=1, jf=0),
+           _op(_RET_K, _ERRNO | errno.ENOSYS),       # another ABI (i386, x32 by arch)
+           _op(_LD_W_ABS, _NR)]
+    if audit_arch == ARCHES["x86_64"][0]:
+        out += [_op(_JGE_K, _X32_BIT, jt=0, jf=1), _op(_RET_K, _ERRNO | errno.ENOSYS)]
+    for nr, err in refuse:       # if nr == this one: return its errno, else test the next
+        out += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, _ERRNO | err)]
+    out += [_op(_JEQ_K, numbers["clone"], jt=0, jf=3),
+            _op(_LD_W_ABS, _ARG0),                   # clone's flags (low 32 bits)
+            _op(_JSET_K, _CLONE_THREAD, jt=1, jf=0),
+            _op(_RET_K, _ERRNO | errno.EAGAIN),      # a new process
+            _op(_RET_K, _ALLOW)]
+    return b"".join(out)
