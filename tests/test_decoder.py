@@ -225,3 +225,19 @@ def test_kv_cache_of_the_model(smollm):
     smollm(torch.arange(10)[None], caches)
     assert sum(cache.nbytes() for cache in caches) == kv_cache_bytes(
         n_layers=30, n_kv_heads=3, d_k=64, context=10, dtype=torch.float32)
+
+
+def test_set_10_oracle_is_transformers_on_its_own_tokens(smollm, oracle, tokenizer):
+    """The ids written out in txlearn.checks.decoder_oracles are the tokenizer's, and the logits
+    set 10's check compares with (the course's decoder, cached by the file's digest) are
+    transformers' within the tolerance the check states (1e-3)."""
+    from txlearn.checks import decoder_oracles as o
+
+    assert list(o.TEXT_IDS) == tokenizer(o.TEXT)["input_ids"]
+    assert list(o.CHAT_IDS) == chat_ids(tokenizer, o.CHAT)
+    with torch.no_grad():
+        theirs = oracle(o.text_ids()).logits[0].numpy()
+    ours = o.logits()
+    assert ours.shape == theirs.shape == (len(o.TEXT_IDS), 49152)
+    assert np.abs(ours - theirs).max() < 1e-3
+    assert o.cache_file().name.startswith("smollm2-")

@@ -182,6 +182,17 @@ def probs_no_shift(logits, temperature=1.0, top_k=None):
     return _probs_with(logits, temperature, top_k, shift=False)
 
 
+def probs_divided_in_own_dtype(logits, temperature=1.0, top_k=None):   # issue 23
+    if temperature == 0:
+        return probs_ref(logits, 0, top_k)
+    z = (logits / temperature).to(torch.float64)       # divided in float16: 8 / 1e-4 is inf
+    p = torch.softmax(z - z.max(-1, keepdim=True).values, dim=-1)
+    if top_k is not None and top_k < z.shape[-1]:
+        keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, _stable_order(z)[..., :top_k], True)
+        p = p * keep
+    return p / p.sum(-1, keepdim=True)
+
+
 def probs_float32(logits, temperature=1.0, top_k=None):
     return probs_ref(logits, temperature, top_k).float()
 
@@ -606,6 +617,8 @@ WRONG = {
     ],
     "sampling_distribution": [
         ("multiplied by the temperature", (probs_times_temperature,), "you multiplied"),
+        ("temperature divided in float16 (issue 23)", (probs_divided_in_own_dtype,),
+         "convert the logits to float64 first"),
         ("softmax over the batch axis", (probs_axis0,), "mixes different rows"),
         ("ties broken by highest index", (probs_ties_highest,), "yours keeps the highest indices"),
         ("every tie at the k-th value kept", (probs_ties_all_kept,), "exactly k"),

@@ -103,7 +103,7 @@ def update_returns_two(m, l, acc, scores, V):
 # ------------------------------------------------------------------ tiled_attention
 
 def _tiled(Q, K, V, mask, block_size, scale=True, m0=-np.inf, last=True, normalise=True,
-           guard=True, mask_cols=True):
+           guard=True, mask_cols=True, fill=-np.inf):
     L, d_k = Q.shape
     S = K.shape[0]
     m, l, acc = np.full(L, m0), np.zeros(L), np.zeros((L, V.shape[1]))
@@ -112,7 +112,7 @@ def _tiled(Q, K, V, mask, block_size, scale=True, m0=-np.inf, last=True, normali
         stop = min(start + block_size, S)
         s = Q @ K[start:stop].T / (np.sqrt(d_k) if scale else 1.0)
         if mask is not None:
-            s = np.where(mask[:, start:stop] if mask_cols else mask[:, :stop - start], s, -np.inf)
+            s = np.where(mask[:, start:stop] if mask_cols else mask[:, :stop - start], s, fill)
         with np.errstate(all="ignore"):
             m, l, acc = update_ref(m, l, acc, s, V[start:stop])
     if not normalise:
@@ -147,6 +147,10 @@ def tiled_nan_rows(Q, K, V, mask=None, block_size=2):
     return _tiled(Q, K, V, mask, block_size, guard=False)
 
 
+def tiled_big_negative(Q, K, V, mask=None, block_size=2):      # issue 23: -1e9, not -inf
+    return _tiled(Q, K, V, mask, block_size, fill=-1e9)
+
+
 def tiled_mask_first_columns(Q, K, V, mask=None, block_size=2):
     return _tiled(Q, K, V, mask, block_size, mask_cols=False)
 
@@ -178,6 +182,7 @@ WRONG = {
         ("two outputs", (update_returns_two,), "return three things"),
     ],
     "tiled_attention": [
+        ("hidden scores -1e9 (issue 23)", (tiled_big_negative,), "not a large negative number"),
         ("acc not divided by l", (tiled_not_normalised,), "you returned acc itself"),
         ("running max starts at 0", (tiled_max_starts_at_zero,), "start the running max at minus infinity"),
         ("last short block dropped", (tiled_drops_last_block,), "the last block is shorter"),

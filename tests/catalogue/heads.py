@@ -155,7 +155,8 @@ def mask_square(L, S):
 
 def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True, polarity=True,
               softmax_dim=-1, empty="zero", use_W_O=True, add_b_O=True, add_b_in=True,
-              share=repeat_ref, kv_width="n_kv", cache="right", grad=True, bias_always=False):
+              share=repeat_ref, kv_width="n_kv", cache="right", grad=True, bias_always=False,
+              start_zero=False):
     """A learner's MultiHeadAttention, right or with one mistake."""
 
     class MultiHeadAttention(nn.Module):
@@ -195,12 +196,18 @@ def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True
             K = split(self._proj(x, self.W_K, self.b_K, add_b_in), self.n_kv_heads)
             V = split(self._proj(x, self.W_V, self.b_V, add_b_in), self.n_kv_heads)
             start = self.kv_cache[0].shape[2] if (use_cache and self.kv_cache is not None) else 0
-            Q, K = self.apply_positions(Q, K, start)
+            Q, K = self.apply_positions(Q, K, 0 if start_zero else start)
             n_rep = self.n_heads // self.n_kv_heads
-            if (use_cache and cache != "not_stored") or cache == "always":
-                K, V = append_ref(self.kv_cache, K, V)
-                self.kv_cache = (K, V)
-            K, V = share(K, n_rep), share(V, n_rep)
+            if cache == "after_repeat":                    # GQA's saving undone: n_heads copies
+                K, V = share(K, n_rep), share(V, n_rep)
+                if use_cache:
+                    K, V = append_ref(self.kv_cache, K, V)
+                    self.kv_cache = (K, V)
+            else:
+                if (use_cache and cache != "not_stored") or cache == "always":
+                    K, V = append_ref(self.kv_cache, K, V)
+                    self.kv_cache = (K, V)
+                K, V = share(K, n_rep), share(V, n_rep)
             divisor = {"d_k": math.sqrt(self.d_k), "d_model": math.sqrt(self.d_k * self.n_heads),
                        "none": 1.0, "twice": self.d_k}[scale]
             scores = Q @ (K.transpose(-2, -1) if transpose_k else K) / divisor
@@ -320,6 +327,10 @@ WRONG = {
         ("biases even with bias=False", (mha_class(bias_always=True),), "no b_* parameters"),
         ("caches without use_cache", (mha_class(cache="always"),), "without use_cache"),
         ("cache never stored", (mha_class(cache="not_stored"),), "store append_kv's result"),
+        ("start never passed to the positions (issue 23)", (mha_class(start_zero=True),),
+         "passed to self.apply_positions"),
+        ("cache stored after repeat_kv (issue 23)", (mha_class(cache="after_repeat"),),
+         "store K and V before repeat_kv"),
         ("forward under torch.no_grad", (mha_class(grad=False),), "no torch.no_grad"),
     ],
     "kv_cache_memory": [

@@ -40,7 +40,7 @@ from txlearn.checks.capstone_model import (ALWAYS_GREEDY, CACHE_IGNORED, CACHE_R
                                            POS_BY_ID, POS_NOT_OFFSET, PROMPT_SKIPPED, SCALED,
                                            WHOLE_WITH_CACHE, build_char, char_logits,
                                            char_reference, course_init, expect_ids, ref_generate)
-from txlearn.checks.capstone_sampling import (GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
+from txlearn.checks.capstone_sampling import (SAMPLE_HALF, GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
                                               NOT_FLOAT64, NOT_SCALAR, SAMPLE_DEFAULT,
                                               SAMPLE_UNSTABLE, TEMP_ZERO, TOP_P_DEFAULT,
                                               loss_cases, loss_mistakes, loss_np, probs_mistakes,
@@ -48,9 +48,10 @@ from txlearn.checks.capstone_sampling import (GREEDY_LAST, LOSS_DEFAULT, LOSS_UN
 from txlearn.checks.capstone_training import (EVAL_WRONG, LR_HIGH, LR_LOW, MARGIN, NEW_OPTIMIZER,
                                               NOT_BEATEN, NO_STEP, NO_ZERO_GRAD, PROBE_SIZES,
                                               RETURN_WRONG, RUN, TRAIN_DATA, TRAIN_DEFAULT,
-                                              TRAIN_SECONDS, causal_model_loss, causality_probe,
+                                              ENDLESS, SLOW, causal_model_loss, causality_probe,
                                               logits_np, loss_of_logits, model_loss, probe,
-                                              probe_data, probe_reference, windows_of)
+                                              paced_run, probe_data, probe_reference,
+                                              windows_of)
 from txlearn.checks.modules import expect_match, finite
 
 
@@ -87,7 +88,8 @@ def sampling_distribution(next_token_probs):
                      hint=("one probability per logit: the shape of the logits",))
         if not finite(got):
             raise CheckFailure("the probabilities hold NaN or infinity", case=case,
-                               hint=TEMP_ZERO if zero else SAMPLE_UNSTABLE)
+                               hint=TEMP_ZERO if zero else SAMPLE_HALF
+                               if z.dtype == torch.float16 else SAMPLE_UNSTABLE)
         if zero:
             last = torch.nn.functional.one_hot(len(z) - 1 - z.flip(-1).argmax(-1), len(z))
             mistakes = [(last.double(), GREEDY_LAST)]
@@ -259,14 +261,12 @@ def training_loop(train, evaluate, CharModel):
     _, init_state = course_init(n_vocab, sizes)
     case = (f"CharModel({n_vocab}, d_model=48, n_heads=4, d_ff=192, n_layers=2, block_size=32), "
             f"train(steps=300, batch_size=32, block_size=32, lr=5e-3, seed=0)")
-    model = build_char(CharModel, init_state, case, sizes=dict(sizes, n_vocab=n_vocab))
     # train sees a stand-in for the validation split (the end of the training text): the
     # validation text itself reaches the learner's code only as inputs of the evaluation below,
     # after training, never as something to return or train on
     stand_in = train_ids[-len(val_ids):]
-    returned = call(train, model, train_ids, stand_in.clone(), steps=RUN["steps"],
-                    batch_size=RUN["batch_size"], block_size=B, lr=RUN["lr"], seed=RUN["seed"],
-                    case=case, time_limit=TRAIN_SECONDS)
+    model, returned = paced_run(train, CharModel, init_state, dict(sizes, n_vocab=n_vocab),
+                                train_ids, stand_in, RUN, case)
     causality_probe(model, B, n_vocab, case)
     measured = causal_model_loss(model, val_ids, B, n_vocab, case)
     expect_true(math.isfinite(measured) and measured <= bigram - MARGIN, case=case,

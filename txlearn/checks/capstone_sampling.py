@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 
-__all__ = ["NO_SHIFT", "SHIFT_BACKWARDS", "PAD_COUNTED", "MEAN_ALL", "INPUT_MASK", "LOSS_AXIS",
+__all__ = ["SAMPLE_HALF", "NO_SHIFT", "SHIFT_BACKWARDS", "PAD_COUNTED", "MEAN_ALL", "INPUT_MASK", "LOSS_AXIS",
            "PER_SEQUENCE", "SUMMED", "LOSS_UNSTABLE", "NOT_SCALAR", "LOSS_DEFAULT", "loss_np",
            "loss_mistakes", "loss_cases", "TEMP_MULTIPLIED", "SOFTMAX_AXIS", "TIES_HIGH",
            "TIES_ALL", "OFF_BY_ONE", "NO_RENORM", "TEMP_ZERO", "GREEDY_LAST", "SAMPLE_UNSTABLE",
@@ -207,6 +207,14 @@ def sampling_cases():
         torch.tensor([0.0, -math.inf, 1.0, 0.5]), 1.0, 10
     yield "top_k = 1: greedy, two equal maxima [0.3, 2, -1, 2]", \
         torch.tensor([0.3, 2.0, -1.0, 2.0]), 0.7, 1
+    yield "float16 logits [8, 7.5, 0, -3] at temperature 1e-4", \
+        torch.tensor([8.0, 7.5, 0.0, -3.0], dtype=torch.float16), 1e-4, None
+
+
+SAMPLE_HALF = ("in which dtype do you divide by the temperature?",
+               "convert the logits to float64 first, then subtract the maximum and divide: in "
+               "float16, 8 / 1e-4 = 80000 is already past the largest float16 (65504), so the "
+               "division gives inf and the softmax NaN")
 
 
 # ================================================================= exercise: top_p

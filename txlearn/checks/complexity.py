@@ -179,6 +179,10 @@ TILE_EMPTY_NAN = ("what should a query with no visible key return?",
 TILE_MASK_BLOCK = ("which columns of the mask belong to this block?",
                    "slice the mask's columns with the block's keys (start to stop), as you slice K "
                    "and V")
+TILE_BIG_NEGATIVE = ("what score does a hidden key get?",
+                     "-inf, not a large negative number: with -1e9 a query that sees no key "
+                     "still sums exp(0) over its hidden keys and averages their values instead "
+                     "of returning 0")
 TILE_DEFAULT = ("the result must equal ordinary attention: softmax(Q K^T / sqrt(d_k)) V with hidden "
                 "keys left out, whatever the block size",)
 DEFAULTS["tiled_attention"] = [TILE_DEFAULT]
@@ -189,7 +193,8 @@ def _tiled_variants(Q, K, V, mask, block_size):
     L, d_k = Q.shape
     S = K.shape[0]
 
-    def run(scale=True, m0=-np.inf, last=True, normalise=True, guard=True, mask_cols=True):
+    def run(scale=True, m0=-np.inf, last=True, normalise=True, guard=True, mask_cols=True,
+            fill=-np.inf):
         m, l = np.full(L, m0), np.zeros(L)
         acc = np.zeros((L, V.shape[1]))
         stops = range(0, S, block_size) if last else range(0, S - block_size + 1, block_size)
@@ -198,7 +203,7 @@ def _tiled_variants(Q, K, V, mask, block_size):
             s = Q @ K[start:stop].T / (np.sqrt(d_k) if scale else 1.0)
             if mask is not None:
                 cols = mask[:, start:stop] if mask_cols else mask[:, :stop - start]
-                s = np.where(cols, s, -np.inf)
+                s = np.where(cols, s, fill)
             m, l, acc = online_softmax_update_np(m, l, acc, s, V[start:stop])
         if not normalise:
             return acc
@@ -208,11 +213,22 @@ def _tiled_variants(Q, K, V, mask, block_size):
 
     with np.errstate(all="ignore"):
         return [(lambda: run(normalise=False), TILE_NOT_NORMALISED),
+                (lambda: run(fill=-1e9), TILE_BIG_NEGATIVE),
                 (lambda: run(m0=0.0), TILE_M_ZERO),
                 (lambda: run(last=False), TILE_LAST_BLOCK),
                 (lambda: run(scale=False), TILE_NO_SCALE),
                 (lambda: run(guard=False), TILE_EMPTY_NAN),
                 (lambda: run(mask_cols=False), TILE_MASK_BLOCK)]
+
+
+def _hidden_blocks():
+    """A mask whose first block (keys 0-1) is hidden from every query: the running maximum stays
+    -inf through a whole block before the first visible key arrives (query 1), a query sees one
+    key only (query 0), and one sees none (query 2)."""
+    mask = np.zeros((3, 7), bool)
+    mask[0, 4] = True
+    mask[1, 2:] = True
+    return mask
 
 
 @exercise("tiled_attention", needs=("online_softmax_update",))
@@ -227,7 +243,9 @@ def tiled_attention(tiled_attention):
               "query 2's scores near -80", far, K, V, mask, 3),
              ("no mask, blocks of 2, scores near -900 for every key", -30.0 * np.ones((2, 4)),
               30.0 * np.ones((5, 4)), rng.normal(size=(5, 3)), None, 2),
-             ("one block holding every key (block_size 16 >= S)", Q, K, V, None, 16)]
+             ("one block holding every key (block_size 16 >= S)", Q, K, V, None, 16),
+             ("blocks of 2; the first block hidden from every query, query 0 sees only key 4, "
+              "query 2 sees nothing", Q, K, V, _hidden_blocks(), 2)]
     for case, q, k, v, msk, block in cases:
         got = call(tiled_attention, q.copy(), k.copy(), v.copy(),
                    None if msk is None else msk.copy(), block, case=case)

@@ -16,9 +16,11 @@ import math
 
 import torch
 
-from txlearn.checks import diagnose, exercise, expect_close, expect_true
-from txlearn.checks.modules import (F32, backward, expect_match, expect_pair, expect_shape_of, load,
-                                    make_module, mask_ref, mha_reference, mha_state, np64, run)
+from txlearn.checks import diagnose, exercise, expect_close, expect_true, record_starts
+from txlearn.checks.modules import (F32, MHA_CACHE_CONTENT, MHA_CACHE_REPEATED, backward,
+                                    expect_cache, expect_match, expect_pair, expect_shape_of,
+                                    load, make_module, mask_ref, mha_reference, mha_state, np64,
+                                    run)
 from txlearn.heads import kv_cache_bytes
 
 # ----------------------------------------------------------------------------- split_heads
@@ -303,6 +305,12 @@ MHA_CACHE_MISSING = (
     "the cache keeps every earlier position",
     "with use_cache=True, store append_kv's result in self.kv_cache and attend over all of it",
     "the second step must see the keys of the first")
+MHA_START = (
+    "which positions does a cached call hold?",
+    "step 2 of the forward: start = the number of positions already in self.kv_cache "
+    "(self.kv_cache[0].shape[2]) when use_cache is true, else 0, passed to "
+    "self.apply_positions(Q, K, start); set 04's rotary attention needs it",
+    "your forward passed another start to apply_positions")
 MHA_NO_GRAD = (
     "the module must be trainable",
     "gradients flow through forward: no torch.no_grad, .detach(), .data or NumPy inside it",
@@ -435,11 +443,21 @@ def multi_head_attention(MultiHeadAttention):
     got = run(m4, x4[:, :3].clone(), mask=mask_ref(3, 3), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_ALWAYS)])
     expect_close(got, full[:, :3], case=case, **F32, hint=MHA_CACHE_ALWAYS)
+    expect_cache(m4, 2, 4, 2, 3, 2, case, empty=MHA_CACHE_MISSING)
     case = "KV cache, step 2: positions 3-4, use_cache=True, mask causal_mask(2, 5)"
     got = run(m4, x4[:, 3:].clone(), mask=mask_ref(2, 5), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_MISSING), ("shape", MHA_CACHE_MISSING)])
     expect_shape_of(got, (2, 2, 8), case=case, hint=MHA_CACHE_MISSING)
     expect_close(got, full[:, 3:], case=case, **F32, hint=MHA_CACHE_MISSING)
+    expect_cache(m4, 2, 4, 2, 5, 2, case, empty=MHA_CACHE_MISSING)
+    case = ("KV cache: the start your forward passes to apply_positions on cached calls of 3, 2 "
+            "and 1 positions")
+    starts = record_starts(MultiHeadAttention, 8, 4, n_kv_heads=2, case=case,
+                           steps=[(x4[:, :3].clone(), mask_ref(3, 3)),
+                                  (x4[:, 3:].clone(), mask_ref(2, 5)),
+                                  (x4[:, 4:].clone(), mask_ref(1, 6))])
+    expect_true(starts == [0, 3, 5], case=case, hint=MHA_START,
+                message=f"apply_positions received start = {starts}, expected [0, 3, 5]")
 
     # 7. gradients reach the input and every parameter
     case = "gradients: B=2, T=4, d_model=8, n_heads=2, causal mask"

@@ -23,7 +23,7 @@ from txlearn.checks.feedback import STUB, CheckFailure, clean
 from txlearn.learner_calls import (TimeLimitExceeded, call_on_copies, learner_frames,
                                    load_state_dict, local_forward_backward, parameter_name)
 
-__all__ = ["call", "construct", "load_state", "state_shapes", "forward_backward",
+__all__ = ["call", "construct", "load_state", "state_shapes", "cache_shapes", "record_starts", "forward_backward",
            "LearnerObject", "LearnerError", "LearnerTimeout", "LearnerChangedInput",
            "DEFAULT_TIME_LIMIT"]
 
@@ -94,6 +94,13 @@ class LearnerObject:
 
     def remote_forward_backward(self, args: tuple, kwargs: dict, grad_output,
                                 time_limit: float | None):
+        raise NotImplementedError
+
+    def remote_cache_shapes(self, time_limit: float | None) -> list:
+        raise NotImplementedError
+
+    def remote_record_starts(self, args: tuple, kwargs: dict, steps: list,
+                             time_limit: float | None) -> list:
         raise NotImplementedError
 
     def remote_is_module(self) -> bool:
@@ -200,6 +207,33 @@ def state_shapes(module: Any, *, case: str,
                             remote=True,
                             time_limit=time_limit)
     return _run_learner(lambda: {k: tuple(v.shape) for k, v in module.state_dict().items()},
+                        case=case, time_limit=time_limit)
+
+
+def cache_shapes(module: Any, *, case: str,
+                 time_limit: float | None = DEFAULT_TIME_LIMIT) -> list[list[tuple]]:
+    """The shapes held in the ``kv_cache`` attributes of the learner's module and its
+    submodules (:func:`txlearn.learner_calls.cache_shapes`), read where the module lives."""
+    if isinstance(module, LearnerObject):
+        return _run_learner(lambda: module.remote_cache_shapes(time_limit), case=case,
+                            remote=True, time_limit=time_limit)
+    return _run_learner(lambda: learner_calls.cache_shapes(module), case=case,
+                        time_limit=time_limit)
+
+
+def record_starts(cls: Any, *args: Any, steps: list, case: str,
+                  time_limit: float | None = DEFAULT_TIME_LIMIT, **kwargs: Any) -> list[int]:
+    """The ``start`` each cached call of an attention module built from the learner's class
+    passes to ``apply_positions`` (:func:`txlearn.learner_calls.record_starts`), run where the
+    class lives; ``steps`` is a list of ``(x, mask)``."""
+    if isinstance(cls, LearnerObject):
+        return _run_learner(lambda: cls.remote_record_starts(args, kwargs, steps, time_limit),
+                            case=case, remote=True, time_limit=time_limit)
+    if not isinstance(cls, type):
+        raise CheckFailure(f"expected a class, got {type(cls).__name__}", case=case,
+                           hint="run the cell that defines your class before this check",
+                           kind="missing")
+    return _run_learner(lambda: learner_calls.record_starts(cls, args, kwargs, steps),
                         case=case, time_limit=time_limit)
 
 

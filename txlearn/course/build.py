@@ -10,7 +10,10 @@ Sources are jupytext percent scripts, edited by hand:
 
 Cells marked ``tags=["answer"] exercise="NAME"`` hold the learner's code; cells marked
 ``tags=["check"] exercise="NAME"`` call ``check("NAME", ...)`` and are tagged
-``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED`` line.
+``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED (public cases)`` line.
+Cells marked ``tags=["demo"]`` run only in the learner's notebook (what the learner's own code
+does once its checks pass: a loss curve, a sample, a chat answer, a speed); the grader never runs
+them.
 The format is documented in CONTRIBUTING.md. Cell ids are derived from the cell's position and
 exercise, so regenerating gives byte-identical files.
 """
@@ -141,6 +144,11 @@ def is_check(cell) -> bool:
 
 def is_answer(cell) -> bool:
     return cell.cell_type == "code" and "answer" in _tags(cell)
+
+
+def is_demo(cell) -> bool:
+    """A code cell that runs in the learner's notebook only, never in the grader's runner."""
+    return cell.cell_type == "code" and "demo" in _tags(cell)
 
 
 def read_source(path: Path):

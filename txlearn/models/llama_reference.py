@@ -24,7 +24,7 @@ from unittest import mock
 
 import torch
 
-from txlearn.models.gguf import gguf_path
+from txlearn.models.gguf_files import chat_ids, gguf_path, load_tokenizer
 
 __all__ = ["reference_model", "load_tokenizer", "chat_ids", "reference_generate",
            "without_float32_internals"]
@@ -56,25 +56,6 @@ def reference_model(dtype: torch.dtype = torch.float32):
     with quiet:
         model = LlamaForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
     return model.eval()
-
-
-def load_tokenizer():
-    """The model's tokenizer (byte-level BPE, 49,152 tokens, with its chat template), built by
-    ``transformers.AutoTokenizer`` from the GGUF file's metadata."""
-    path = gguf_path()
-    _offline()
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-
-
-def chat_ids(tokenizer, user_message: str) -> list[int]:
-    """Token ids of a one-turn chat, formatted by the file's chat template (which adds its default
-    system message), ending with the assistant's turn opened: ``<|im_start|>assistant\\n``."""
-    out = tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                        add_generation_prompt=True, tokenize=True)
-    ids = out["input_ids"] if hasattr(out, "keys") else out
-    return [int(i) for i in ids]
 
 
 @torch.no_grad()

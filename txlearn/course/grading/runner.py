@@ -216,6 +216,8 @@ class Runner:
         self._forward_backward = learner_calls.local_forward_backward
         self._call_on_copies = learner_calls.call_on_copies
         self._load_state_dict = learner_calls.load_state_dict
+        self._cache_shapes = learner_calls.cache_shapes
+        self._record_starts = learner_calls.record_starts
         self._time_limit = learner_calls.time_limit
         self._out_of_time = learner_calls.TimeLimitExceeded
         self._frames = learner_calls.learner_frames
@@ -401,6 +403,26 @@ class Runner:
         encoder = self.protocol.MessageEncoder()
         kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
             {str(k): tuple(int(n) for n in v.shape) for k, v in target.state_dict().items()}))
+        return self._reply_value(kind, value, encoder)
+
+    def op_cache_shapes(self, msg, blobs):
+        target = self._resolve(msg.get("target"))
+        encoder = self.protocol.MessageEncoder()
+        kind, value, _ = self.timed(msg.get("time_limit"),
+                                    lambda: encoder.encode(self._cache_shapes(target)))
+        return self._reply_value(kind, value, encoder)
+
+    def op_record_starts(self, msg, blobs):
+        decoder = self.protocol.MessageDecoder(blobs, on_handle=self._on_handle)
+        target = self._resolve(msg.get("target"))
+        args, kwargs = decoder.decode(msg.get("args")), decoder.decode(msg.get("kwargs"))
+        steps = decoder.decode(msg.get("steps"))
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) \
+                or not isinstance(steps, (list, tuple)):
+            raise self.protocol.ProtocolError("bad arguments")
+        encoder = self.protocol.MessageEncoder()
+        kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
+            self._record_starts(target, tuple(args), dict(kwargs), list(steps))))
         return self._reply_value(kind, value, encoder)
 
     def op_load_state(self, msg, blobs):

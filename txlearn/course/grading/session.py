@@ -319,6 +319,24 @@ class Remote(LearnerObject):
         # hint line of its own to the feedback)
         return {clean(k, 200): tuple(v) for k, v in value.items()}
 
+    def remote_cache_shapes(self, time_limit):
+        value, _ = self._session.act("cache_shapes", self, {}, time_limit, self.name)
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in v)
+                for v in value):
+            raise RunnerDied("the runner's reply broke the protocol (cache shapes)")
+        return [[tuple(int(n) for n in s) for s in v] for v in value]
+
+    def remote_record_starts(self, args, kwargs, steps, time_limit):
+        value, _ = self._session.act("record_starts", self,
+                                     {"args": list(args), "kwargs": dict(kwargs),
+                                      "steps": [list(step) for step in steps]},
+                                     time_limit, self.name)
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise RunnerDied("the runner's reply broke the protocol (recorded starts)")
+        return [int(v) for v in value]
+
     def remote_forward_backward(self, args, kwargs, grad_output, time_limit):
         value, _ = self._session.act("forward_backward", self,
                                      {"args": list(args), "kwargs": dict(kwargs),

@@ -94,4 +94,5 @@ def load_set(source: Path) -> CourseSet:
         metadata=dict(student.metadata.get("txlearn", {})), allowed=sorted(allowed),
         course_cells=[(c.id, c.metadata.get("exercise", "") if build.is_answer(c) else "",
                        c.source) for c in student.cells
-                      if c.cell_type == "code" and not build.is_check(c)])
+                      if c.cell_type == "code" and not build.is_check(c)
+                      and not build.is_demo(c)])
