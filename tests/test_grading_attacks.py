@@ -807,6 +807,15 @@ def test_a_python_installed_under_tmp_stays_visible(tmp_path, monkeypatch):
         argv = [a for a in argv if not a.startswith("CAP_") and a != "--cap-add"]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         assert done.returncode == 0 and done.stdout == "seen", done.stderr
+        # ... and /tmp, an ancestor of that venv, stays world-writable (1777): a fresh clone
+        # under /tmp once made it 0755, so the learner's uid could write nothing there
+        writes = ["/bin/sh", "-c", "echo x > /tmp/probe && cat /tmp/probe"]
+        argv = sandbox.bwrap_argv(bwrap, view_dir=str(tmp_path), files=[], limits=LIMITS,
+                                  tail=["/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                        "--clear-groups", *writes]
+                                  if os.geteuid() == 0 else writes)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0 and done.stdout == "x\n", done.stderr
     finally:
         for p in fake_root.iterdir():
             p.unlink()

@@ -343,7 +343,8 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
             argv += ["--perms", "0644", "--file", str(fd), f"{VIEW}/{rel}"]
         argv += ["--chmod", "0755", VIEW, "--remount-ro", VIEW]
     made = sorted({a for r in list(roots) + [VIEW] for a in _ancestors(r)
-                   if not any(_under(a, r2) for r2 in roots) and not _under(a, "/usr")},
+                   if not any(_under(a, r2) for r2 in roots) and not _under(a, "/usr")
+                   and a not in (HOME, "/tmp")},   # a venv under /tmp: /tmp stays 1777
                   key=lambda p: p.count("/"))
     for folder in made:   # bwrap creates them 0700: the job's uid must pass through them
         argv += ["--chmod", "0755", folder]
