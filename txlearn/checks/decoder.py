@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.checks import (cache_shapes, call, diagnose, exercise, expect_close, expect_shape,
-                            expect_true)
+                            expect_true, method)
 from txlearn.heads import kv_cache_bytes
 from txlearn.positional import apply_rope_np, half_to_interleaved, interleaved_to_half
 
@@ -478,7 +478,8 @@ def llama_decoder(DecoderLayer, Decoder):
     full = _decoder_ref(state, ids, cfg)                                      # (1, 8, 40)
     for repeat in range(2):
         if repeat:
-            run(model.reset_cache, case="reset_cache() after a cached sequence", hint=DEC_RESET)
+            run(method(model, "reset_cache"), case="reset_cache() after a cached sequence",
+                hint=DEC_RESET)
         for lo, hi in ((0, 5), (5, 6), (6, 8)):
             case = (f"{'after reset_cache(), ' if repeat else ''}use_cache=True, ids at positions "
                     f"{lo}-{hi - 1} of 8 (n_vocab=40)")
@@ -521,8 +522,9 @@ LOAD_RAISED = ("which layout does the file store?",
 LOAD_DEFAULT = ("build Decoder from the metadata; fill W_E, every layer's norms, W_Q, W_K "
                 "(transposed, then to_half_pairing), W_V, W_O, W_1 (up), W_2 (down), W_3 (gate) "
                 "and norm.gamma",)
-GEN_RESET = ("start a new sequence", "call model.reset_cache() at the start of "
-             "generate_greedy: a second call otherwise continues after the first one's tokens")
+GEN_RESET = ("start a new sequence", "empty the model's caches (its reset_cache method) at the "
+             "start of generate_greedy: a second call otherwise continues after the first one's "
+             "tokens")
 GEN_REFEED = ("what does a cached step run?",
               "with the cache, run the prompt once, then only the newest id ((1, 1)): running "
               "the whole sequence again stores every position a second time")

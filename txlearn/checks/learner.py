@@ -14,6 +14,7 @@ load, forward and backward, the time limit, the learner's frames) is
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -23,8 +24,8 @@ from txlearn.checks.feedback import STUB, CheckFailure, clean
 from txlearn.learner_calls import (TimeLimitExceeded, call_on_copies, learner_frames,
                                    load_state_dict, local_forward_backward, parameter_name)
 
-__all__ = ["call", "construct", "load_state", "state_shapes", "cache_shapes", "record_starts", "forward_backward",
-           "LearnerObject", "LearnerError", "LearnerTimeout", "LearnerChangedInput",
+__all__ = ["call", "construct", "load_state", "state_shapes", "cache_shapes", "record_starts",
+           "forward_backward", "method", "LearnerObject", "LearnerError", "LearnerTimeout", "LearnerChangedInput",
            "DEFAULT_TIME_LIMIT"]
 
 
@@ -106,6 +107,9 @@ class LearnerObject:
     def remote_is_module(self) -> bool:
         raise NotImplementedError
 
+    def remote_method(self, name: str) -> "LearnerObject":
+        raise NotImplementedError
+
 
 def _run_learner(thunk: Callable, *, case: str, time_limit: float | None, hint=None,
                  what: str = "your code", remote: bool = False):
@@ -165,6 +169,21 @@ def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME
                            kind="missing")
     return _run_learner(lambda: _call_with_copies(fn, args, kwargs), case=case,
                         time_limit=time_limit, hint=hint)
+
+
+METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,59}")   # a public method's name
+
+
+def method(obj: Any, name: str) -> Any:
+    """The learner's ``obj.name`` as something :func:`call` can call (a model's
+    ``reset_cache``), looked up when it is called, where ``obj`` lives: a missing method fails
+    as the learner's own AttributeError would. ``name`` must be a public name (a course bug
+    otherwise: ValueError)."""
+    if not METHOD_NAME.fullmatch(name):
+        raise ValueError(f"not a public method name: {name!r}")
+    if isinstance(obj, LearnerObject):
+        return obj.remote_method(name)
+    return lambda *args, **kwargs: getattr(obj, name)(*args, **kwargs)
 
 
 def _call_with_copies(fn, args, kwargs):

@@ -109,7 +109,8 @@ class Session:
         packages = None
         if self.mode == "bwrap":   # only numpy, torch and what the set declares are installed
             try:
-                packages = sandbox.package_entries(self.cs.packages)
+                packages = sandbox.package_entries(self.cs.packages) + \
+                    sandbox.data_entries(self.cs.data)
             except RuntimeError as err:
                 raise RunnerDied(str(err)) from None
         self.process = sandbox.start(mode=self.mode, view_dir=self.cs.view_dir, files=self.files,
@@ -347,6 +348,11 @@ class Remote(LearnerObject):
 
     def remote_is_module(self):
         return self._is_module
+
+    def remote_method(self, name):
+        """A proxy of this object's method ``name`` (the runner looks it up when it is called)."""
+        return type(self)(self._session, {**self._ref, "method": name}, f"{self.name}.{name}",
+                          False, self._generation)
 
     def __repr__(self):
         return f"<{self.name} in the sandbox>"
