@@ -352,7 +352,7 @@ WRONG.update({
         ("norm gains swapped", (GENERATE_REF, load_with(norms=("ffn_norm", "attn_norm"))),
          "attn_norm is the gain of norm1"),
         ("nothing transposed", (GENERATE_REF, load_with(transpose="none")), "transpose them"),
-        ("no reset_cache", (generate_with(reset=False), LOAD_REF), "reset_cache()"),
+        ("no reset_cache", (generate_with(reset=False), LOAD_REF), "its reset_cache method"),
         ("the whole sequence every cached step", (generate_with(refeed=True), LOAD_REF),
          "only the newest id"),
     ],

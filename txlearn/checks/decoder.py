@@ -544,6 +544,12 @@ def _raised_load():
             ("Unexpected key", LOAD_RAISED), ("shape", LOAD_RAISED), (None, LOAD_RAISED))
 
 
+def _longest_cache(model, case) -> int:
+    """The most positions any (B, n_kv_heads, S, d_k) tensor of the model's caches holds."""
+    held = cache_shapes(model, case=case)
+    return max((shape[2] for pair in held for shape in pair if len(shape) == 4), default=0)
+
+
 @exercise("smollm2_decoder", needs=("llama_decoder", "rope_pairing_permutation"))
 def smollm2_decoder(generate_greedy, load_smollm2):
     from txlearn.checks import decoder_oracles as oracle
@@ -567,21 +573,26 @@ def smollm2_decoder(generate_greedy, load_smollm2):
 
     prompt = oracle.chat_prompt()
     want = oracle.greedy()
-    T0, n = len(prompt), oracle.N_NEW
-    case = f"generate_greedy(model, the chat prompt ({T0} tokens), {n}), use_cache=True"
-    got = run(generate_greedy, model, prompt.clone(), n, use_cache=True, case=case,
-              time_limit=120, hint=SLOW)
-    expect_shape_of(got, (T0 + n,), case=case, hint=("prompt and new ids, (T0 + n_new,)",))
-    expect_match(got, want, case=case, rtol=0, atol=0, default=GEN_DEFAULT,
-                 mistakes=[(lambda: oracle.greedy_refeeding(n), GEN_REFEED)])
-    short = oracle.N_SHORT
+    T0, n, short = len(prompt), oracle.N_NEW, oracle.N_SHORT
+    for steps in (short, n):   # the short call first: a loop that feeds the whole sequence again
+        case = (f"generate_greedy(model, the chat prompt ({T0} tokens), {steps}), "  # each step
+                f"use_cache=True")                      # stores it again, and is slow to run long
+        got = run(generate_greedy, model, prompt.clone(), steps, use_cache=True, case=case,
+                  time_limit=120, hint=SLOW)
+        expect_shape_of(got, (T0 + steps,), case=case,
+                        hint=("prompt and new ids, (T0 + n_new,)",))
+        longest = _longest_cache(model, case)           # read before comparing the ids
+        expect_true(longest <= T0 + steps, case=case, hint=GEN_RESET if steps == n else GEN_REFEED,
+                    message=f"after the call your caches hold {longest} positions; the prompt and "
+                            f"{steps} new tokens are {T0 + steps}")
+        expect_match(got, want[:T0 + steps], case=case, rtol=0, atol=0, default=GEN_DEFAULT,
+                     mistakes=[(lambda k=steps: oracle.greedy_refeeding(k), GEN_REFEED)])
     case = (f"generate_greedy(model, the chat prompt, {short}), use_cache=True, after a cached "
             f"call of your model on 40 other tokens")
     run(model, torch.arange(100, 140)[None], use_cache=True, case=case, hint=SLOW)
     got = run(generate_greedy, model, prompt.clone(), short, use_cache=True, case=case,
               time_limit=120, hint=SLOW)
-    held = cache_shapes(model, case=case)
-    longest = max((shape[2] for pair in held for shape in pair if len(shape) == 4), default=0)
+    longest = _longest_cache(model, case)
     expect_true(longest <= T0 + short, case=case, hint=GEN_RESET,
                 message=f"after the call your caches hold {longest} positions; a new sequence of "
                         f"{T0} + {short} tokens holds at most {T0 + short}")
