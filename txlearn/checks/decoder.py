@@ -9,10 +9,10 @@ receive only NumPy arrays, ints and a dict of ints.
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from txlearn.checks import (cache_shapes, call, diagnose, exercise, expect_close, expect_shape,
                             expect_true, method)
+from txlearn.checks import decoder_references as R
 from txlearn.heads import kv_cache_bytes
 from txlearn.positional import apply_rope_np, half_to_interleaved, interleaved_to_half
 
@@ -198,54 +198,16 @@ LLAMA_DEFAULT = ("apply_positions(Q, K, start): rope_half(Q, start .. start+L-1,
                  "the same for K",)
 
 
-def _rope_half_ref(x, positions, base, *, pairing="half", sign=1.0, exponent=2.0):
-    """float64 rotation of ``x (..., T, d)`` by ``positions`` with the catalogued knobs."""
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64))
-    d = x.shape[-1]
-    h = d // 2
-    theta = base ** (-exponent * torch.arange(h, dtype=torch.float64) / d)
-    angle = torch.as_tensor(np.asarray(positions, dtype=np.float64))[:, None] * theta
-    cos, sin = torch.cos(angle), sign * torch.sin(angle)
-    if pairing == "half":
-        a, b = x[..., :h], x[..., h:]
-        return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).numpy()
-    a, b = x[..., 0::2], x[..., 1::2]
-    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2).numpy()
-
-
 def _rope_half_mistakes(x, positions, base):
-    v = lambda **kw: (lambda: _rope_half_ref(x, kw.pop("p", positions), kw.pop("b", base), **kw))  # noqa: E731
+    v = lambda **kw: (lambda: R.rope_half_ref(x, kw.pop("p", positions), kw.pop("b", base), **kw))  # noqa: E731
     return [(v(pairing="interleaved"), HALF_INTERLEAVED), (v(b=10000.0), HALF_BASE),
             (v(sign=-1.0), HALF_SIGN), (v(exponent=1.0), HALF_EXPONENT),
             (v(p=np.arange(len(positions))), HALF_POSITIONS)]
 
 
-def _llama_attention_ref(state, x, n_heads, mask, q_rows, q_pos, k_pos, base, *, pairing="half",
-                         rot_k=True):
-    """Rotary GQA attention output (float64) of the queries ``x[:, q_rows]`` over every row of
-    ``x`` as keys, without biases."""
-    t = {k: torch.as_tensor(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
-    x = torch.as_tensor(np.asarray(x, dtype=np.float64))
-    B, S, d_model = x.shape
-    d_k = d_model // n_heads
-    n_kv = t["W_K"].shape[1] // d_k
-
-    def heads(name, h, rows):
-        y = x[:, rows] @ t[f"W_{name}"]
-        return y.reshape(B, y.shape[1], h, d_k).transpose(1, 2)
-
-    Q, K, V = heads("Q", n_heads, q_rows), heads("K", n_kv, slice(None)), heads("V", n_kv, slice(None))
-    Q = torch.as_tensor(_rope_half_ref(Q.numpy(), q_pos, base, pairing=pairing))
-    if rot_k:
-        K = torch.as_tensor(_rope_half_ref(K.numpy(), k_pos, base, pairing=pairing))
-    m = torch.as_tensor(mask).bool()
-    out = F.scaled_dot_product_attention(Q, K, V, attn_mask=m, enable_gqa=True)
-    return (out.transpose(1, 2).reshape(B, -1, d_model) @ t["W_O"]).numpy()
-
-
 def _llama_attention_mistakes(state, x, n_heads, mask, q_rows, q_pos, k_pos, base, restarted=None):
     def v(**kw):
-        return lambda: _llama_attention_ref(state, x, n_heads, mask, q_rows, kw.pop("q", q_pos),
+        return lambda: R.llama_attention_ref(state, x, n_heads, mask, q_rows, kw.pop("q", q_pos),
                                             kw.pop("k", k_pos), kw.pop("b", base), **kw)
     out = [(v(b=10000.0), LLAMA_OWN_BASE), (v(rot_k=False), LLAMA_Q_ONLY),
            (v(pairing="interleaved"), LLAMA_INTERLEAVED),
@@ -276,7 +238,7 @@ def llama_attention(rope_half, LlamaAttention):
         tol = F32 if x.dtype == torch.float32 else {"rtol": 1e-7, "atol": 1e-9}
         mistakes = [m for m in _rope_half_mistakes(x.numpy(), positions.numpy(), base)
                     if not (base == 10000.0 and m[1] is HALF_BASE)]
-        expect_match(got, _rope_half_ref(x.numpy(), positions.numpy(), base), case=case, **tol,
+        expect_match(got, R.rope_half_ref(x.numpy(), positions.numpy(), base), case=case, **tol,
                      mistakes=mistakes, default=HALF_DEFAULT)
 
     base = 300.0
@@ -298,7 +260,7 @@ def llama_attention(rope_half, LlamaAttention):
                   hint=LLAMA_DEFAULT)
         expect_shape_of(got, (1, hi - lo, 16), case=case, hint=("out has the shape of x",))
         restarted = np.concatenate([np.arange(lo), np.arange(hi - lo)]) if lo else None
-        expect_match(got, _llama_attention_ref(state, x[:, :hi].numpy(), 4, mask, slice(lo, hi),
+        expect_match(got, R.llama_attention_ref(state, x[:, :hi].numpy(), 4, mask, slice(lo, hi),
                                                pos[lo:hi], pos[:hi], base),
                      case=case, **F32, default=LLAMA_DEFAULT,
                      mistakes=_llama_attention_mistakes(state, x[:, :hi].numpy(), 4, mask,
@@ -350,82 +312,6 @@ DEC_DEFAULT = ("x_0 = W_E[ids]; n_layers pre-norm DecoderLayers under causal_mas
                "logits = RMSNorm(x_N) W_E^T",)
 
 
-def _rms(x, gamma, eps):
-    return gamma * x / torch.sqrt((x ** 2).mean(-1, keepdim=True) + eps)
-
-
-def _swiglu(x, t, p):
-    gate = x @ t[p + "W_3"]
-    return (gate * torch.sigmoid(gate) * (x @ t[p + "W_1"])) @ t[p + "W_2"]
-
-
-def _layer_ref(t, p, x, n_heads, mask, q_rows, q_pos, k_pos, eps, base, *, post=False,
-               residual=True, one_norm=False, ffn_on_x=False):
-    """One pre-norm Llama layer (float64) on the rows ``q_rows`` of ``x``, with ``x`` all the
-    rows the keys come from (the layer's input at every position seen)."""
-    g1 = t[p + "norm1.gamma"]
-    g2 = g1 if one_norm else t[p + "norm2.gamma"]
-    attn_state = {k: t[p + "attn." + k].numpy() for k in ("W_Q", "W_K", "W_V", "W_O")}
-    x_rows = x[:, q_rows]
-    if post:
-        a = torch.as_tensor(_llama_attention_ref(attn_state, x.numpy(), n_heads, mask, q_rows,
-                                                 q_pos, k_pos, base))
-        h = _rms(x_rows + a, g1, eps)
-        return _rms(h + _swiglu(h, t, p + "ffn."), g2, eps)
-    a = torch.as_tensor(_llama_attention_ref(attn_state, _rms(x, g1, eps).numpy(), n_heads, mask,
-                                             q_rows, q_pos, k_pos, base))
-    h = x_rows + a if residual else a
-    f = _swiglu(_rms(x_rows if ffn_on_x else h, g2, eps), t, p + "ffn.")
-    return h + f if residual else f
-
-
-def _decoder_ref(state, ids, cfg, *, scaled=False, final_norm=True, head_t=False, **layer_kw):
-    """The decoder's logits (float64 NumPy) for ``ids (B, T)`` at positions 0 .. T-1."""
-    t = {k: torch.as_tensor(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
-    ids = torch.as_tensor(ids)
-    T = ids.shape[1]
-    x = t["W_E"][ids] * (cfg["d_model"] ** 0.5 if scaled else 1.0)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
-    pos = np.arange(T)
-    for i in range(cfg["n_layers"]):
-        x = _layer_ref(t, f"layers.{i}.", x, cfg["n_heads"], mask, slice(None), pos, pos,
-                       cfg["eps"], cfg["rope_base"], **layer_kw)
-    h = _rms(x, t["norm.gamma"], cfg["eps"]) if final_norm else x
-    return (h @ (t["W_E"] if head_t else t["W_E"].T)).numpy()
-
-
-def _layer_state(rng, d_model, n_heads, n_kv_heads, d_ff, prefix=""):
-    d_kv = n_kv_heads * (d_model // n_heads)
-    shapes = {"norm1.gamma": (d_model,), "attn.W_Q": (d_model, d_model),
-              "attn.W_K": (d_model, d_kv), "attn.W_V": (d_model, d_kv),
-              "attn.W_O": (d_model, d_model), "norm2.gamma": (d_model,),
-              "ffn.W_1": (d_model, d_ff), "ffn.W_2": (d_ff, d_model), "ffn.W_3": (d_model, d_ff)}
-    out = {}
-    for k, shape in shapes.items():
-        out[prefix + k] = (1.0 + rng.normal(0, 0.3, shape) if k.endswith("gamma")
-                           else rng.normal(0, 0.5 / np.sqrt(shape[0]) * 2, shape))
-    return out
-
-
-def _decoder_state(cfg, seed):
-    rng = np.random.default_rng(seed)
-    state = {"W_E": rng.normal(0, 1.0, (cfg["n_vocab"], cfg["d_model"]))}
-    for i in range(cfg["n_layers"]):
-        state.update(_layer_state(rng, cfg["d_model"], cfg["n_heads"], cfg["n_kv_heads"],
-                                  cfg["d_ff"], f"layers.{i}."))
-    state["norm.gamma"] = 1.0 + rng.normal(0, 0.3, cfg["d_model"])
-    return state
-
-
-def _f32(state):
-    return {k: torch.tensor(v, dtype=torch.float32) for k, v in state.items()}
-
-
-def _args(cfg):
-    return (cfg["n_vocab"], cfg["d_model"], cfg["n_layers"], cfg["n_heads"], cfg["n_kv_heads"],
-            cfg["d_ff"], cfg["eps"], cfg["rope_base"])
-
-
 @exercise("llama_decoder", needs=("llama_attention", "rms_norm_module", "swiglu"))
 def llama_decoder(DecoderLayer, Decoder):
     from txlearn.checks.modules import (F32, expect_match, expect_shape_of, load, make_module,
@@ -435,8 +321,8 @@ def llama_decoder(DecoderLayer, Decoder):
     case = "DecoderLayer(16, 4, 2, 24, eps=1e-5, rope_base=1000): x (2, 5, 16), causal mask"
     rng = np.random.default_rng(40)
     layer = make_module(DecoderLayer, 16, 4, 2, 24, 1e-5, 1000.0, case=case)
-    state = _layer_state(rng, 16, 4, 2, 24)
-    load(layer, _f32(state), case=case, names=LAYER_NAMES)
+    state = R.layer_state(rng, 16, 4, 2, 24)
+    load(layer, R.f32(state), case=case, names=LAYER_NAMES)
     x = torch.as_tensor(rng.normal(0, 1.0, (2, 5, 16)))
     mask = mask_ref(5, 5)
     got = run(layer, x.float(), mask=mask, case=case, hint=LAYER_DEFAULT)
@@ -445,7 +331,7 @@ def llama_decoder(DecoderLayer, Decoder):
     pos = np.arange(5)
 
     def lay(**kw):
-        return lambda: _layer_ref(t, "", x, 4, kw.pop("m", mask), slice(None), pos, pos, 1e-5,
+        return lambda: R.layer_ref(t, "", x, 4, kw.pop("m", mask), slice(None), pos, pos, 1e-5,
                                   1000.0, **kw).numpy()
     expect_match(got, lay()(), case=case, **F32, default=LAYER_DEFAULT,
                  mistakes=[(lay(post=True), LAYER_POST), (lay(residual=False), LAYER_NO_RESIDUAL),
@@ -456,26 +342,26 @@ def llama_decoder(DecoderLayer, Decoder):
     cfg = dict(n_vocab=24, d_model=24, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32, eps=1e-5,
                rope_base=1000.0)
     case = "Decoder(n_vocab=24, d_model=24, n_layers=2, n_heads=4, n_kv_heads=2, d_ff=32): ids (2, 6)"
-    model = make_module(Decoder, *_args(cfg), case=case)
-    state = _decoder_state(cfg, 41)
-    load(model, _f32(state), case=case, names=DEC_NAMES)
+    model = make_module(Decoder, *R.decoder_args(cfg), case=case)
+    state = R.decoder_state(cfg, 41)
+    load(model, R.f32(state), case=case, names=DEC_NAMES)
     ids = torch.as_tensor(np.random.default_rng(42).integers(0, 24, (2, 6)))
     got = run(model, ids.clone(), case=case, hint=DEC_DEFAULT)
     expect_shape_of(got, (2, 6, 24), case=case, hint=("logits are (B, T, n_vocab)",))
 
     def dec(**kw):
-        return lambda: _decoder_ref(state, ids, cfg, **kw)
+        return lambda: R.decoder_ref(state, ids, cfg, **kw)
     expect_match(got, dec()(), case=case, rtol=1e-4, atol=1e-4, default=DEC_DEFAULT,
                  mistakes=[(dec(scaled=True), DEC_SCALED), (dec(final_norm=False), DEC_NO_FINAL_NORM),
                            (dec(head_t=True), DEC_HEAD_TRANSPOSED), (dec(post=True), LAYER_POST)])
 
     # 3. the cache: 5 positions, then 1, then 2; n_vocab != d_model
     cfg = dict(cfg, n_vocab=40)
-    model = make_module(Decoder, *_args(cfg), case="Decoder(n_vocab=40, d_model=24, ...)")
-    state = _decoder_state(cfg, 43)
-    load(model, _f32(state), case="Decoder(n_vocab=40, d_model=24, ...)", names=DEC_NAMES)
+    model = make_module(Decoder, *R.decoder_args(cfg), case="Decoder(n_vocab=40, d_model=24, ...)")
+    state = R.decoder_state(cfg, 43)
+    load(model, R.f32(state), case="Decoder(n_vocab=40, d_model=24, ...)", names=DEC_NAMES)
     ids = torch.as_tensor(np.random.default_rng(44).integers(0, 40, (1, 8)))
-    full = _decoder_ref(state, ids, cfg)                                      # (1, 8, 40)
+    full = R.decoder_ref(state, ids, cfg)                                      # (1, 8, 40)
     for repeat in range(2):
         if repeat:
             run(method(model, "reset_cache"), case="reset_cache() after a cached sequence",
@@ -487,7 +373,7 @@ def llama_decoder(DecoderLayer, Decoder):
             got = run(model, ids[:, lo:hi].clone(), use_cache=True, case=case, hint=DEC_DEFAULT,
                       raised=raised)
             expect_shape_of(got, (1, hi - lo, 40), case=case, hint=("logits are (B, T, n_vocab)",))
-            restarted = _decoder_ref(state, ids[:, lo:hi], cfg)                # positions from 0
+            restarted = R.decoder_ref(state, ids[:, lo:hi], cfg)                # positions from 0
             expect_match(got, full[:, lo:hi], case=case, rtol=1e-4, atol=1e-4,
                          default=DEC_RESET if repeat and lo == 0 else DEC_DEFAULT,
                          mistakes=[(restarted, DEC_CACHE_OFF)])
