@@ -271,7 +271,7 @@ assert 0.5 < slope_m_d < 1.1  # T d_model outputs grow, the T^2 matrices do not
 # runs, not 2 (asserted between 2.0 and 3.0). Over the whole range from T = 256 it was 2.05 to
 # 2.35, where the short calls are the ones a busy machine slows most (so it is printed, not
 # asserted). Each entry of the attention matrix costs more at T = 4096 than at the cheapest of
-# T = 256 ... 1024: 1.6 to 3 times as much in our runs (asserted: more than 1.3).
+# T = 256 ... 1024: 1.7 to 3.1 times as much in our runs (asserted: more than 1.3).
 #
 # The sweep runs once untimed first, and that is not ceremony. Without it, the first sweep of a
 # fresh process gave a slope of 1.8 to 2.3 over T = 1024 ... 4096 and T = 512 its *dearest* entry:
