@@ -233,11 +233,10 @@ def attention_call(T, d_model):
     return lambda: scaled_dot_product_attention(Q, K, V)
 
 Ts = [256, 512, 1024, 2048, 4096]
-measure(lambda t: attention_call(t, 64), Ts, "time", repeats=1, clock=CLOCK)  # warm-up: see below
-t_T = measure(lambda t: attention_call(t, 64), Ts, "time", repeats=3, clock=CLOCK)
+t_T = measure(lambda t: attention_call(t, 64), Ts, "time", repeats=1, clock=CLOCK, rounds=3)
 m_T = measure(lambda t: attention_call(t, 64), Ts, "memory")
 d_models = [256, 512, 1024, 2048, 4096]
-t_d = measure(lambda d_m: attention_call(256, d_m), d_models, "time", repeats=3, clock=CLOCK)
+t_d = measure(lambda d_m: attention_call(256, d_m), d_models, "time", repeats=1, clock=CLOCK, rounds=3)
 m_d = measure(lambda d_m: attention_call(256, d_m), d_models, "memory")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -267,17 +266,20 @@ assert 0.5 < slope_m_d < 1.1  # T d_model outputs grow, the T^2 matrices do not
 
 # %% [markdown]
 # Memory grows as $T^2$ to the byte. Time grows *faster* than the $T^2$ that the FLOP count
-# predicts once the matrices are large: over T = 1024 to 4096 the slope was 2.2 to 2.6 in our
-# runs, not 2 (asserted between 2.0 and 3.0). Over the whole range from T = 256 it was 2.05 to
-# 2.35, where the short calls are the ones a busy machine slows most (so it is printed, not
+# predicts once the matrices are large: over T = 1024 to 4096 the slope was 2.4 to 2.6 in our
+# runs, not 2 (asserted between 2.0 and 3.0). Over the whole range from T = 256 it was 2.1 to
+# 2.4, where the short calls are the ones a busy machine slows most (so it is printed, not
 # asserted). Each entry of the attention matrix costs more at T = 4096 than at the cheapest of
-# T = 256 ... 1024: 1.7 to 3.1 times as much in our runs (asserted: more than 1.3).
+# T = 256 ... 1024: 1.7 to 2.7 times as much in our runs (asserted: more than 1.3).
 #
-# The sweep runs once untimed first, and that is not ceremony. Without it, the first sweep of a
-# fresh process gave a slope of 1.8 to 2.3 over T = 1024 ... 4096 and T = 512 its *dearest* entry:
-# the C library's allocator raises the size above which it asks the operating system for fresh
-# memory each time a large block is freed, so the first calls of each size pay for fresh pages
-# and the later ones do not. The fresh-memory half of that story is measured below. The FLOPs
+# Each sweep is timed in three rounds, every T once per round and in turn, and each T keeps its
+# fastest round (`measure(..., rounds=3)`), and that is not ceremony. Timed one T after another,
+# the first sweep of a fresh process gave a slope of 1.8 to 2.3 over T = 1024 ... 4096 and made
+# T = 512 its *dearest* entry: the C library's allocator raises the size above which it asks the
+# operating system for fresh memory each time a large block is freed, so the first calls of each
+# size pay for fresh pages and the later ones do not (the fresh-memory half of that story is
+# measured below); and on a shared machine a busy stretch lands on whichever T is being timed
+# then. In rounds, both hit every T alike. The FLOPs
 # per entry are the same at every T, so the extra time must come from *where the matrix lives*.
 # A $T \times T$ float32 matrix takes 1 MiB at T = 512 and 64 MiB at T = 4096. We measure the
 # two explanations next rather than state them.
@@ -454,10 +456,10 @@ def rnn_call(T, d_model, B=1):
     return lambda: recurrent_layer(x, W_x, W_h, torch.zeros(d_model))
 
 Ts_rnn = [256, 512, 1024, 2048, 4096]
-r_T = measure(lambda t: rnn_call(t, 64), Ts_rnn, "time", repeats=3, clock=CLOCK)
+r_T = measure(lambda t: rnn_call(t, 64), Ts_rnn, "time", repeats=1, clock=CLOCK, rounds=3)
 rm_T = measure(lambda t: rnn_call(t, 64), Ts_rnn, "memory")
 d_models_rnn = [256, 512, 1024, 2048]
-r_d = measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "time", repeats=3, clock=CLOCK)
+r_d = measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "time", repeats=1, clock=CLOCK, rounds=3)
 rm_d = measure(lambda d_m: rnn_call(32, d_m, B=16), d_models_rnn, "memory")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -503,9 +505,9 @@ def torch_rnn_call(T, d_model, B=1):
 
 d_x = 256
 Ts_x = [64, 128, 256, 512, 1024, 2048]
-a_x = measure(lambda t: attention_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
-r_x = measure(lambda t: rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
-n_x = measure(lambda t: torch_rnn_call(t, d_x), Ts_x, "time", repeats=3, clock=CLOCK)
+a_x = measure(lambda t: attention_call(t, d_x), Ts_x, "time", repeats=1, clock=CLOCK, rounds=3)
+r_x = measure(lambda t: rnn_call(t, d_x), Ts_x, "time", repeats=1, clock=CLOCK, rounds=3)
+n_x = measure(lambda t: torch_rnn_call(t, d_x), Ts_x, "time", repeats=1, clock=CLOCK, rounds=3)
 plt.figure(figsize=(6, 3.8))
 plt.loglog(Ts_x, a_x, "o-", label="attention (course's)")
 plt.loglog(Ts_x, r_x, "s-", label="RNN, Python loop (course's)")
@@ -1033,7 +1035,7 @@ def windowed_call(T, banded):
             else (lambda: scaled_dot_product_attention(Q, K, V, mask)))
 
 Ts_w = [512, 1024, 2048, 4096]
-sw = {name: (measure(lambda t: windowed_call(t, banded), Ts_w, "time", repeats=3, clock=CLOCK),
+sw = {name: (measure(lambda t: windowed_call(t, banded), Ts_w, "time", repeats=1, clock=CLOCK, rounds=3),
              measure(lambda t: windowed_call(t, banded), Ts_w, "memory"))
       for name, banded in (("banded", True), ("masked full", False))}
 sw_slopes = {name: (fit_loglog_slope(Ts_w, t), fit_loglog_slope(Ts_w, m)) for name, (t, m) in sw.items()}
