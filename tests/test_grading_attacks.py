@@ -1460,3 +1460,40 @@ def test_a_learner_objects_method_is_looked_up_when_called_and_must_be_public():
     for bad in ("__class__", "_private", "a.b", "x" * 61, ""):
         with pytest.raises(ValueError):
             method(Model(), bad)
+
+
+# ---- issue 25's last round: the gradebook's pages and exports, the notebook's own cost -----------
+
+def _book_row(student, points, marker):
+    from txlearn.course.gradebook.store import NotebookRow, ResultRow
+    return NotebookRow(
+        uuid=f"u-{points}-{len(student)}", run_uuid="r", student=student, set_name="01_softmax",
+        notebook="01_softmax.ipynb", path=f"/s/{student}/01_softmax.ipynb", digest="d",
+        submitted_at="2026-01-01T00:00:00Z", submitted_from="collected",
+        graded_at="2026-01-01T00:00:00Z", status="GRADED", error="", sandbox="bwrap",
+        points=points, max_points=5, deadline="", late_seconds=0.0, penalty=0.0,
+        results=[ResultRow("stable_softmax", "PASS" if points else "FAIL", points, 5)],
+        answers={"stable_softmax": marker})
+
+
+def test_a_student_named_after_a_classmates_folder_gets_a_folder_of_their_own(tmp_path):
+    # feedback/<slug(student)>/ and gradescope/<slug(student)>/: a student who named their folder
+    # "Alice_Smith-<6 hex>" (the slug of "Alice Smith") was written into Alice's folder (either
+    # was handed the other's page and answers, or overwrote the other's results.json); "ALICE"
+    # met "alice" on a case-insensitive disk; "index.html" made the listing a folder (a crash)
+    from txlearn.course.gradebook.exports import write_export
+    from txlearn.course.gradebook.feedback import write_feedback
+    from txlearn.course.gradebook.pages import slug
+    names = ["Alice Smith", slug("Alice Smith"), "alice", "ALICE", "index.html"]
+    rows = [_book_row(n, i, f"ANSWER-OF-{i}") for i, n in enumerate(names)]
+    pages = write_feedback(rows, tmp_path / "fb", generated="now")
+    assert len({str(p.parent).casefold() for p in pages}) == len(names), pages
+    assert (tmp_path / "fb" / "index.html").is_file()
+    for i, n in enumerate(names):
+        mine = [p for p in pages if f"ANSWER-OF-{i}<" in p.read_text()]
+        assert len(mine) == 1 and f"ANSWER-OF-" not in mine[0].read_text().replace(
+            f"ANSWER-OF-{i}<", ""), (n, mine)
+    files = write_export(rows, "gradescope", tmp_path / "gs")
+    assert len({str(p).casefold() for p in files}) == len(names), files
+    scores = sorted(json.loads(p.read_text())["score"] for p in files)
+    assert scores == [0.0, 1.0, 2.0, 3.0, 4.0]

@@ -184,10 +184,11 @@ def write_export(rows: list[NotebookRow], fmt: str, dest: Path, course: Course |
             dest.write_text(json.dumps(gradescope_results(row, hidden_visibility=hidden_visibility),
                                        indent=1) + "\n", encoding="utf-8")
             return [dest]
-        from txlearn.course.gradebook.pages import slug
+        from txlearn.course.gradebook.pages import folders, slug
         out = []
+        folder_of = folders(who for who, _ in counted)   # distinct for distinct students
         for (who, which), row in sorted(counted.items()):
-            path = dest / slug(who) / slug(which) / "results.json"
+            path = dest / folder_of[who] / slug(which) / "results.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(gradescope_results(row, hidden_visibility=hidden_visibility),
                                        indent=1) + "\n", encoding="utf-8")
