@@ -1497,3 +1497,29 @@ def test_a_student_named_after_a_classmates_folder_gets_a_folder_of_their_own(tm
     assert len({str(p).casefold() for p in files}) == len(names), files
     scores = sorted(json.loads(p.read_text())["score"] for p in files)
     assert scores == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_notebook_of_millions_of_empty_objects_is_refused_before_it_is_parsed(tmp_path):
+    # 48 MB (under the 50 MB limit) of "{}," in the notebook's metadata: the grader's json.loads
+    # built 16 million dicts, 1.2 GB, per notebook graded at once
+    import tracemalloc
+    from txlearn.course.grading.submission import read_notebook
+
+    def flood(nb):
+        nb["metadata"]["padding"] = "FLOOD"
+    path = _notebook(SOLUTION, tmp_path / "objects" / "01_softmax.ipynb", edit=flood)
+    text = path.read_bytes().replace(b'"FLOOD"', b"[" + b"{}," * (16 << 20) + b"{}]")
+    path.write_bytes(text)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, path, wrong], jobs=1, limits=LIMITS)
+    _classmates_unchanged(subs)
+    assert subs[1].error == ("not graded: more than 2,000,000 values in its JSON "
+                             "(clear its outputs: Kernel > Restart Kernel and Clear Outputs)")
+    tracemalloc.start()
+    try:
+        with pytest.raises(grading.GradingError):
+            read_notebook(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(text) + (16 << 20), f"reading it took {peak >> 20} MiB"
