@@ -1523,3 +1523,33 @@ def test_a_notebook_of_millions_of_empty_objects_is_refused_before_it_is_parsed(
     finally:
         tracemalloc.stop()
     assert peak < len(text) + (16 << 20), f"reading it took {peak >> 20} MiB"
+
+
+def test_a_state_dict_shape_of_half_a_million_dimensions_makes_no_megabyte_of_feedback(tmp_path):
+    # the runner reports state-dict shapes; one of 500,000 dimensions (1 MB of JSON, inside the
+    # reply's limits) was quoted whole by the check: 1.5 MB of feedback in one row of the JSON,
+    # the CSV and the gradebook, for every exercise that loads a state
+    heads = ROOT / "exercises" / "solutions" / "03_heads.ipynb"
+
+    def flood(nb):
+        for cell in nb["cells"]:
+            if cell.get("metadata", {}).get("exercise") == "multi_head_attention" and \
+                    "answer" in cell["metadata"].get("tags", []):
+                cell["source"] = "".join(cell["source"]) + (
+                    "\n_orig_sd = MultiHeadAttention.state_dict\nclass _S:\n"
+                    "    shape = [7] * 500000\n"
+                    "def _sd(self, *a, **k):\n    d = _orig_sd(self, *a, **k)\n"
+                    "    d['W_Q'] = _S()\n    return d\nMultiHeadAttention.state_dict = _sd\n")
+    attacker = _notebook(heads, tmp_path / "shapes" / "03_heads.ipynb", edit=flood)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, attacker, wrong], jobs=1,
+                         limits=dict(LIMITS, cell_seconds=60, call_seconds=20))   # torch loads
+    _classmates_unchanged(subs)
+    results = {r.exercise: r for r in subs[1].results}
+    mha = results["multi_head_attention"]
+    assert mha.status == "FAIL" and "parameter W_Q has shape (7, 7, 7" in mha.feedback, \
+        mha.feedback[:300]
+    out = tmp_path / "g.json"
+    grading.write_json(subs, out)
+    assert out.stat().st_size < 64 << 10, f"{out.stat().st_size:,} bytes of JSON"
+    assert max(len(line) for line in mha.feedback.splitlines()) <= 1000   # MAX_FEEDBACK_LINE
