@@ -1553,3 +1553,21 @@ def test_a_state_dict_shape_of_half_a_million_dimensions_makes_no_megabyte_of_fe
     grading.write_json(subs, out)
     assert out.stat().st_size < 64 << 10, f"{out.stat().st_size:,} bytes of JSON"
     assert max(len(line) for line in mha.feedback.splitlines()) <= 1000   # MAX_FEEDBACK_LINE
+
+
+def test_a_formula_behind_spaces_tabs_or_a_line_break_is_quoted_in_every_csv(tmp_path):
+    # a spreadsheet import that trims cells turned " =HYPERLINK(...)" or "\t=..." into a formula:
+    # the apostrophe went only in front of a cell whose very first character was =, +, - or @
+    from txlearn.course.gradebook.exports import write_export
+    from txlearn.course.grading.reports import Result, Submission
+    names = [' =HYPERLINK("example.invalid","x")', '\t=1+1', '\r\n@SUM(A1)', '  +1', 'plain']
+    subs = [Submission(path=Path(f"/s/{i}/01_softmax.ipynb"), student=n,
+                       results=[Result(n, "01_softmax.ipynb", "stable_softmax", "PASS", 1)])
+            for i, n in enumerate(names)]
+    grading.write_csv(subs, tmp_path / "g.csv")
+    cells = [r["student"] for r in csv.DictReader((tmp_path / "g.csv").open(encoding="utf-8"))]
+    assert [c.startswith("'") for c in cells] == [True, True, True, True, False], cells
+    rows = [_book_row(n, 1, "x") for n in names]
+    write_export(rows, "wide", tmp_path / "w.csv")
+    cells = [r[0] for r in csv.reader((tmp_path / "w.csv").open(encoding="utf-8", newline=""))][1:]
+    assert sorted(c.startswith("'") for c in cells) == [False, True, True, True, True], cells
