@@ -1571,3 +1571,62 @@ def test_a_formula_behind_spaces_tabs_or_a_line_break_is_quoted_in_every_csv(tmp
     write_export(rows, "wide", tmp_path / "w.csv")
     cells = [r[0] for r in csv.reader((tmp_path / "w.csv").open(encoding="utf-8", newline=""))][1:]
     assert sorted(c.startswith("'") for c in cells) == [False, True, True, True, True], cells
+
+
+def _while_changed(changed, compute):
+    """``compute()`` run while another thread (another student's wrong answer) holds the oracle
+    changed by ``changed`` (a context manager), undone 2 s later."""
+    import threading
+    entered, release = threading.Event(), threading.Event()
+
+    def wrong_student():
+        with changed:
+            entered.set()
+            release.wait(120)
+    thread = threading.Thread(target=wrong_student)
+    thread.start()
+    assert entered.wait(300)
+    timer = threading.Timer(2.0, release.set)   # the other student's mistake, undone later
+    timer.start()
+    try:
+        return compute()
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_a_wrong_answers_change_of_the_oracle_never_reaches_another_students_right_answer(
+        monkeypatch):
+    # the grader checks several submissions at once, one thread each, and sets 09 and 10 compare
+    # with one shared model that a catalogued mistake's logits change in place: the right answer
+    # computed meanwhile (then kept for the whole run, and for set 10 in the cache file) was the
+    # wrong student's, and every correct classmate after them failed. Set 10's oracle here is a
+    # small decoder of SmolLM2's vocabulary (loading the real one takes half a minute).
+    import torch
+    from txlearn.checks import capstone_oracles as encoder
+    from txlearn.checks import decoder_oracles as decoder
+    from txlearn.models.llama import LlamaConfig, LlamaDecoder
+    torch.manual_seed(0)
+    small = LlamaDecoder(LlamaConfig(49152, 16, 2, 4, 2, 32, rope="half"))
+    with torch.no_grad():
+        for name, p in small.named_parameters():
+            if "gamma" in name:
+                p.copy_(1.0 + torch.rand(p.shape))
+    monkeypatch.setattr(decoder, "_model", lambda: small)
+    right = decoder._compute_right()
+    meanwhile = _while_changed(decoder._changed("norms swapped"), decoder._compute_right)
+    assert np.array_equal(meanwhile["greedy"], right["greedy"])
+    assert np.array_equal(meanwhile["logits"], right["logits"])
+    sentences = ("The grader runs one thread per notebook.", "A shared model is one for all.")
+    right = encoder._states.__wrapped__(sentences, None)
+    state = encoder.minilm_state()
+    changed = encoder._changed(encoder._encoder(), "attention weights not transposed")
+    meanwhile = _while_changed(changed, lambda: (encoder._states.__wrapped__(sentences, None),
+                                                 encoder.minilm_state()))
+    assert np.array_equal(meanwhile[0], right)
+    assert all(torch_equal(meanwhile[1][k], v) for k, v in state.items())
+
+
+def torch_equal(a, b):
+    import torch
+    return bool(torch.equal(a, b))
