@@ -1630,3 +1630,19 @@ def test_a_wrong_answers_change_of_the_oracle_never_reaches_another_students_rig
 def torch_equal(a, b):
     import torch
     return bool(torch.equal(a, b))
+
+
+def test_a_notebook_in_a_second_folder_of_a_classmates_name_replaces_no_grade(tmp_path):
+    # the student is the notebook's folder name: sections/b/alice/ beside sections/a/alice/ was
+    # recorded as the same student, and the gradebook counted whichever was graded later
+    alice = _notebook(SOLUTION, tmp_path / "a" / "alice" / "01_softmax.ipynb")
+    mallory = _notebook(SOLUTION, tmp_path / "b" / "alice" / "01_softmax.ipynb",
+                        answers={"stable_softmax": NO_SHIFT})
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, alice, mallory, wrong], jobs=1, limits=LIMITS)
+    _classmates_unchanged(subs)
+    for sub, other in ((subs[1], mallory.parent), (subs[2], alice.parent)):
+        assert sub.error == (f"not graded: another 01_softmax notebook of this run lies in a "
+                             f"folder of the same name, {other} (each student's folder name "
+                             f"must be unique: rename one)"), sub.error
+        assert all(r.status == "ERROR" and r.points == 0 for r in sub.results)

@@ -338,6 +338,21 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
         source = forced or build.find_source(path.stem)
         student = Path(os.path.abspath(path)).parent.name
         jobs_list.append(Job(number, path, student, source, mode, refused[number]))
+    # notebooks of one set in two folders of one name (a/alice/ and b/alice/): the gradebook and
+    # the reports would take one for the other (the later counted, the earlier lost), so neither
+    # is graded; which of them is the student's own cannot be told here
+    named: dict[tuple[str, str], list[Job]] = {}
+    for job in jobs_list:
+        if job.source is not None and not job.refused:
+            named.setdefault((job.student, job.source.stem), []).append(job)
+    for (student, stem), same in named.items():
+        folders = {os.path.abspath(j.path.parent) for j in same}
+        if len(folders) > 1:
+            for job in same:
+                others = sorted(folders - {os.path.abspath(job.path.parent)})
+                job.refused = (f"another {stem} notebook of this run lies in a folder of the same "
+                               f"name, {', '.join(others)[:200]} (each student's folder name must "
+                               f"be unique: rename one)")
     sets: dict[str, CourseSet] = {}
     with tempfile.TemporaryDirectory(prefix="txlearn-grade-") as tmp:
         os.chmod(tmp, 0o755)
