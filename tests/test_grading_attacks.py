@@ -1646,3 +1646,25 @@ def test_a_notebook_in_a_second_folder_of_a_classmates_name_replaces_no_grade(tm
                              f"folder of the same name, {other} (each student's folder name "
                              f"must be unique: rename one)"), sub.error
         assert all(r.status == "ERROR" and r.points == 0 for r in sub.results)
+
+
+def test_sixty_thousand_made_up_exercise_names_add_one_note_and_no_answer(tmp_path):
+    # every answer cell naming an exercise the set lacks added an integrity note (repeated in each
+    # result row of the CSV, the JSON and the gradebook) and its text to the gradebook's answers
+    from txlearn.course.gradebook.course import Course
+    from txlearn.course.gradebook.record import Recorder
+
+    def made_up(nb):
+        nb["cells"] += [{"cell_type": "code", "id": f"x{i}", "execution_count": None,
+                         "metadata": {"tags": ["answer"], "exercise": f"made_up_{i}"},
+                         "outputs": [], "source": "pass  # " + "y" * 250} for i in range(60_000)]
+    attacker = _notebook(SOLUTION, tmp_path / "names" / "01_softmax.ipynb", edit=made_up)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, attacker, wrong], jobs=1, limits=LIMITS)
+    _classmates_unchanged(subs)
+    sub = subs[1]
+    assert sub.points == 4 and len(sub.integrity) == 4, sub.integrity[:5]
+    assert sub.integrity[-1] == "and 59997 more unknown exercise names"
+    row = Recorder(None, Course()).row(sub)
+    assert set(row.answers) == {"scaled_scores", "stable_softmax", "softmax_jacobian",
+                                "log_softmax"}, len(row.answers)

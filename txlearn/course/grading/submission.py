@@ -118,7 +118,7 @@ def plan(nb: dict, cs: CourseSet) -> tuple[list[Cell], set[str], list[str], set[
     course code), and for each exercise the copy's answer cells. Cells the learner added, and
     check cells, never run."""
     answers: dict[str, list[tuple[int, str]]] = {}
-    retired, notes = set(), []
+    retired, notes, unknown = set(), [], []
     for index, cell in enumerate(nb["cells"]):
         if cell.get("cell_type") != "code":
             continue
@@ -130,9 +130,14 @@ def plan(nb: dict, cs: CourseSet) -> tuple[list[Cell], set[str], list[str], set[
         if name in cs.info.retired:
             retired.add(name)
         elif name not in cs.names:
-            notes.append(f"an answer cell names an unknown exercise {clean(name, 40)!r}")
+            unknown.append(name)
         else:
             answers.setdefault(name, []).append((index, cell_text(cell)))
+    # one note however many (60,000 made-up names made 60,000 notes, 4 MB in every result row)
+    for name in list(dict.fromkeys(unknown))[:3]:
+        notes.append(f"an answer cell names an unknown exercise {clean(name, 40)!r}")
+    if len(set(unknown)) > 3:
+        notes.append(f"and {len(set(unknown)) - 3} more unknown exercise names")
     present = set(answers)
     mine_by_id = {c.get("id"): c for c in nb["cells"] if c.get("cell_type") == "code"}
     cells, setup, done = [], 0, set()
