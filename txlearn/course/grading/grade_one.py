@@ -34,8 +34,8 @@ from txlearn.course.grading.submission import plan, read_notebook
 from txlearn.course.grading.view import make_view, view_modules
 
 __all__ = ["grade", "grade_one", "run_checks", "run_quietly", "sandbox_modes", "in_work", "Job",
-           "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED", "HIDDEN_HINT",
-           "MAX_FEEDBACK_LINE"]
+           "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED",
+           "HIDDEN_HINT", "MAX_FEEDBACK_LINE"]
 
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "

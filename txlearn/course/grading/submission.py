@@ -20,8 +20,8 @@ from pathlib import Path
 from txlearn.checks import clean
 from txlearn.course.grading.sets import CourseSet, GradingError
 
-__all__ = ["read_notebook", "cell_text", "Cell", "plan", "MAX_NOTEBOOK_BYTES", "MAX_NOTEBOOK_VALUES",
-           "SETUP_INDEX"]
+__all__ = ["read_notebook", "cell_text", "Cell", "plan", "MAX_NOTEBOOK_BYTES",
+           "MAX_NOTEBOOK_VALUES", "SETUP_INDEX"]
 
 MAX_NOTEBOOK_BYTES = 50 << 20
 # "{", "[" and "," in the file, counted before it is parsed: 16 million empty objects fit in 50 MB
