@@ -17,6 +17,7 @@ grader's sandbox. Every function returns new arrays or tensors.
 from __future__ import annotations
 
 import os
+import threading
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -63,6 +64,10 @@ CHAT_IDS = (
     9531, 198,
 )
 CACHE_VERSION = 1      # bump when TEXT, CHAT, N_NEW or the oracle's computation changes
+# the one oracle model is shared by the grader's threads (one per submission) and changed in
+# place for a catalogued mistake: held for every use, so that one student's wrong answer never
+# becomes the right answer another student is compared with (and the cache file keeps)
+_MODEL_LOCK = threading.RLock()
 
 
 def text_ids() -> torch.Tensor:
@@ -100,7 +105,14 @@ def _one_thread():
 
 @contextmanager
 def _changed(variant: str | None):
-    """The oracle with one catalogued mistake, undone on exit."""
+    """The oracle with one catalogued mistake, undone on exit (the model is held meanwhile)."""
+    with _MODEL_LOCK:
+        with _changed_held(variant) as model:
+            yield model
+
+
+@contextmanager
+def _changed_held(variant: str | None):
     from txlearn.models.gguf import interleaved_to_half_heads
     model, undo = _model(), []
 
@@ -157,7 +169,7 @@ def cache_file() -> Path:
 
 
 def _compute_right() -> dict:
-    with _one_thread(), torch.no_grad():
+    with _MODEL_LOCK, _one_thread(), torch.no_grad():
         model = _model()
         out = model(text_ids())[0].numpy()                                   # (T, n_vocab)
         ids = _generate(model, chat_prompt(), N_NEW, model.new_caches())
@@ -220,7 +232,7 @@ def greedy() -> np.ndarray:
 def greedy_without_reset(n_new: int) -> np.ndarray:
     """The ids of a second greedy call of ``n_new`` tokens whose cache still holds the first
     call's sequence of :data:`N_NEW` (a ``generate`` that never calls ``reset_cache``)."""
-    with _one_thread():
+    with _MODEL_LOCK, _one_thread():
         model = _model()
         caches = model.new_caches()
         _generate(model, chat_prompt(), N_NEW, caches)
@@ -230,6 +242,6 @@ def greedy_without_reset(n_new: int) -> np.ndarray:
 def greedy_refeeding(n_new: int) -> np.ndarray:
     """The ids when every step runs the whole sequence again with the cache on (the cache then
     holds every position several times)."""
-    with _one_thread():
+    with _MODEL_LOCK, _one_thread():
         model = _model()
         return np.array(_generate(model, chat_prompt(), n_new, model.new_caches(), refeed=True))
