@@ -195,7 +195,9 @@ def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True
             Q = split(self._proj(x, self.W_Q, self.b_Q, add_b_in), self.n_heads)
             K = split(self._proj(x, self.W_K, self.b_K, add_b_in), self.n_kv_heads)
             V = split(self._proj(x, self.W_V, self.b_V, add_b_in), self.n_kv_heads)
-            start = self.kv_cache[0].shape[2] if (use_cache and self.kv_cache is not None) else 0
+            held = self.kv_cache is not None
+            reads = held and (use_cache or cache == "when_present")
+            start = self.kv_cache[0].shape[2] if reads else 0
             Q, K = self.apply_positions(Q, K, 0 if start_zero else start)
             n_rep = self.n_heads // self.n_kv_heads
             if cache == "after_repeat":                    # GQA's saving undone: n_heads copies
@@ -204,9 +206,12 @@ def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True
                     K, V = append_ref(self.kv_cache, K, V)
                     self.kv_cache = (K, V)
             else:
-                if (use_cache and cache != "not_stored") or cache == "always":
+                if (use_cache and cache != "not_stored") or cache == "always" or \
+                        (held and cache == "when_present"):
                     K, V = append_ref(self.kv_cache, K, V)
                     self.kv_cache = (K, V)
+                elif held and cache == "extends_unread":     # attends over x alone, but stores
+                    self.kv_cache = append_ref(self.kv_cache, K, V)
                 K, V = share(K, n_rep), share(V, n_rep)
             divisor = {"d_k": math.sqrt(self.d_k), "d_model": math.sqrt(self.d_k * self.n_heads),
                        "none": 1.0, "twice": self.d_k}[scale]
@@ -327,6 +332,10 @@ WRONG = {
         ("biases even with bias=False", (mha_class(bias_always=True),), "no b_* parameters"),
         ("caches without use_cache", (mha_class(cache="always"),), "without use_cache"),
         ("cache never stored", (mha_class(cache="not_stored"),), "store append_kv's result"),
+        ("an uncached call reads a non-empty cache (learner 23)",
+         (mha_class(cache="when_present"),), "read or extended the cache"),
+        ("an uncached call extends a non-empty cache (learner 23)",
+         (mha_class(cache="extends_unread"),), "read or extended the cache"),
         ("start never passed to the positions (issue 23)", (mha_class(start_zero=True),),
          "passed to self.apply_positions"),
         ("cache stored after repeat_kv (issue 23)", (mha_class(cache="after_repeat"),),

@@ -17,6 +17,7 @@ import math
 import torch
 
 from txlearn.checks import diagnose, exercise, expect_close, expect_true, record_starts
+from txlearn.checks.learner import cache_shapes
 from txlearn.checks.modules import (F32, MHA_CACHE_CONTENT, MHA_CACHE_REPEATED, backward,
                                     expect_cache, expect_match, expect_pair, expect_shape_of,
                                     load, make_module, mask_ref, mha_reference, mha_state, np64,
@@ -301,6 +302,11 @@ MHA_CACHE_ALWAYS = (
     "the cache is used only when asked",
     "a call with use_cache=False neither reads nor changes self.kv_cache",
     "your module stored keys during a call without use_cache")
+MHA_CACHE_READ = (
+    "the cache is used only when asked",
+    "a call with use_cache=False neither reads nor changes self.kv_cache, even when it holds "
+    "positions: such a call attends over its own L positions only",
+    "your module read or extended the cache during a call without use_cache")
 MHA_CACHE_MISSING = (
     "the cache keeps every earlier position",
     "with use_cache=True, store append_kv's result in self.kv_cache and attend over all of it",
@@ -450,6 +456,16 @@ def multi_head_attention(MultiHeadAttention):
     expect_shape_of(got, (2, 2, 8), case=case, hint=MHA_CACHE_MISSING)
     expect_close(got, full[:, 3:], case=case, **F32, hint=MHA_CACHE_MISSING)
     expect_cache(m4, 2, 4, 2, 5, 2, case, empty=MHA_CACHE_MISSING)
+    case = ("KV cache, then positions 0-4 again without use_cache, mask causal_mask(5, 5): the "
+            "cache (5 positions) is neither read nor changed")
+    got = run(m4, x4.clone(), mask=mask_ref(5, 5), case=case,
+              raised=[("must match", MHA_CACHE_READ), ("shape", MHA_CACHE_READ)])
+    expect_close(got, full, case=case, **F32, hint=MHA_CACHE_READ)
+    held = cache_shapes(m4, case=case)
+    expect_true(held == [[(2, 2, 5, 2), (2, 2, 5, 2)]], case=case, hint=MHA_CACHE_READ,
+                message=f"after this call self.kv_cache holds "
+                        f"{'; '.join(', '.join(str(s) for s in pair) for pair in held) or 'nothing'}"
+                        f"; expected the 5 cached positions, unchanged")
     case = ("KV cache: the start your forward passes to apply_positions on cached calls of 3, 2 "
             "and 1 positions")
     starts = record_starts(MultiHeadAttention, 8, 4, n_kv_heads=2, case=case,
