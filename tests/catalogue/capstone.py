@@ -209,7 +209,8 @@ def _nucleus(p, top_p, *, rule="before", ties="low"):
         order = torch.sort(p, dim=-1, descending=True, stable=True).indices
     sp = p.gather(-1, order)
     after = sp.cumsum(-1)
-    keep = {"before": after - sp < top_p, "after": after < top_p, "tail": after > top_p}[rule]
+    keep = {"before": after - sp < top_p, "before_eq": after - sp <= top_p, "after": after < top_p,
+            "tail": after > top_p}[rule]
     return torch.zeros_like(p, dtype=torch.bool).scatter(-1, order, keep)
 
 
@@ -238,6 +239,24 @@ def top_p_before_temperature(logits, temperature=1.0, top_k=None, top_p=None):
         return distribution_ref(logits, temperature, top_k, top_p)
     keep = _nucleus(probs_ref(logits, 1.0, top_k), top_p)          # chosen at temperature 1
     p = probs_ref(logits, temperature, top_k) * keep
+    return p / p.sum(-1, keepdim=True)
+
+
+def top_p_keeps_at_p(logits, temperature=1.0, top_k=None, top_p=None):
+    return _top_p_with(logits, temperature, top_k, top_p, rule="before_eq")
+
+
+def probs_softmax_own_dtype(logits, temperature=1.0, top_k=None):
+    """The max-shift and the softmax in the logits' own dtype (float16 stays float16), then
+    float64."""
+    z = logits
+    n = z.shape[-1]
+    if temperature == 0:
+        return F.one_hot(z.argmax(-1), n).to(torch.float64)
+    p = torch.softmax((z - z.max(-1, keepdim=True).values) / temperature, dim=-1).double()
+    if top_k is not None and top_k < n:
+        order = torch.sort(z.double(), dim=-1, descending=True, stable=True).indices
+        p = p * torch.zeros_like(p, dtype=torch.bool).scatter(-1, order[..., :top_k], True)
     return p / p.sum(-1, keepdim=True)
 
 
@@ -619,6 +638,8 @@ WRONG = {
         ("multiplied by the temperature", (probs_times_temperature,), "you multiplied"),
         ("temperature divided in float16 (issue 23)", (probs_divided_in_own_dtype,),
          "convert the logits to float64 first"),
+        ("softmax in float16, then cast to float64 (learner 23)", (probs_softmax_own_dtype,),
+         "does not bring them back"),
         ("softmax over the batch axis", (probs_axis0,), "mixes different rows"),
         ("ties broken by highest index", (probs_ties_highest,), "yours keeps the highest indices"),
         ("every tie at the k-th value kept", (probs_ties_all_kept,), "exactly k"),
@@ -637,6 +658,8 @@ WRONG = {
         ("top-p before top-k", (top_p_before_top_k,), "top-k first"),
         ("mass summed in vocabulary order", (top_p_unsorted,), "vocabulary order"),
         ("keeps the tail", (top_p_keeps_tail,), "not the tail"),
+        ("keeps a token whose mass before it is exactly p (learner 23)", (top_p_keeps_at_p,),
+         "compares with <="),
     ],
     "char_model": [
         ("an output matrix of its own", (make_char_model(untied=True),), "tie the output head"),
