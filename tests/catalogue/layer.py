@@ -111,7 +111,8 @@ def lm_class(*, head="tied", final_norm=True, norm_first=True, masked=True, outp
 
         def forward(self, ids, use_cache=False):
             cache = self.layers[0].attn.kv_cache
-            s = cache[0].shape[2] if (use_cache and cache is not None) else 0
+            s = cache[0].shape[2] if ((use_cache or start == "always read") and
+                                      cache is not None) else 0
             T = ids.shape[-1]
             h = self.embed(ids, 0 if start == "ignored" else s)
             if mask_kind == "square":
@@ -221,6 +222,8 @@ WRONG = {
         ("probabilities", (lm_class(output="probabilities"),), "returned probabilities"),
         ("positions restart in a cached step", (lm_class(start="ignored"),), "positions 0, 1"),
         ("square mask in a cached step", (lm_class(mask_kind="square"),), "not causal_mask(t, t)"),
+        ("start read from the cache without use_cache (learner 23)",
+         (lm_class(start="always read"),), "a sequence of its own"),
         ("top-left mask in a cached step", (lm_class(mask_kind="top-left"),), "aligned top-left"),
     ],
     "layer_param_count": [

@@ -351,6 +351,11 @@ LM_CACHE_MASK = (
     "the mask covers the cached keys",
     "with use_cache=True the attention sees start + T keys",
     "build causal_mask(T, start + T), not causal_mask(T, T)")
+LM_UNCACHED_START = (
+    "a call without use_cache is a sequence of its own",
+    "start counts the cached positions only when use_cache is true; without it the embedding "
+    "starts at 0 and the mask is causal_mask(T, T), whatever the layers have cached",
+    "your model read the first layer's cache during a call without use_cache")
 LM_NAMES = (
     "the state-dict names are part of the statement",
     "embed.W_E, layers.<i>.<your layer's names>, norm.gamma, norm.beta: nothing else",
@@ -430,13 +435,13 @@ def _lm(LanguageModel, sizes, seed, case):
     return m, ref, state
 
 
-def _expect_lm(got, ref, chunks, index, case):
+def _expect_lm(got, ref, chunks, index, case, default=None):
     with torch.no_grad():
         want = ref.run(chunks)[index]
         expect_shape_of(got, tuple(want.shape), case=case,
                         hint=("logits are (B, T, n_vocab)",))
         mistakes = [(lambda v=v: ref.run(chunks, v)[index], h) for v, h in _LM_VARIANTS]
-        expect_match(got, want, case=case, **F32, mistakes=mistakes, default=LM_DEFAULT)
+        expect_match(got, want, case=case, **F32, mistakes=mistakes, default=default or LM_DEFAULT)
 
 
 @exercise("language_model", needs=("transformer_layer", "token_embedding"))
@@ -456,6 +461,9 @@ def language_model(LanguageModel):
         got = run(m, chunks[step].clone(), use_cache=True, case=case,
                   raised=[("must match", LM_CACHE_MASK)])
         _expect_lm(got, ref, chunks, step, case)
+    case = "after those cached steps, ids (2, 6) again without use_cache (the cache is not read)"
+    got = run(m, ids.clone(), case=case, raised=[("must match", LM_UNCACHED_START)])
+    _expect_lm(got, ref, [ids], 0, case, default=LM_UNCACHED_START)
 
     case = "multi-query: n_heads=2, n_kv_heads=1, n_layers=1, ids (1, 5)"
     m, ref, _ = _lm(LanguageModel, (13, 8, 2, 16, 1, 1), 41, case)
