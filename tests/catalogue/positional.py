@@ -164,6 +164,9 @@ WRONG = {
          "returned (K, Q)"),
         ("positions ignore the cache", (rotary_class(positions=lambda s, L: torch.arange(L)),),
          "ignores start"),
+        ("positions counted from 1 (learner 23)",
+         (rotary_class(positions=lambda s, L: torch.arange(s + 1, s + L + 1)),),
+         "one position too far"),
     ],
 }
 

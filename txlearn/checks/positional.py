@@ -15,8 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.checks import exercise
-from txlearn.checks.modules import (F32, expect_dtype, expect_match, expect_shape_of, expect_tensor,
-                                    f64, load, make_module, mask_ref, mha_state, np64, run)
+from txlearn.checks.learner import method
+from txlearn.checks.modules import (F32, expect_dtype, expect_match, expect_pair, expect_shape_of,
+                                    expect_tensor, f64, load, make_module, mask_ref, mha_state,
+                                    np64, run)
 from txlearn.checks.heads import MHA_NAMES, MHA_W_K_SHAPE
 from txlearn.positional import apply_rope, apply_rope_np, sinusoidal_encoding_np
 
@@ -191,6 +193,12 @@ ROT_START = (
     "a cached step's queries and keys sit at positions start .. start + L - 1, where start is "
     "the number of cached positions (step 2 of your forward in set 03 computes it)",
     "your rotation ignores start, or your MultiHeadAttention passes a wrong start")
+ROT_OFFSET = (
+    "positions are counted from 0",
+    "the first position of a sequence is 0: this call's rows sit at start, start + 1, ..., "
+    "start + L - 1",
+    "your rows are rotated one position too far (attention outputs hide it, since only "
+    "differences of positions reach a score, but the cached keys carry the wrong angles)")
 ROT_DEFAULT = ("rotate Q and K (not V) with apply_rope by the positions start .. start + L - 1",)
 
 
@@ -268,3 +276,18 @@ def rotary_attention(RotaryAttention):
         expect_match(got, want, case=case, **F32, default=ROT_DEFAULT,
                      mistakes=_rotary_mistakes(state, keys, 4, mask, rows, pos[lo:hi], pos[:hi],
                                                restarted))
+
+    # apply_positions itself: a constant shift of every position changes no attention output
+    case = ("apply_positions(Q, K, start=3) of your module: Q (1, 4, 2, 4), K (1, 2, 2, 4) "
+            "float64, rows at positions 3 and 4")
+    Q = torch.randn(1, 4, 2, 4, generator=g, dtype=torch.float64)
+    K = torch.randn(1, 2, 2, 4, generator=g, dtype=torch.float64)
+    got = expect_pair(run(method(m, "apply_positions"), Q.clone(), K.clone(), 3, case=case,
+                          hint=ROT_DEFAULT), case=case, hint=ROT_SWAPPED)
+    right = torch.arange(3, 5)
+    for name, have, x_in in (("Q", got[0], Q), ("K", got[1], K)):
+        expect_match(have, apply_rope(x_in, right), case=f"{case}, the rotated {name}",
+                     rtol=1e-7, atol=1e-9, default=ROT_DEFAULT,
+                     mistakes=[(lambda x_in=x_in: apply_rope(x_in, right + 1), ROT_OFFSET),
+                               (lambda x_in=x_in: apply_rope(x_in, right - 3), ROT_START),
+                               (lambda x_in=x_in: x_in, ROT_Q_ONLY if name == "K" else ROT_K_ONLY)])
