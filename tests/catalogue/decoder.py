@@ -123,14 +123,14 @@ from tests.catalogue.norms import rms_class  # noqa: E402
 
 
 def rope_half_with(*, pairing="half", base_fixed=None, sign=1.0, exponent=2.0, own_positions=False,
-                   dtype="x"):
+                   dtype="x", angles=torch.float64):
     def rope_half(x, positions, base):
         d = x.shape[-1]
         h = d // 2
         b = base if base_fixed is None else base_fixed
-        theta = b ** (-exponent * torch.arange(h, dtype=torch.float64) / d)
+        theta = b ** (-exponent * torch.arange(0, d, 2, dtype=angles) / (2 * d))
         pos = torch.arange(x.shape[-2]) if own_positions else positions
-        angle = pos.to(torch.float64)[:, None] * theta
+        angle = pos.to(angles)[:, None] * theta
         cos, sin = torch.cos(angle), sign * torch.sin(angle)
         if dtype == "x":
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
@@ -146,7 +146,7 @@ rope_half_ref = rope_half_with()
 
 
 def llama_attention_class(*, rope=rope_half_ref, base=MHA_REF, bias=False, start="given",
-                          rotate_k=True, own_base=True):
+                          rotate_k=True, own_base=True, rotate_q=True):
     class LlamaAttention(base):
         def __init__(self, d_model, n_heads, n_kv_heads, rope_base):
             super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
@@ -156,7 +156,8 @@ def llama_attention_class(*, rope=rope_half_ref, base=MHA_REF, bias=False, start
             s = start_ if start == "given" else 0
             positions = torch.arange(s, s + Q.shape[-2])
             b = self.rope_base if own_base else 10000.0
-            return rope(Q, positions, b), (rope(K, positions, b) if rotate_k else K)
+            return (rope(Q, positions, b) if rotate_q else Q), \
+                (rope(K, positions, b) if rotate_k else K)
     return LlamaAttention
 
 
@@ -320,6 +321,10 @@ WRONG.update({
          "store rope_base"),
         ("K not rotated", (rope_half_ref, llama_attention_class(rotate_k=False)),
          "rope_half(K"),
+        ("angles in float32 (learner 23)", (rope_half_with(angles=torch.float32),
+                                            LLAMA_ATTENTION_REF), "angles computed in float32"),
+        ("Q not rotated (learner 23)", (rope_half_ref, llama_attention_class(rotate_q=False)),
+         "returned q unrotated"),
     ],
     "llama_decoder": [
         ("post-norm", (decoder_layer_class(order="post"), DECODER_REF), "pre-norm"),

@@ -177,6 +177,9 @@ HALF_POSITIONS = ("which angle does each row get?",
                   "row t turns by positions[t] * theta_i: use the positions given, not 0 .. T-1")
 HALF_DTYPE = ("keep the dtype of x", "compute the angles in float64, then cast cos and sin to "
               "x's dtype before multiplying")
+HALF_FLOAT32_ANGLES = ("in which dtype are the angles?",
+                       "compute theta and the angles in float64 and cast cos and sin to x's "
+                       "dtype only at the end: your result matches angles computed in float32")
 HALF_DEFAULT = ("h = d/2; y_i = x_i cos(m theta_i) - x_{i+h} sin(m theta_i), y_{i+h} = x_i "
                 "sin(m theta_i) + x_{i+h} cos(m theta_i), theta_i = base^(-2i/d)",)
 LLAMA_BIAS = ("which parameters does a Llama attention have?",
@@ -191,6 +194,9 @@ LLAMA_OWN_BASE = ("which base does the module rotate with?",
 LLAMA_Q_ONLY = ("RoPE rotates the queries and the keys",
                 "return rope_half(Q, ...) and rope_half(K, ...): a score depends on m - n only "
                 "when both sides turn")
+LLAMA_K_ONLY = ("RoPE rotates the queries and the keys",
+                "a score depends on m - n only when both sides turn: your apply_positions "
+                "returned Q unrotated")
 LLAMA_INTERLEAVED = ("which pairing does the module use?",
                      "rotate with your rope_half (channel i with i + d/2), not set 04's "
                      "interleaved apply_rope")
@@ -200,7 +206,8 @@ LLAMA_DEFAULT = ("apply_positions(Q, K, start): rope_half(Q, start .. start+L-1,
 
 def _rope_half_mistakes(x, positions, base):
     v = lambda **kw: (lambda: R.rope_half_ref(x, kw.pop("p", positions), kw.pop("b", base), **kw))  # noqa: E731
-    return [(v(pairing="interleaved"), HALF_INTERLEAVED), (v(b=10000.0), HALF_BASE),
+    return [(v(angles=torch.float32), HALF_FLOAT32_ANGLES),   # first: within 1e-6 of right
+            (v(pairing="interleaved"), HALF_INTERLEAVED), (v(b=10000.0), HALF_BASE),
             (v(sign=-1.0), HALF_SIGN), (v(exponent=1.0), HALF_EXPONENT),
             (v(p=np.arange(len(positions))), HALF_POSITIONS)]
 
@@ -210,6 +217,7 @@ def _llama_attention_mistakes(state, x, n_heads, mask, q_rows, q_pos, k_pos, bas
         return lambda: R.llama_attention_ref(state, x, n_heads, mask, q_rows, kw.pop("q", q_pos),
                                             kw.pop("k", k_pos), kw.pop("b", base), **kw)
     out = [(v(b=10000.0), LLAMA_OWN_BASE), (v(rot_k=False), LLAMA_Q_ONLY),
+           (v(rot_q=False), LLAMA_K_ONLY),
            (v(pairing="interleaved"), LLAMA_INTERLEAVED),
            (v(pairing="interleaved", b=10000.0), LLAMA_INTERLEAVED)]
     if restarted is not None:
@@ -238,8 +246,9 @@ def llama_attention(rope_half, LlamaAttention):
         tol = F32 if x.dtype == torch.float32 else {"rtol": 1e-7, "atol": 1e-9}
         mistakes = [m for m in _rope_half_mistakes(x.numpy(), positions.numpy(), base)
                     if not (base == 10000.0 and m[1] is HALF_BASE)]
+        dtol = (1e-6, 1e-6) if x.dtype == torch.float64 else None   # float32 angles: ~1e-7
         expect_match(got, R.rope_half_ref(x.numpy(), positions.numpy(), base), case=case, **tol,
-                     mistakes=mistakes, default=HALF_DEFAULT)
+                     mistakes=mistakes, default=HALF_DEFAULT, dtol=dtol)
 
     base = 300.0
     raised = ((None, LLAMA_BIAS),)

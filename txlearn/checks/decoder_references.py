@@ -14,14 +14,16 @@ __all__ = ["rope_half_ref", "llama_attention_ref", "rms", "swiglu", "layer_ref",
            "layer_state", "decoder_state", "f32", "decoder_args"]
 
 
-def rope_half_ref(x, positions, base, *, pairing="half", sign=1.0, exponent=2.0):
-    """float64 rotation of ``x (..., T, d)`` by ``positions`` with the catalogued knobs."""
+def rope_half_ref(x, positions, base, *, pairing="half", sign=1.0, exponent=2.0,
+                  angles=torch.float64):
+    """float64 rotation of ``x (..., T, d)`` by ``positions`` with the catalogued knobs
+    (``angles=torch.float32``: theta, the angles and their cos and sin in float32)."""
     x = torch.as_tensor(np.asarray(x, dtype=np.float64))
     d = x.shape[-1]
     h = d // 2
-    theta = base ** (-exponent * torch.arange(h, dtype=torch.float64) / d)
-    angle = torch.as_tensor(np.asarray(positions, dtype=np.float64))[:, None] * theta
-    cos, sin = torch.cos(angle), sign * torch.sin(angle)
+    theta = base ** (-exponent * torch.arange(0, d, 2, dtype=angles) / (2 * d))
+    angle = torch.as_tensor(np.asarray(positions)).to(angles)[:, None] * theta
+    cos, sin = torch.cos(angle).double(), sign * torch.sin(angle).double()
     if pairing == "half":
         a, b = x[..., :h], x[..., h:]
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).numpy()
@@ -30,7 +32,7 @@ def rope_half_ref(x, positions, base, *, pairing="half", sign=1.0, exponent=2.0)
 
 
 def llama_attention_ref(state, x, n_heads, mask, q_rows, q_pos, k_pos, base, *, pairing="half",
-                         rot_k=True):
+                         rot_k=True, rot_q=True):
     """Rotary GQA attention output (float64) of the queries ``x[:, q_rows]`` over every row of
     ``x`` as keys, without biases."""
     t = {k: torch.as_tensor(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
@@ -45,7 +47,8 @@ def llama_attention_ref(state, x, n_heads, mask, q_rows, q_pos, k_pos, base, *, 
 
     Q = heads("Q", n_heads, q_rows)
     K, V = heads("K", n_kv, slice(None)), heads("V", n_kv, slice(None))
-    Q = torch.as_tensor(rope_half_ref(Q.numpy(), q_pos, base, pairing=pairing))
+    if rot_q:
+        Q = torch.as_tensor(rope_half_ref(Q.numpy(), q_pos, base, pairing=pairing))
     if rot_k:
         K = torch.as_tensor(rope_half_ref(K.numpy(), k_pos, base, pairing=pairing))
     m = torch.as_tensor(mask).bool()
