@@ -18,7 +18,7 @@ MultiHeadAttention, FeedForward, LayerNorm = MHA_REF, ffn_class(), ln_class()
 # ------------------------------------------------------------------ transformer_layer
 
 def layer_class(*, order="right", eps_passed=True, mask_passed=True, cache_passed=True,
-                bias_passed=True, kv_passed=True, swap_norms=False, ln=LayerNorm):
+                bias_passed=True, kv_passed=True, swap_norms=False, ln=LayerNorm, one_norm=False):
     class TransformerLayer(nn.Module):
         def __init__(self, d_model, n_heads, d_ff, n_kv_heads=None, norm_first=False, eps=1e-5,
                      bias=True):
@@ -36,6 +36,11 @@ def layer_class(*, order="right", eps_passed=True, mask_passed=True, cache_passe
                 return self.attn(h, mask=mask if mask_passed else None,
                                  use_cache=use_cache if cache_passed else False)
             n1, n2 = (self.norm2, self.norm1) if swap_norms else (self.norm1, self.norm2)
+            if one_norm:
+                n2 = n1
+            if order == "ffn reads x":
+                first = residual_ref(x, attention, n1, self.norm_first)
+                return (first + self.ffn(n2(x))) if self.norm_first else n2(first + self.ffn(x))
             if order == "inverted":
                 h = residual_ref(x, attention, n1, not self.norm_first)
                 return residual_ref(h, self.ffn, n2, not self.norm_first)
@@ -196,6 +201,10 @@ WRONG = {
          "normalised only the sub-layer's output"),
         ("pre-LN normalises the sums", (layer_class(order="pre normalises"),), "normalised the sums"),
         ("norms swapped", (layer_class(swap_norms=True),), "yours are swapped"),
+        ("one LayerNorm for both sub-layers (learner 23)", (layer_class(one_norm=True),),
+         "norm1 for both sub-layers"),
+        ("the FFN reads x, not h (learner 23)", (layer_class(order="ffn reads x"),),
+         "instead of h"),
         ("eps not passed to the norms", (layer_class(eps_passed=False),), "default eps"),
         ("mask not passed", (layer_class(mask_passed=False),), "without the mask"),
         ("use_cache not passed", (layer_class(cache_passed=False),), "did not see the first step"),

@@ -50,6 +50,14 @@ TL_SWAPPED_NORMS = (
     "each sub-layer has its own norm",
     "norm1 goes with the attention, norm2 with the FFN",
     "yours are swapped")
+TL_ONE_NORM = (
+    "each sub-layer has its own norm",
+    "norm1 goes with the attention, norm2 with the FFN: their gamma and beta differ",
+    "you used norm1 for both sub-layers")
+TL_FFN_ON_X = (
+    "the FFN reads what the attention wrote",
+    "the second sub-layer's input is h, the output of the first residual connection",
+    "your FFN read the layer's input x instead of h")
 TL_EPS = (
     "eps is an argument of the layer",
     "pass eps to both LayerNorms",
@@ -113,7 +121,8 @@ def _layer(state, x, n_heads, mask, norm_first, eps, variant="right"):
         return F.gelu(h @ t["ffn.W_1"] + t.get("ffn.b_1", 0.0)) @ t["ffn.W_2"] + t.get("ffn.b_2", 0.0)
 
     e = 1e-5 if variant == "eps ignored" else eps
-    n1, n2 = ("norm2", "norm1") if variant == "swapped norms" else ("norm1", "norm2")
+    n1, n2 = {"swapped norms": ("norm2", "norm1"), "one norm": ("norm1", "norm1")}.get(
+        variant, ("norm1", "norm2"))
 
     def ln1(h):
         return F.layer_norm(h, (d,), t[f"{n1}.gamma"], t[f"{n1}.beta"], e)
@@ -127,20 +136,22 @@ def _layer(state, x, n_heads, mask, norm_first, eps, variant="right"):
     if first and variant == "pre normalises output":
         h = ln1(x + attn(ln1(x)))
         return ln2(h + ffn(ln2(h)))
+    ffn_in = (lambda h: x) if variant == "FFN reads x" else (lambda h: h)
     if first:
         h = keep1 * x + attn(ln1(x))
-        return keep2 * h + ffn(ln2(h))
+        return keep2 * h + ffn(ln2(ffn_in(h)))
     if variant == "norm inside":
         h = x + ln1(attn(x))
         return h + ln2(ffn(h))
     h = ln1(keep1 * x + attn(x))
-    return ln2(keep2 * h + ffn(h))
+    return ln2(keep2 * h + ffn(ffn_in(h)))
 
 
 _TL_VARIANTS = [("flag inverted", TL_FLAG), ("no attention residual", TL_NO_ATTN_RESIDUAL),
                 ("no FFN residual", TL_NO_FFN_RESIDUAL), ("norm inside", TL_NORM_INSIDE),
                 ("pre normalises output", TL_PRE_NORM_OUT), ("swapped norms", TL_SWAPPED_NORMS),
-                ("eps ignored", TL_EPS), ("no mask", TL_NO_MASK)]
+                ("eps ignored", TL_EPS), ("no mask", TL_NO_MASK), ("one norm", TL_ONE_NORM),
+                ("FFN reads x", TL_FFN_ON_X)]
 
 
 def _torch_layer(state, d_model, n_heads, d_ff, norm_first, eps):
