@@ -243,6 +243,11 @@ WRONG = {
         ("no W_O", (count_no_W_O,), "left out W_O"),
         ("one FFN matrix", (count_one_ffn_matrix,), "only one of them"),
         ("per head", (count_per_head,), "number of heads does not change"),
+        ("matrices of one head (learner 23)",
+         (lambda d, h, f: count_ref(d, h, f) - 4 * d * d - 4 * d + 4 * d * (d // h) + 4 * (d // h),),
+         "the matrices of one head"),
+        ("b_2 of width d_ff (learner 23)", (lambda d, h, f: count_ref(d, h, f) + f - d,),
+         "gave b_2 d_ff entries"),
         ("float", (count_float,), "return an int"),
     ],
 }

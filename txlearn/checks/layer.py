@@ -528,6 +528,16 @@ _COUNT_WRONGS = [
     (lambda d, f, h: _right_count(d, f) - d * f, (
         "the FFN has two matrices", "W_1 (d_model, d_ff) and W_2 (d_ff, d_model)",
         "you counted only one of them")),
+    (lambda d, f, h: _right_count(d, f) - 4 * d * d - 4 * d + 4 * d * (d // h) + 4 * (d // h), (
+        "each projection maps d_model to all the heads at once",
+        "W_Q, W_K, W_V and W_O are (d_model, d_model): the heads are n_heads slices of width "
+        "d_k of one projection, so they hold n_heads * d_k = d_model columns together",
+        "you counted the matrices of one head, (d_model, d_k)")),
+    (lambda d, f, h: _right_count(d, f) + f - d, (
+        "each bias has the width of its layer's output",
+        "b_1 follows W_1 (d_model -> d_ff): d_ff entries; b_2 follows W_2 (d_ff -> d_model): "
+        "d_model entries",
+        "you gave b_2 d_ff entries")),
     (lambda d, f, h: _right_count(d, f) + (h - 1) * (4 * d * d + 4 * d), (
         "what n_heads changes", "n_heads heads of width d_k = d_model / n_heads share the same "
         "(d_model, d_model) matrices",
