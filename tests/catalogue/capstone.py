@@ -151,6 +151,17 @@ def probs_axis0(logits, temperature=1.0, top_k=None):
     return _probs_with(logits, temperature, top_k, dim=0)
 
 
+def probs_torch_topk(logits, temperature=1.0, top_k=None):
+    z = logits.to(torch.float64)
+    n = z.shape[-1]
+    if temperature == 0:
+        return F.one_hot(z.argmax(-1), n).to(torch.float64)
+    p = torch.softmax((z - z.max(-1, keepdim=True).values) / temperature, dim=-1)
+    if top_k is not None and top_k < n:
+        p = p * torch.zeros_like(p, dtype=torch.bool).scatter(-1, torch.topk(z, top_k).indices, True)
+    return p / p.sum(-1, keepdim=True)
+
+
 def probs_ties_highest(logits, temperature=1.0, top_k=None):
     return _probs_with(logits, temperature, top_k, ties="high")
 
@@ -642,6 +653,7 @@ WRONG = {
          "does not bring them back"),
         ("softmax over the batch axis", (probs_axis0,), "mixes different rows"),
         ("ties broken by highest index", (probs_ties_highest,), "yours keeps the highest indices"),
+        ("torch.topk for top-k (learner 23)", (probs_torch_topk,), "matches torch.topk's choice"),
         ("every tie at the k-th value kept", (probs_ties_all_kept,), "exactly k"),
         ("keeps k + 1", (probs_k_plus_one,), "one more"),
         ("no renormalisation after top-k", (probs_no_renorm,), "divide by the sum"),

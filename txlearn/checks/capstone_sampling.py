@@ -124,6 +124,10 @@ SOFTMAX_AXIS = ("which axis holds the vocabulary?",
 TIES_HIGH = ("with a tie at the k-th value, which indices stay?",
              "break ties by the LOWEST index: sort in descending order with a stable sort, so "
              "equal logits keep their index order; yours keeps the highest indices")
+TIES_TOPK = ("with a tie at the k-th value, which indices stay?",
+             "torch.topk promises no order among equal values: it may return any of the tied "
+             "indices. Break ties by the LOWEST index: a stable descending sort keeps equal "
+             "logits in index order; yours matches torch.topk's choice")
 TIES_ALL = ("how many tokens does top-k keep?",
             "exactly k: comparing with the k-th largest value keeps every token tied with it "
             "too; choose k indices (ties: the lowest) instead")
@@ -190,7 +194,10 @@ def probs_mistakes(z, t, k):
         out.append((lambda: _renorm(_softmax_t(z, t, dim=0), keep), SOFTMAX_AXIS))
     if k is not None and k < n:
         p = _softmax_t(z, t)
-        out += [(lambda: _renorm(p, _keep_top_k(z, k, "high")), TIES_HIGH),
+        topk = torch.zeros(z.shape, dtype=torch.bool).scatter(-1, torch.topk(z, k, dim=-1).indices,
+                                                              True)
+        out += [(lambda: _renorm(p, topk), TIES_TOPK),
+                (lambda: _renorm(p, _keep_top_k(z, k, "high")), TIES_HIGH),
                 (lambda: _renorm(p, _keep_top_k(z, k, "all")), TIES_ALL),
                 (lambda: _renorm(p, _keep_top_k(z, k, extra=1)), OFF_BY_ONE),
                 (lambda: _renorm(p, _keep_top_k(z, k, extra=-1)), OFF_BY_ONE),
