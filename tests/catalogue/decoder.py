@@ -55,6 +55,11 @@ def kv_ref(metadata, context, bytes_per_value):
     return 2 * n_layers * n_kv_heads * d_k * context * bytes_per_value
 
 
+def kv_full_width_heads(metadata, context, bytes_per_value):
+    return (2 * metadata["llama.block_count"] * metadata["llama.attention.head_count_kv"]
+            * metadata["llama.embedding_length"] * context * bytes_per_value)
+
+
 def kv_no_two(metadata, context, bytes_per_value):
     return kv_ref(metadata, context, bytes_per_value) // 2
 
@@ -108,6 +113,8 @@ WRONG = {
         ("bits", (kv_bits,), "do not multiply by 8"),
         ("MiB", (kv_mib,), "not MiB"),
         ("no layers", (kv_no_layers,), "every layer"),
+        ("heads of width embedding_length (learner 23)", (kv_full_width_heads,),
+         "not embedding_length wide"),
     ],
 }
 

@@ -117,6 +117,9 @@ KV_TRAINED_CONTEXT = ("how many tokens are cached?",
 KV_BITS = ("check the unit of bytes_per_value",
            "bytes_per_value is already in bytes (bf16: 2): do not multiply by 8")
 KV_MIB = ("check the unit of the result", "return bytes, not MiB or GiB (no division by 2**20)")
+KV_HEAD_WIDTH = ("how wide is one key head?",
+                 "d_k = embedding_length / head_count: each of the head_count_kv cached heads is "
+                 "one head wide, not embedding_length wide")
 KV_NO_LAYERS = ("how many caches does the model keep?",
                 "every layer (llama.block_count of them) has its own cache")
 
@@ -136,7 +139,8 @@ def _kv_mistakes(meta, context, b):
              KV_QUERY_HEADS),
             (_kv_expected(meta, meta["llama.context_length"], b), KV_TRAINED_CONTEXT),
             (right * 8, KV_BITS), (right / 2**20, KV_MIB), (right / meta["llama.block_count"],
-                                                           KV_NO_LAYERS)]
+                                                           KV_NO_LAYERS),
+            (_kv_expected(meta, context, b, d_k=meta["llama.embedding_length"]), KV_HEAD_WIDTH)]
 
 
 def _check_kv(fn, meta, context, b, case):
