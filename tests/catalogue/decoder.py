@@ -225,6 +225,8 @@ def decoder_class(*, layer=DECODER_LAYER_REF, scale=False, final_norm=True, head
             start = cache[0].shape[2] if (use_cache and cache is not None) else 0
             T = ids.shape[-1]
             m = causal_ref(T, start + T) if mask == "bottom_right" else causal_ref(T, T)
+            if mask == "only when cached" and not use_cache:
+                m = None
             h = self.W_E[ids] * (self.W_E.shape[1] ** 0.5 if scale else 1.0)
             for layer_ in self.layers:
                 h = layer_(h, mask=m, use_cache=use_cache and pass_cache)
@@ -340,6 +342,8 @@ WRONG.update({
         ("FFN reads x", (decoder_layer_class(ffn_on_x=True), DECODER_REF), "not RMSNorm_2(x)"),
         ("mask not passed", (decoder_layer_class(pass_mask=False), DECODER_REF), "pass the mask"),
         ("embedding scaled", (DECODER_LAYER_REF, decoder_class(scale=True)), "no sqrt(d_model)"),
+        ("no mask without the cache (learner 23)",
+         (DECODER_LAYER_REF, decoder_class(mask="only when cached")), "see the future"),
         ("no final norm", (DECODER_LAYER_REF, decoder_class(final_norm=False)), "final RMSNorm"),
         ("tied head transposed", (DECODER_LAYER_REF, decoder_class(head="W_E")), "@ W_E.T"),
         ("square mask with the cache", (DECODER_LAYER_REF, decoder_class(mask="square")),

@@ -312,6 +312,9 @@ DEC_HEAD_TRANSPOSED = ("which way round is the tied head?",
 DEC_MASK = ("which mask does a cached step need?",
             "T new queries over start + T keys: causal_mask(T, start + T), bottom-right aligned "
             "(start = the positions already in the first layer's cache)")
+DEC_NO_MASK = ("which mask does a call without the cache need?",
+               "every call is causal: without use_cache the T ids attend under causal_mask(T, T) "
+               "(start = 0); yours let them see the future")
 DEC_CACHE_OFF = ("does the cache reach the layers?",
                  "pass use_cache to every layer, and read start from layers[0].attn.kv_cache only "
                  "when use_cache is true")
@@ -366,7 +369,8 @@ def llama_decoder(DecoderLayer, Decoder):
         return lambda: R.decoder_ref(state, ids, cfg, **kw)
     expect_match(got, dec()(), case=case, rtol=1e-4, atol=1e-4, default=DEC_DEFAULT,
                  mistakes=[(dec(scaled=True), DEC_SCALED), (dec(final_norm=False), DEC_NO_FINAL_NORM),
-                           (dec(head_t=True), DEC_HEAD_TRANSPOSED), (dec(post=True), LAYER_POST)])
+                           (dec(head_t=True), DEC_HEAD_TRANSPOSED), (dec(post=True), LAYER_POST),
+                           (dec(causal=False), DEC_NO_MASK)])
 
     # 3. the cache: 5 positions, then 1, then 2; n_vocab != d_model
     cfg = dict(cfg, n_vocab=40)

@@ -85,13 +85,15 @@ def layer_ref(t, p, x, n_heads, mask, q_rows, q_pos, k_pos, eps, base, *, post=F
     return h + f if residual else f
 
 
-def decoder_ref(state, ids, cfg, *, scaled=False, final_norm=True, head_t=False, **layer_kw):
+def decoder_ref(state, ids, cfg, *, scaled=False, final_norm=True, head_t=False, causal=True,
+                **layer_kw):
     """The decoder's logits (float64 NumPy) for ``ids (B, T)`` at positions 0 .. T-1."""
     t = {k: torch.as_tensor(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
     ids = torch.as_tensor(ids)
     T = ids.shape[1]
     x = t["W_E"][ids] * (cfg["d_model"] ** 0.5 if scaled else 1.0)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool)
+    mask = mask.tril() if causal else mask
     pos = np.arange(T)
     for i in range(cfg["n_layers"]):
         x = layer_ref(t, f"layers.{i}.", x, cfg["n_heads"], mask, slice(None), pos, pos,
