@@ -444,17 +444,20 @@ evaluate_ref = make_evaluate()
 
 
 def make_train(zero_grad="before", lr_override=None, optimizer_inside=False, step=True,
-               evaluate_on="val", window=0, loss_fn=None):
+               evaluate_on="val", window=0, loss_fn=None, optimizer_cls=torch.optim.AdamW,
+               learn_from="train"):
     """A training loop, with one mistake when asked."""
 
     def train(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed):
         generator = torch.Generator().manual_seed(seed)
         lr = lr if lr_override is None else lr_override
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        optimizer = optimizer_cls(model.parameters(), lr=lr)
         model.train()
+        if learn_from == "val":
+            train_ids = val_ids
         for _ in range(steps):
             if optimizer_inside:
-                optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+                optimizer = optimizer_cls(model.parameters(), lr=lr)
             T = block_size + window
             starts = torch.randint(0, len(train_ids) - T + 1, (batch_size,), generator=generator)
             x = train_ids[starts[:, None] + torch.arange(T)]
@@ -728,6 +731,11 @@ WRONG = {
         ("a new AdamW every step",
          (make_train(optimizer_inside=True), evaluate_ref, CharModelRef),
          "create the optimizer once"),
+        ("plain Adam (learner 23)",
+         (make_train(optimizer_cls=torch.optim.Adam), evaluate_ref, CharModelRef),
+         "plain adam has no decoupled weight decay"),
+        ("trained on val_ids (learner 23)",
+         (make_train(learn_from="val"), evaluate_ref, CharModelRef), "yours trained on val_ids"),
         ("evaluating on the training data",
          (make_train(evaluate_on="train"), evaluate_ref, CharModelRef), "held-out text"),
         ("a model that reads the next id from its input after training",
