@@ -366,6 +366,9 @@ def make_char_model(positions="offset", scale=False, untied=False, replace=True,
                 x = x + self.W_pos[first:first + T]
             elif positions == "by id":
                 x = x + self.W_pos[ids]
+            if positions == "offset and sinusoid":   # built on set 07's TokenEmbedding
+                x = x + self.W_pos[start:start + T] + \
+                    torch.as_tensor(sinusoidal_encoding(start + T, W.shape[1])[start:], dtype=x.dtype)
             return x
 
     class CharModel(LanguageModel):
@@ -681,6 +684,8 @@ WRONG = {
         ("no position table", (make_char_model(positions="none"),), "learned position row"),
         ("positions defined, never added", (make_char_model(positions="unused"),),
          "learned position row"),
+        ("the sinusoidal table added too (learner 23)",
+         (make_char_model(positions="offset and sinusoid"),), "adds the sinusoidal table as well"),
         ("positions indexed by the token ids", (make_char_model(positions="by id"),),
          "not by the token ids"),
         ("embedding scaled by sqrt(d_model), as the paper's", (make_char_model(scale=True),),

@@ -38,6 +38,7 @@ from txlearn.checks.capstone_model import (ALWAYS_GREEDY, CACHE_IGNORED, CACHE_R
                                            MASK_TOP_LEFT, NEW_GENERATOR, NOT_RESET, NO_CAUSAL,
                                            NO_FINAL_NORM, NO_MASK_CACHED, NO_POSITIONS, POST_LN,
                                            POS_BY_ID, POS_NOT_OFFSET, PROMPT_SKIPPED, SCALED,
+                                           SINUSOID_TOO,
                                            WHOLE_WITH_CACHE, build_char, char_logits,
                                            char_reference, course_init, expect_ids, ref_generate)
 from txlearn.checks.capstone_sampling import (SAMPLE_HALF, GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
@@ -139,7 +140,8 @@ def char_model(CharModel):
                      (lambda: char_logits(ref, ids, final_norm=False), NO_FINAL_NORM),
                      (lambda: char_logits(ref, ids, positions=False), NO_POSITIONS),
                      (lambda: char_logits(ref, ids, pos_by_id=True), POS_BY_ID),
-                     (lambda: char_logits(ref, ids, scale=4.0), SCALED)])
+                     (lambda: char_logits(ref, ids, scale=4.0), SCALED),
+                     (lambda: char_logits(ref, ids, sinusoid=True), SINUSOID_TOO)])
 
     case = "a new model, use_cache=True: the first 5 ids of the window"
     model = build_char(CharModel, state, case)
