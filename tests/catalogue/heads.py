@@ -67,6 +67,11 @@ def repeat_positions_axis(x, n_rep):
     return x.repeat_interleave(n_rep, dim=2)
 
 
+def repeat_positions_folded(x, n_rep):
+    B, n_kv, S, d_k = x.shape
+    return x.repeat_interleave(n_rep, dim=2).reshape(B, n_kv * n_rep, S, d_k)
+
+
 def repeat_expand_only(x, n_rep):
     B, n_kv, S, d_k = x.shape
     return x[:, :, None].expand(B, n_kv, n_rep, S, d_k)
@@ -293,6 +298,8 @@ WRONG = {
         ("tile with torch.cat", (repeat_cat,), "repeated the whole stack"),
         ("tile order through expand", (repeat_expand_tile_order,), "repeated the whole stack"),
         ("repeats along the positions axis", (repeat_positions_axis,), "along another axis"),
+        ("repeats positions, then reshapes (learner 23)", (repeat_positions_folded,),
+         "then reshaped"),
         ("expand without the reshape", (repeat_expand_only,), "fold it into the heads axis"),
         ("n_kv_heads copies instead of n_rep", (repeat_by_head_count,),
          "made n_kv_heads copies"),
@@ -306,6 +313,9 @@ WRONG = {
         ("fails on an empty cache", (append_no_none_case, mask_ref), "return (K, V) as they are"),
         ("mask aligned top-left", (append_ref, mask_top_left), "top-left"),
         ("mask inverted", (append_ref, mask_inverted), "inverted"),
+        ("upper triangle (learner 23)",
+         (append_ref, lambda L, S: torch.ones(L, S, dtype=torch.bool).triu(S - L)),
+         "upper triangle"),
         ("mask without its diagonal", (append_ref, mask_no_diagonal), "misses its diagonal"),
         ("mask offset with the wrong sign", (append_ref, mask_wrong_sign), "wrong sign"),
         ("float mask", (append_ref, mask_float), "dtype=torch.bool"),

@@ -108,6 +108,11 @@ REPEAT_NOT_MERGED = (
     "the result has four axes, (B, n_kv_heads * n_rep, S, d_k)",
     "an expand adds a group axis: fold it into the heads axis with a reshape",
     "reshape (B, n_kv_heads, n_rep, S, d_k) to (B, n_kv_heads * n_rep, S, d_k)")
+REPEAT_POSITIONS_FOLDED = (
+    "the heads axis is axis 1 of (B, n_kv_heads, S, d_k)",
+    "repeat each head along dim=1; repeating positions (dim=2) and reshaping to the right shape "
+    "mixes the positions of one head into two heads",
+    "you repeated along the positions axis, then reshaped")
 REPEAT_COUNT = (
     "each key/value head is shared by n_rep query heads",
     "the number of copies is n_rep, the argument, not the number of heads x has",
@@ -124,7 +129,9 @@ def repeat_kv(repeat_kv):
                     wrong=[((1, 2, 6, 4), REPEAT_WRONG_AXIS), ((1, 2, 3, 8), REPEAT_WRONG_AXIS),
                            ((2, 2, 3, 4), REPEAT_WRONG_AXIS), ((1, 2, 2, 3, 4), REPEAT_NOT_MERGED)])
     expect_close(got, x.repeat_interleave(2, dim=1), case=case, atol=0,
-                 hint=diagnose(got, [(x.repeat(1, 2, 1, 1), REPEAT_TILED)], REPEAT_DEFAULT))
+                 hint=diagnose(got, [(x.repeat(1, 2, 1, 1), REPEAT_TILED),
+                                     (x.repeat_interleave(2, dim=2).reshape(1, 4, 3, 4),
+                                      REPEAT_POSITIONS_FOLDED)], REPEAT_DEFAULT))
 
     g = torch.Generator().manual_seed(1)
     for n_kv, n_rep, dtype in ((2, 3, torch.float32), (1, 4, torch.float32), (3, 1, torch.float64)):
@@ -173,6 +180,11 @@ MASK_POLARITY = (
     "the course's masks say True = may attend",
     "True where key j is at or before the query's position, False after it",
     "your mask is inverted (True where attention is forbidden)")
+MASK_UPPER = (
+    "which triangle may a query see?",
+    "a query sees the keys at or BEFORE its position: the lower triangle (torch.tril), aligned "
+    "bottom-right",
+    "yours is the upper triangle (torch.triu): each query sees its own position and the future")
 MASK_DIAGONAL = (
     "a query may attend to its own position",
     "the diagonal of the aligned triangle is True",
@@ -228,7 +240,7 @@ def kv_cache(append_kv, causal_mask):
         ones = torch.ones(L, S, dtype=torch.bool)
         wrongs = [(ones.tril(), MASK_TOP_LEFT), (~right, MASK_POLARITY),
                   (ones.tril(S - L - 1), MASK_DIAGONAL), (ones.tril(L - S), MASK_SIGN),
-                  (~ones.tril(), MASK_POLARITY)]
+                  (~ones.tril(), MASK_POLARITY), (ones.triu(S - L), MASK_UPPER)]
         expect_close(got, right, case=case, atol=0, hint=diagnose(got, wrongs, MASK_DEFAULT))
 
 
