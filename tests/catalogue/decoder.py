@@ -55,6 +55,11 @@ def kv_ref(metadata, context, bytes_per_value):
     return 2 * n_layers * n_kv_heads * d_k * context * bytes_per_value
 
 
+def kv_full_width_heads(metadata, context, bytes_per_value):
+    return (2 * metadata["llama.block_count"] * metadata["llama.attention.head_count_kv"]
+            * metadata["llama.embedding_length"] * context * bytes_per_value)
+
+
 def kv_no_two(metadata, context, bytes_per_value):
     return kv_ref(metadata, context, bytes_per_value) // 2
 
@@ -108,6 +113,8 @@ WRONG = {
         ("bits", (kv_bits,), "do not multiply by 8"),
         ("MiB", (kv_mib,), "not MiB"),
         ("no layers", (kv_no_layers,), "every layer"),
+        ("heads of width embedding_length (learner 23)", (kv_full_width_heads,),
+         "not embedding_length wide"),
     ],
 }
 
@@ -123,14 +130,14 @@ from tests.catalogue.norms import rms_class  # noqa: E402
 
 
 def rope_half_with(*, pairing="half", base_fixed=None, sign=1.0, exponent=2.0, own_positions=False,
-                   dtype="x"):
+                   dtype="x", angles=torch.float64):
     def rope_half(x, positions, base):
         d = x.shape[-1]
         h = d // 2
         b = base if base_fixed is None else base_fixed
-        theta = b ** (-exponent * torch.arange(h, dtype=torch.float64) / d)
+        theta = b ** (-exponent * torch.arange(0, d, 2, dtype=angles) / (2 * d))
         pos = torch.arange(x.shape[-2]) if own_positions else positions
-        angle = pos.to(torch.float64)[:, None] * theta
+        angle = pos.to(angles)[:, None] * theta
         cos, sin = torch.cos(angle), sign * torch.sin(angle)
         if dtype == "x":
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
@@ -146,7 +153,7 @@ rope_half_ref = rope_half_with()
 
 
 def llama_attention_class(*, rope=rope_half_ref, base=MHA_REF, bias=False, start="given",
-                          rotate_k=True, own_base=True):
+                          rotate_k=True, own_base=True, rotate_q=True):
     class LlamaAttention(base):
         def __init__(self, d_model, n_heads, n_kv_heads, rope_base):
             super().__init__(d_model, n_heads, n_kv_heads, bias=bias)
@@ -156,7 +163,8 @@ def llama_attention_class(*, rope=rope_half_ref, base=MHA_REF, bias=False, start
             s = start_ if start == "given" else 0
             positions = torch.arange(s, s + Q.shape[-2])
             b = self.rope_base if own_base else 10000.0
-            return rope(Q, positions, b), (rope(K, positions, b) if rotate_k else K)
+            return (rope(Q, positions, b) if rotate_q else Q), \
+                (rope(K, positions, b) if rotate_k else K)
     return LlamaAttention
 
 
@@ -217,6 +225,8 @@ def decoder_class(*, layer=DECODER_LAYER_REF, scale=False, final_norm=True, head
             start = cache[0].shape[2] if (use_cache and cache is not None) else 0
             T = ids.shape[-1]
             m = causal_ref(T, start + T) if mask == "bottom_right" else causal_ref(T, T)
+            if mask == "only when cached" and not use_cache:
+                m = None
             h = self.W_E[ids] * (self.W_E.shape[1] ** 0.5 if scale else 1.0)
             for layer_ in self.layers:
                 h = layer_(h, mask=m, use_cache=use_cache and pass_cache)
@@ -320,6 +330,10 @@ WRONG.update({
          "store rope_base"),
         ("K not rotated", (rope_half_ref, llama_attention_class(rotate_k=False)),
          "rope_half(K"),
+        ("angles in float32 (learner 23)", (rope_half_with(angles=torch.float32),
+                                            LLAMA_ATTENTION_REF), "angles computed in float32"),
+        ("Q not rotated (learner 23)", (rope_half_ref, llama_attention_class(rotate_q=False)),
+         "returned q unrotated"),
     ],
     "llama_decoder": [
         ("post-norm", (decoder_layer_class(order="post"), DECODER_REF), "pre-norm"),
@@ -328,6 +342,8 @@ WRONG.update({
         ("FFN reads x", (decoder_layer_class(ffn_on_x=True), DECODER_REF), "not RMSNorm_2(x)"),
         ("mask not passed", (decoder_layer_class(pass_mask=False), DECODER_REF), "pass the mask"),
         ("embedding scaled", (DECODER_LAYER_REF, decoder_class(scale=True)), "no sqrt(d_model)"),
+        ("no mask without the cache (learner 23)",
+         (DECODER_LAYER_REF, decoder_class(mask="only when cached")), "see the future"),
         ("no final norm", (DECODER_LAYER_REF, decoder_class(final_norm=False)), "final RMSNorm"),
         ("tied head transposed", (DECODER_LAYER_REF, decoder_class(head="W_E")), "@ W_E.T"),
         ("square mask with the cache", (DECODER_LAYER_REF, decoder_class(mask="square")),

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from txlearn.checks import (CheckFailure, as_array, call, construct, exercise, expect_close,
+from txlearn.checks import (CheckFailure, as_array, call, construct, diagnose, exercise, expect_close,
                             expect_shape, expect_true, load_state)
 from txlearn.checks import capstone_oracles as oracles
 from txlearn.checks.capstone_encoder import (ENC_DEFAULT, ENC_HINTS, ENC_LOADER, ONE_SENTENCE,
@@ -38,6 +38,7 @@ from txlearn.checks.capstone_model import (ALWAYS_GREEDY, CACHE_IGNORED, CACHE_R
                                            MASK_TOP_LEFT, NEW_GENERATOR, NOT_RESET, NO_CAUSAL,
                                            NO_FINAL_NORM, NO_MASK_CACHED, NO_POSITIONS, POST_LN,
                                            POS_BY_ID, POS_NOT_OFFSET, PROMPT_SKIPPED, SCALED,
+                                           SINUSOID_TOO,
                                            WHOLE_WITH_CACHE, build_char, char_logits,
                                            char_reference, course_init, expect_ids, ref_generate)
 from txlearn.checks.capstone_sampling import (SAMPLE_HALF, GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
@@ -45,7 +46,7 @@ from txlearn.checks.capstone_sampling import (SAMPLE_HALF, GREEDY_LAST, LOSS_DEF
                                               SAMPLE_UNSTABLE, TEMP_ZERO, TOP_P_DEFAULT,
                                               loss_cases, loss_mistakes, loss_np, probs_mistakes,
                                               sampling_cases, top_p_cases, top_p_mistakes)
-from txlearn.checks.capstone_training import (EVAL_WRONG, LR_HIGH, LR_LOW, MARGIN, NEW_OPTIMIZER,
+from txlearn.checks.capstone_training import (ADAM, TRAINS_ON_VAL, EVAL_WRONG, LR_HIGH, LR_LOW, MARGIN, NEW_OPTIMIZER,
                                               NOT_BEATEN, NO_STEP, NO_ZERO_GRAD, PROBE_SIZES,
                                               RETURN_WRONG, RUN, TRAIN_DATA, TRAIN_DEFAULT,
                                               ENDLESS, SLOW, causal_model_loss, causality_probe,
@@ -139,7 +140,8 @@ def char_model(CharModel):
                      (lambda: char_logits(ref, ids, final_norm=False), NO_FINAL_NORM),
                      (lambda: char_logits(ref, ids, positions=False), NO_POSITIONS),
                      (lambda: char_logits(ref, ids, pos_by_id=True), POS_BY_ID),
-                     (lambda: char_logits(ref, ids, scale=4.0), SCALED)])
+                     (lambda: char_logits(ref, ids, scale=4.0), SCALED),
+                     (lambda: char_logits(ref, ids, sinusoid=True), SINUSOID_TOO)])
 
     case = "a new model, use_cache=True: the first 5 ids of the window"
     model = build_char(CharModel, state, case)
@@ -215,7 +217,11 @@ def training_loop(train, evaluate, CharModel):
                                                                             rtol=1e-3, atol=1e-4):
         moved, should = np.linalg.norm(got - init), np.linalg.norm(expected - init)
         hint = NO_STEP if moved < 1e-3 * should else LR_HIGH if moved > 3 * should else \
-            LR_LOW if moved < should / 3 else TRAIN_DEFAULT
+            LR_LOW if moved < should / 3 else diagnose(got, [
+                (lambda: char_logits(probe_reference(1, optimizer_cls=torch.optim.Adam), x_val),
+                 ADAM),
+                (lambda: char_logits(probe_reference(1, on_val=True), x_val), TRAINS_ON_VAL)],
+                TRAIN_DEFAULT, rtol=1e-3, atol=1e-4)
         expect_close(got, expected, case=case, rtol=1e-3, atol=1e-4, hint=hint)
 
     # 2. three steps: the gradients of each step, one optimizer

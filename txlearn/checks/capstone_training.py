@@ -73,6 +73,12 @@ NOT_CAUSAL = ("may a prediction depend on the tokens after it?",
 NOT_BEATEN = ("the loop is right on the small cases; is the model learning fast enough?",
               "check that the loop draws a new random batch every step from train_ids, and that "
               "your model passes char_model")
+ADAM = ("which optimizer?",
+        "torch.optim.AdamW with its default weight decay (0.01), as the statement says; plain "
+        "Adam has no decoupled weight decay, and its steps differ")
+TRAINS_ON_VAL = ("which text does the model learn from?",
+                 "the batches come from train_ids only; val_ids is held out, read only by the "
+                 "final evaluate: yours trained on val_ids")
 TRAIN_DEFAULT = ("steps of AdamW(model.parameters(), lr=lr): zero_grad, the loss of a batch of "
                  "random windows, backward, step; then return evaluate on val_ids",)
 
@@ -84,19 +90,24 @@ def probe_data():
 
 
 def _ref_train(ref, train_ids, steps, batch_size, block_size, lr, *, accumulate=False,
-               fresh_optimizer=False, scale=1.0):
+               fresh_optimizer=False, scale=1.0, optimizer_cls=torch.optim.AdamW,
+               sample_seed=None):
     """The reference loop on ``ref`` (changed in place); the keywords make a catalogued mistake."""
     def loss_of(x):
         logits = ref(x)
         return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1),
                                                  x[:, 1:].flatten())
 
-    optimizer = torch.optim.AdamW(ref.parameters(), lr=lr * scale)
+    optimizer = optimizer_cls(ref.parameters(), lr=lr * scale)
     x = train_ids[:block_size].expand(batch_size, block_size)   # the probe's only window
     ref.train()
+    g = None if sample_seed is None else torch.Generator().manual_seed(sample_seed)
     for _ in range(steps):
+        if g is not None:   # the statement's random windows (on text that is not constant)
+            starts = torch.randint(0, len(train_ids) - block_size + 1, (batch_size,), generator=g)
+            x = train_ids[starts[:, None] + torch.arange(block_size)]
         if fresh_optimizer:
-            optimizer = torch.optim.AdamW(ref.parameters(), lr=lr * scale)
+            optimizer = optimizer_cls(ref.parameters(), lr=lr * scale)
         if not accumulate:
             optimizer.zero_grad()
         loss_of(x).backward()
@@ -104,10 +115,14 @@ def _ref_train(ref, train_ids, steps, batch_size, block_size, lr, *, accumulate=
     return ref.eval()
 
 
-def probe_reference(steps, **mistake):
+def probe_reference(steps, *, on_val=False, **mistake):
+    """The reference after ``steps`` probe steps (``on_val``: trained on the probe's val_ids)."""
     ref, _ = char_reference(seed=2, sizes=PROBE_SIZES)
     train_ids, val_ids = probe_data()
-    return _ref_train(ref, train_ids, steps, 4, PROBE_SIZES["block_size"], PROBE_LR, **mistake)
+    if on_val:
+        mistake["sample_seed"] = 0
+    return _ref_train(ref, val_ids if on_val else train_ids, steps, 4, PROBE_SIZES["block_size"],
+                      PROBE_LR, **mistake)
 
 
 def windows_of(ids, block_size):

@@ -89,6 +89,9 @@ ALPHA_INVERTED = ("the rescaling factor is at most 1",
 OLD_MAX = ("which maximum do the new terms use?",
            "use the new max m' = max(m, max_j s_j) in p_j = exp(s_j - m'), and return it as the "
            "new running max")
+BLOCK_MAX_ONLY = ("the running max runs over every key seen so far",
+                  "m' = max(m, max_j s_j): the old max m takes part; yours took the block's max "
+                  "alone, so m' can fall below m and alpha exceed 1")
 NORMALISED = ("when does the division by the sum happen?",
               "keep acc unnormalised (sum_j exp(s_j - m') v_j); divide by l only once, after the "
               "last block")
@@ -107,7 +110,10 @@ def _variants(m, l, acc, s, V):
     alpha, p = np.exp(m - m_new), np.exp(s - m_new[:, None])
     l_right, acc_right = alpha * l + p.sum(-1), alpha[:, None] * acc + p @ V
     p_old = np.exp(s - m[:, None])
+    m_block = s.max(axis=-1)                               # the block's max alone
+    alpha_b, p_b = np.exp(m - m_block), np.exp(s - m_block[:, None])
     return [
+        ((m_block, alpha_b * l + p_b.sum(-1), alpha_b[:, None] * acc + p_b @ V), BLOCK_MAX_ONLY),
         ((m_new, l + p.sum(-1), acc + p @ V), NO_RESCALE),
         ((m_new, l + p.sum(-1), acc_right), NO_RESCALE_SUM),
         ((m_new, l_right, acc + p @ V), NO_RESCALE_ACC),
@@ -183,6 +189,9 @@ TILE_BIG_NEGATIVE = ("what score does a hidden key get?",
                      "-inf, not a large negative number: with -1e9 a query that sees no key "
                      "still sums exp(0) over its hidden keys and averages their values instead "
                      "of returning 0")
+TILE_MASK_INVERTED = ("which keys does the mask hide?",
+                      "True = may attend: a key keeps its score where the mask is True and gets "
+                      "-inf where it is False; yours hides the keys the mask allows")
 TILE_DEFAULT = ("the result must equal ordinary attention: softmax(Q K^T / sqrt(d_k)) V with hidden "
                 "keys left out, whatever the block size",)
 DEFAULTS["tiled_attention"] = [TILE_DEFAULT]
@@ -194,7 +203,7 @@ def _tiled_variants(Q, K, V, mask, block_size):
     S = K.shape[0]
 
     def run(scale=True, m0=-np.inf, last=True, normalise=True, guard=True, mask_cols=True,
-            fill=-np.inf):
+            fill=-np.inf, invert=False):
         m, l = np.full(L, m0), np.zeros(L)
         acc = np.zeros((L, V.shape[1]))
         stops = range(0, S, block_size) if last else range(0, S - block_size + 1, block_size)
@@ -203,6 +212,7 @@ def _tiled_variants(Q, K, V, mask, block_size):
             s = Q @ K[start:stop].T / (np.sqrt(d_k) if scale else 1.0)
             if mask is not None:
                 cols = mask[:, start:stop] if mask_cols else mask[:, :stop - start]
+                cols = ~cols if invert else cols
                 s = np.where(cols, s, fill)
             m, l, acc = online_softmax_update_np(m, l, acc, s, V[start:stop])
         if not normalise:
@@ -218,7 +228,8 @@ def _tiled_variants(Q, K, V, mask, block_size):
                 (lambda: run(last=False), TILE_LAST_BLOCK),
                 (lambda: run(scale=False), TILE_NO_SCALE),
                 (lambda: run(guard=False), TILE_EMPTY_NAN),
-                (lambda: run(mask_cols=False), TILE_MASK_BLOCK)]
+                (lambda: run(mask_cols=False), TILE_MASK_BLOCK),
+                (lambda: run(invert=True), TILE_MASK_INVERTED)]
 
 
 def _hidden_blocks():

@@ -117,6 +117,9 @@ KV_TRAINED_CONTEXT = ("how many tokens are cached?",
 KV_BITS = ("check the unit of bytes_per_value",
            "bytes_per_value is already in bytes (bf16: 2): do not multiply by 8")
 KV_MIB = ("check the unit of the result", "return bytes, not MiB or GiB (no division by 2**20)")
+KV_HEAD_WIDTH = ("how wide is one key head?",
+                 "d_k = embedding_length / head_count: each of the head_count_kv cached heads is "
+                 "one head wide, not embedding_length wide")
 KV_NO_LAYERS = ("how many caches does the model keep?",
                 "every layer (llama.block_count of them) has its own cache")
 
@@ -136,7 +139,8 @@ def _kv_mistakes(meta, context, b):
              KV_QUERY_HEADS),
             (_kv_expected(meta, meta["llama.context_length"], b), KV_TRAINED_CONTEXT),
             (right * 8, KV_BITS), (right / 2**20, KV_MIB), (right / meta["llama.block_count"],
-                                                           KV_NO_LAYERS)]
+                                                           KV_NO_LAYERS),
+            (_kv_expected(meta, context, b, d_k=meta["llama.embedding_length"]), KV_HEAD_WIDTH)]
 
 
 def _check_kv(fn, meta, context, b, case):
@@ -177,6 +181,9 @@ HALF_POSITIONS = ("which angle does each row get?",
                   "row t turns by positions[t] * theta_i: use the positions given, not 0 .. T-1")
 HALF_DTYPE = ("keep the dtype of x", "compute the angles in float64, then cast cos and sin to "
               "x's dtype before multiplying")
+HALF_FLOAT32_ANGLES = ("in which dtype are the angles?",
+                       "compute theta and the angles in float64 and cast cos and sin to x's "
+                       "dtype only at the end: your result matches angles computed in float32")
 HALF_DEFAULT = ("h = d/2; y_i = x_i cos(m theta_i) - x_{i+h} sin(m theta_i), y_{i+h} = x_i "
                 "sin(m theta_i) + x_{i+h} cos(m theta_i), theta_i = base^(-2i/d)",)
 LLAMA_BIAS = ("which parameters does a Llama attention have?",
@@ -191,6 +198,9 @@ LLAMA_OWN_BASE = ("which base does the module rotate with?",
 LLAMA_Q_ONLY = ("RoPE rotates the queries and the keys",
                 "return rope_half(Q, ...) and rope_half(K, ...): a score depends on m - n only "
                 "when both sides turn")
+LLAMA_K_ONLY = ("RoPE rotates the queries and the keys",
+                "a score depends on m - n only when both sides turn: your apply_positions "
+                "returned Q unrotated")
 LLAMA_INTERLEAVED = ("which pairing does the module use?",
                      "rotate with your rope_half (channel i with i + d/2), not set 04's "
                      "interleaved apply_rope")
@@ -200,7 +210,8 @@ LLAMA_DEFAULT = ("apply_positions(Q, K, start): rope_half(Q, start .. start+L-1,
 
 def _rope_half_mistakes(x, positions, base):
     v = lambda **kw: (lambda: R.rope_half_ref(x, kw.pop("p", positions), kw.pop("b", base), **kw))  # noqa: E731
-    return [(v(pairing="interleaved"), HALF_INTERLEAVED), (v(b=10000.0), HALF_BASE),
+    return [(v(angles=torch.float32), HALF_FLOAT32_ANGLES),   # first: within 1e-6 of right
+            (v(pairing="interleaved"), HALF_INTERLEAVED), (v(b=10000.0), HALF_BASE),
             (v(sign=-1.0), HALF_SIGN), (v(exponent=1.0), HALF_EXPONENT),
             (v(p=np.arange(len(positions))), HALF_POSITIONS)]
 
@@ -210,6 +221,7 @@ def _llama_attention_mistakes(state, x, n_heads, mask, q_rows, q_pos, k_pos, bas
         return lambda: R.llama_attention_ref(state, x, n_heads, mask, q_rows, kw.pop("q", q_pos),
                                             kw.pop("k", k_pos), kw.pop("b", base), **kw)
     out = [(v(b=10000.0), LLAMA_OWN_BASE), (v(rot_k=False), LLAMA_Q_ONLY),
+           (v(rot_q=False), LLAMA_K_ONLY),
            (v(pairing="interleaved"), LLAMA_INTERLEAVED),
            (v(pairing="interleaved", b=10000.0), LLAMA_INTERLEAVED)]
     if restarted is not None:
@@ -238,8 +250,9 @@ def llama_attention(rope_half, LlamaAttention):
         tol = F32 if x.dtype == torch.float32 else {"rtol": 1e-7, "atol": 1e-9}
         mistakes = [m for m in _rope_half_mistakes(x.numpy(), positions.numpy(), base)
                     if not (base == 10000.0 and m[1] is HALF_BASE)]
+        dtol = (1e-6, 1e-6) if x.dtype == torch.float64 else None   # float32 angles: ~1e-7
         expect_match(got, R.rope_half_ref(x.numpy(), positions.numpy(), base), case=case, **tol,
-                     mistakes=mistakes, default=HALF_DEFAULT)
+                     mistakes=mistakes, default=HALF_DEFAULT, dtol=dtol)
 
     base = 300.0
     raised = ((None, LLAMA_BIAS),)
@@ -299,6 +312,9 @@ DEC_HEAD_TRANSPOSED = ("which way round is the tied head?",
 DEC_MASK = ("which mask does a cached step need?",
             "T new queries over start + T keys: causal_mask(T, start + T), bottom-right aligned "
             "(start = the positions already in the first layer's cache)")
+DEC_NO_MASK = ("which mask does a call without the cache need?",
+               "every call is causal: without use_cache the T ids attend under causal_mask(T, T) "
+               "(start = 0); yours let them see the future")
 DEC_CACHE_OFF = ("does the cache reach the layers?",
                  "pass use_cache to every layer, and read start from layers[0].attn.kv_cache only "
                  "when use_cache is true")
@@ -353,7 +369,8 @@ def llama_decoder(DecoderLayer, Decoder):
         return lambda: R.decoder_ref(state, ids, cfg, **kw)
     expect_match(got, dec()(), case=case, rtol=1e-4, atol=1e-4, default=DEC_DEFAULT,
                  mistakes=[(dec(scaled=True), DEC_SCALED), (dec(final_norm=False), DEC_NO_FINAL_NORM),
-                           (dec(head_t=True), DEC_HEAD_TRANSPOSED), (dec(post=True), LAYER_POST)])
+                           (dec(head_t=True), DEC_HEAD_TRANSPOSED), (dec(post=True), LAYER_POST),
+                           (dec(causal=False), DEC_NO_MASK)])
 
     # 3. the cache: 5 positions, then 1, then 2; n_vocab != d_model
     cfg = dict(cfg, n_vocab=40)

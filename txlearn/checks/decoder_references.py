@@ -14,14 +14,16 @@ __all__ = ["rope_half_ref", "llama_attention_ref", "rms", "swiglu", "layer_ref",
            "layer_state", "decoder_state", "f32", "decoder_args"]
 
 
-def rope_half_ref(x, positions, base, *, pairing="half", sign=1.0, exponent=2.0):
-    """float64 rotation of ``x (..., T, d)`` by ``positions`` with the catalogued knobs."""
+def rope_half_ref(x, positions, base, *, pairing="half", sign=1.0, exponent=2.0,
+                  angles=torch.float64):
+    """float64 rotation of ``x (..., T, d)`` by ``positions`` with the catalogued knobs
+    (``angles=torch.float32``: theta, the angles and their cos and sin in float32)."""
     x = torch.as_tensor(np.asarray(x, dtype=np.float64))
     d = x.shape[-1]
     h = d // 2
-    theta = base ** (-exponent * torch.arange(h, dtype=torch.float64) / d)
-    angle = torch.as_tensor(np.asarray(positions, dtype=np.float64))[:, None] * theta
-    cos, sin = torch.cos(angle), sign * torch.sin(angle)
+    theta = base ** (-exponent * torch.arange(0, d, 2, dtype=angles) / (2 * d))
+    angle = torch.as_tensor(np.asarray(positions)).to(angles)[:, None] * theta
+    cos, sin = torch.cos(angle).double(), sign * torch.sin(angle).double()
     if pairing == "half":
         a, b = x[..., :h], x[..., h:]
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1).numpy()
@@ -30,7 +32,7 @@ def rope_half_ref(x, positions, base, *, pairing="half", sign=1.0, exponent=2.0)
 
 
 def llama_attention_ref(state, x, n_heads, mask, q_rows, q_pos, k_pos, base, *, pairing="half",
-                         rot_k=True):
+                         rot_k=True, rot_q=True):
     """Rotary GQA attention output (float64) of the queries ``x[:, q_rows]`` over every row of
     ``x`` as keys, without biases."""
     t = {k: torch.as_tensor(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
@@ -45,7 +47,8 @@ def llama_attention_ref(state, x, n_heads, mask, q_rows, q_pos, k_pos, base, *, 
 
     Q = heads("Q", n_heads, q_rows)
     K, V = heads("K", n_kv, slice(None)), heads("V", n_kv, slice(None))
-    Q = torch.as_tensor(rope_half_ref(Q.numpy(), q_pos, base, pairing=pairing))
+    if rot_q:
+        Q = torch.as_tensor(rope_half_ref(Q.numpy(), q_pos, base, pairing=pairing))
     if rot_k:
         K = torch.as_tensor(rope_half_ref(K.numpy(), k_pos, base, pairing=pairing))
     m = torch.as_tensor(mask).bool()
@@ -82,13 +85,15 @@ def layer_ref(t, p, x, n_heads, mask, q_rows, q_pos, k_pos, eps, base, *, post=F
     return h + f if residual else f
 
 
-def decoder_ref(state, ids, cfg, *, scaled=False, final_norm=True, head_t=False, **layer_kw):
+def decoder_ref(state, ids, cfg, *, scaled=False, final_norm=True, head_t=False, causal=True,
+                **layer_kw):
     """The decoder's logits (float64 NumPy) for ``ids (B, T)`` at positions 0 .. T-1."""
     t = {k: torch.as_tensor(np.asarray(v, dtype=np.float64)) for k, v in state.items()}
     ids = torch.as_tensor(ids)
     T = ids.shape[1]
     x = t["W_E"][ids] * (cfg["d_model"] ** 0.5 if scaled else 1.0)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool)
+    mask = mask.tril() if causal else mask
     pos = np.arange(T)
     for i in range(cfg["n_layers"]):
         x = layer_ref(t, f"layers.{i}.", x, cfg["n_heads"], mask, slice(None), pos, pos,
