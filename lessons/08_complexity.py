@@ -973,14 +973,14 @@ def decode_step(x, W, K, V):
 
 
 S_dec = 8192
-rates, bytes_read, score_flops = {}, {}, {}
+steps, bytes_read, score_flops = {}, {}, {}
 for n_kv in (8, 4, 2, 1):
     W = {"Q": torch.randn(d_dec, d_dec), "K": torch.randn(d_dec, n_kv * dk_dec),
          "V": torch.randn(d_dec, n_kv * dk_dec), "O": torch.randn(d_dec, d_dec),
          "1": torch.randn(d_dec, 4 * d_dec), "2": torch.randn(4 * d_dec, d_dec)}
     K_c, V_c = torch.randn(n_kv, S_dec, dk_dec), torch.randn(n_kv, S_dec, dk_dec)
     x_dec = torch.randn(d_dec)
-    rates[n_kv] = 1 / time_callable(lambda: decode_step(x_dec, W, K_c, V_c), repeats=5, clock=CLOCK)
+    steps[n_kv] = lambda x=x_dec, W=W, K_c=K_c, V_c=V_c: decode_step(x, W, K_c, V_c)
     n_weights = sum(w.numel() for w in W.values())
     bytes_read[n_kv] = sum(decode_bytes_per_token(n_params=n_weights, n_layers=1, n_kv_heads=n_kv,
                                                   d_k=dk_dec, context=S_dec, weight_dtype="float32",
@@ -988,6 +988,8 @@ for n_kv in (8, 4, 2, 1):
     with FlopCounterMode(display=False) as fc:
         decode_step(x_dec, W, K_c, V_c)
     score_flops[n_kv] = {str(op): n for op, n in fc.get_flop_counts()["Global"].items()}["aten.bmm"]
+seconds = measure(steps.get, list(steps), "time", repeats=2, clock=CLOCK, rounds=3)  # in turn
+rates = {n_kv: 1 / s for n_kv, s in zip(steps, seconds)}                         # tokens/s
 for n_kv in rates:
     print(f"{n_kv} kv heads: reads {bytes_read[n_kv] / 2**20:5.1f} MiB, {rates[n_kv]:6.0f} tokens/s "
           f"({bytes_read[n_kv] * rates[n_kv] / 1e9:.1f} GB/s); scores + weighted sum "
@@ -1003,7 +1005,8 @@ assert speedup > 0.5 * predicted                             # at least half the
 # Fewer key/value heads, more tokens per second, with exactly the same FLOPs in the scores: the
 # step is paced by what it reads. The measured speed-up is close to what the bytes predict (the
 # printed ratios; asserted to reach at least half the prediction, and 1 or 2 kv heads faster than
-# 8; on our shared machine the rate in GB/s also moves with the other programs' use of the
+# 8; the four are timed in turn, in three rounds, since one timed after another a busy moment
+# of the machine once cut the measured speed-up below half the prediction; on our shared machine the rate in GB/s also moves with the other programs' use of the
 # memory bus, enough to swap 1 and 2 kv heads, which read 14 and 18 MiB, in some runs). This is where GQA saves
 # time: in decoding with long contexts, where the cache is most of what a step reads. In
 # training or in the prefill of a long prompt, the products are matrix-matrix, FLOPs set the
