@@ -225,3 +225,40 @@ def test_set_09s_hidden_cases_live_in_one_capstone_file(tmp_path):
     (tmp_path / "capstone_model.py").write_text("def char_model(CharModel):\n    pass\n")
     with pytest.raises(GradingError, match="capstone_model.py is not named like a check module"):
         validate_hidden(tmp_path)
+
+
+def test_training_loops_time_out_saying_how_far_they_got(monkeypatch):
+    # set 09's stated run: a time-out says how long the first 10 steps took, so that a slow loop
+    # ("where does your loop spend its time?") and one that never ends read differently
+    import time
+
+    import torch
+
+    from txlearn.checks import capstone_training as ct
+    from txlearn.checks.capstone_model import course_init
+
+    catalogue = _load("capstone")
+    CharModel = catalogue.REFERENCE["training_loop"][2]
+    sizes = dict(d_model=8, n_heads=2, d_ff=16, n_layers=1, block_size=8, n_vocab=12)
+    _, init = course_init(12, {k: v for k, v in sizes.items() if k != "n_vocab"})
+    ids = torch.randint(0, 12, (400,))
+    run = dict(steps=300, batch_size=4, block_size=8, lr=1e-3, seed=0)
+
+    def slow(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed):
+        time.sleep(0.01 * steps)                      # 0.01 s a step: 300 steps take 3 s
+        return [1.0]
+
+    def endless(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed):
+        while steps > 10:                            # ends for the short run only
+            time.sleep(0.01)
+        return [1.0]
+
+    monkeypatch.setattr(ct, "TRAIN_SECONDS", 0.5)
+    for train, hint, words in ((slow, ct.SLOW, "so 300 steps should take about"),
+                               (endless, ct.ENDLESS, "seems not to end")):
+        with pytest.raises(CheckFailure) as info:
+            ct.paced_run(train, CharModel, init, sizes, ids, ids[:80], run, "stated run")
+        failure = info.value
+        assert failure.kind == "timeout" and failure.hints == hint, failure.feedback(9)
+        assert "300 steps did not finish within 0.5 s" in str(failure), str(failure)
+        assert words in str(failure), str(failure)

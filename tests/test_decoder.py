@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from txlearn.counting import stack_param_counts  # noqa: E402
 from txlearn.heads import kv_cache_bytes  # noqa: E402
-from txlearn.models import gguf as gguf_loader  # noqa: E402
+from txlearn.models import gguf_files  # noqa: E402
 from txlearn.models.gguf import (BLOCK_TABLE, GLOBAL_TABLE, INSTALL_COMMAND,  # noqa: E402
                                  gguf_path, load_decoder, read_config, read_tensor,
                                  tensor_shapes, weight_table)
@@ -141,7 +141,7 @@ def test_missing_package_fails_with_the_install_command(monkeypatch):
     def missing(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(gguf_loader.importlib.metadata, "distribution", missing)
+    monkeypatch.setattr(gguf_files.importlib.metadata, "distribution", missing)
     with pytest.raises(ImportError) as info:
         gguf_path()
     message = str(info.value)
@@ -225,3 +225,53 @@ def test_kv_cache_of_the_model(smollm):
     smollm(torch.arange(10)[None], caches)
     assert sum(cache.nbytes() for cache in caches) == kv_cache_bytes(
         n_layers=30, n_kv_heads=3, d_k=64, context=10, dtype=torch.float32)
+
+
+def test_set_10_oracle_is_transformers_on_its_own_tokens(smollm, oracle, tokenizer):
+    """The ids written out in txlearn.checks.decoder_oracles are the tokenizer's, and the logits
+    set 10's check compares with (the course's decoder, cached by the file's digest) are
+    transformers' within the tolerance the check states (1e-3)."""
+    from txlearn.checks import decoder_oracles as o
+
+    assert list(o.TEXT_IDS) == tokenizer(o.TEXT)["input_ids"]
+    assert list(o.CHAT_IDS) == chat_ids(tokenizer, o.CHAT)
+    with torch.no_grad():
+        theirs = oracle(o.text_ids()).logits[0].numpy()
+    ours = o.logits()
+    assert ours.shape == theirs.shape == (len(o.TEXT_IDS), 49152)
+    assert np.abs(ours - theirs).max() < 1e-3
+    assert o.cache_file().name.startswith("smollm2-")
+
+
+def test_the_cached_copy_of_the_oracle_is_exact_tied_and_published_whole(tmp_path):
+    # reference_model() keeps transformers' reading of the GGUF file in the user's cache and
+    # later builds the model from that copy: the round trip must change no value, keep the head
+    # tied and give the same logits, in float32 and float64; a folder is published whole or not
+    import transformers
+
+    from txlearn.models.gguf_files import publish_folder
+    from txlearn.models.llama_reference import load_saved_reference, save_reference
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=48,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, tie_word_embeddings=True,
+                                      rope_theta=1000.0, rms_norm_eps=1e-5)
+    model = transformers.LlamaForCausalLM(config).eval()
+    publish_folder(lambda folder: save_reference(model, folder), tmp_path / "copy")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]      # no half-written folder
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    for dtype in (torch.float32, torch.float64):
+        copy = load_saved_reference(tmp_path / "copy", dtype)
+        assert copy.dtype == dtype
+        assert copy.lm_head.weight.data_ptr() == copy.model.embed_tokens.weight.data_ptr()
+        for (name, a), (_, b) in zip(model.state_dict().items(), copy.state_dict().items()):
+            assert torch.equal(a.to(dtype), b), name
+        with torch.no_grad():
+            want = model.to(dtype)(ids).logits
+            assert torch.equal(copy(ids).logits, want)
+    # a second publisher of the same folder keeps the first copy and leaves nothing behind
+    publish_folder(lambda folder: (folder / "other").write_text("x"), tmp_path / "copy")
+    assert sorted(p.name for p in (tmp_path / "copy").iterdir()) == ["config.json",
+                                                                   "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]

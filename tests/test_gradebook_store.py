@@ -246,3 +246,22 @@ def test_merging_a_corrupt_gradebook_merges_nothing_from_it(tmp_path):
         merge_gradebooks(tmp_path / "class.db", [good, bad])
     with open_gradebook(tmp_path / "class.db", readonly=True) as gb:
         assert len(gb.notebooks()) == 2          # the good one, merged before the bad one
+
+
+def test_two_gradings_in_one_second_count_in_the_order_they_were_recorded(tmp_path):
+    # graded_at has whole seconds: bob graded twice within one second (a re-grade right after
+    # the first, as the class test does) must still count his second grading as the latest,
+    # whatever order the notebooks' uuids sort in
+    from txlearn.course.gradebook.store import counting
+    first, second = row("r1", "bob", 7), row("r1", "bob", 7)
+    first.uuid, second.uuid = "z-first", "a-second"          # uuid order: second first
+    first.points, second.points = 3, 4
+    with open_gradebook(tmp_path / "g.db") as gb:
+        run = gb.start_run(command="test", started_at="2026-10-02T10:00:00Z", version="0")
+        first.run_uuid = second.run_uuid = run
+        gb.add_notebook(first)
+        gb.add_notebook(second)
+    with open_gradebook(tmp_path / "g.db", readonly=True) as gb:
+        rows = gb.notebooks()
+    assert [r.points for r in rows] == [3, 4]
+    assert counting(rows, "latest")[("bob", "01_softmax")].points == 4

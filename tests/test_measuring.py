@@ -62,3 +62,19 @@ def test_time_callable_min_and_median_with_a_fake_clock(monkeypatch):
     monkeypatch.setattr(measuring.time, "perf_counter", lambda: next(ticks))
     assert measuring.time_callable(lambda: None, repeats=3, warmup=1) == 1
     assert measuring.time_callable(lambda: None, repeats=3, warmup=1, reduce="median") == 2
+
+
+def test_measure_in_rounds_times_the_values_in_turn_and_keeps_each_ones_fastest():
+    order, times = [], iter([5.0, 1.0, 9.0, 2.0, 3.0, 7.0] * 2)
+    def make(v):
+        return lambda: order.append(v)
+    real = measuring.time_callable
+    try:   # a fake timer: each call of time_callable runs fn once and "takes" the next time
+        measuring.time_callable = lambda fn, repeats, clock="wall": (fn(), next(times))[1]
+        got = measuring.measure(make, [10, 20, 30], "time", repeats=1, rounds=2)
+    finally:
+        measuring.time_callable = real
+    assert order == [10, 20, 30, 10, 20, 30]                  # in turn, round after round
+    assert got.tolist() == [2.0, 1.0, 7.0]                    # min(5, 2), min(1, 3), min(9, 7)
+    with pytest.raises(ValueError, match="rounds"):
+        measuring.measure(make, [10], rounds=0)

@@ -44,6 +44,9 @@ __all__ = [
     "call_on_copies",
     "parameter_name",
     "load_state_dict",
+    "cache_shapes",
+    "record_starts",
+    "one_thread",
     "time_limit",
     "TimeLimitExceeded",
     "learner_frames",
@@ -183,6 +186,62 @@ def local_forward_backward(module, args, kwargs, grad_output):
     for name, p in module.named_parameters():
         grads[name] = None if p.grad is None else p.grad.detach().numpy()
     return first.detach(), grads
+
+
+@contextmanager
+def one_thread():
+    """PyTorch on one thread inside the block (restored after): the grader's sandbox runs one
+    (``OMP_NUM_THREADS=1``), so a check that times or limits the learner's code runs it the same
+    way in the learner's kernel. Without torch imported, nothing to do."""
+    torch = _torch_if_loaded()
+    if torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def cache_shapes(module) -> list:
+    """The shapes of what ``module`` and its submodules hold in their ``kv_cache`` attribute, in
+    ``module.modules()`` order: one list of shapes per module whose cache is not None (a pair
+    ``(K, V)`` gives two shapes), so that a check can see *what* a cache stores (the key/value
+    heads before ``repeat_kv``, or copies after it) without touching the learner's objects.
+    Anything in a cache that is not a tensor is given as the shape ``(-1,)``."""
+    import torch
+    out = []
+    for m in module.modules() if isinstance(module, torch.nn.Module) else [module]:
+        held = getattr(m, "kv_cache", None)
+        if held is None:
+            continue
+        items = held if isinstance(held, (tuple, list)) else [held]
+        out.append([tuple(int(n) for n in t.shape) if isinstance(t, torch.Tensor) else (-1,)
+                    for t in items])
+    return out
+
+
+def record_starts(cls, args, kwargs, steps) -> list[int]:
+    """The ``start`` that an attention module built from the learner's class ``cls`` passes to
+    its ``apply_positions`` on each cached call: a subclass of ``cls`` that records it (and
+    changes nothing else) is built with ``cls(*args, **kwargs)`` and run, under
+    ``torch.no_grad()``, on each ``(x, mask)`` of ``steps`` with ``use_cache=True``. Set 03's
+    ``apply_positions`` changes nothing, so only this shows a forward that always passes 0."""
+    import torch
+    seen: list[int] = []
+
+    class Recorded(cls):
+        def apply_positions(self, Q, K, start):
+            seen.append(int(start))
+            return super().apply_positions(Q, K, start)
+
+    module = Recorded(*args, **kwargs)
+    with torch.no_grad():
+        for x, mask in steps:
+            module(to_tensor(x), mask=None if mask is None else to_tensor(mask), use_cache=True)
+    return seen
 
 
 def load_state_dict(module, state: dict) -> None:

@@ -96,6 +96,15 @@ def attention_ref(Q, K, V, mask=None):
     return _finish(w, V)
 
 
+def attention_one_key_empty(Q, K, V, mask=None):   # issue 23: a row with 1 visible key as empty
+    out, w = attention_ref(Q, K, V, mask)
+    if mask is None:
+        return out, w
+    few = np.broadcast_to(mask, w.shape).sum(axis=-1, keepdims=True) <= 1
+    w = np.where(few, 0.0, w)
+    return _finish(w, V)
+
+
 def _masked_softmax(s, mask, fill=-np.inf, axis=-1):
     if mask is not None:
         s = np.where(mask, s, fill)
@@ -207,6 +216,8 @@ WRONG = {
         ("lists, one short", (padding_loop_of_lists,), "compare strictly"),
     ],
     "masked_attention": [
+        ("a row with one visible key treated as empty (issue 23)", (attention_one_key_empty,),
+         "only a row with no visible key"),
         ("no scaling", (attention_no_scale,), "you did not scale"),
         ("multiplied by sqrt(d_k)", (attention_times_scale,), "you multiplied"),
         ("divided by d_k", (attention_scaled_twice,), "divide by sqrt(d_k) once"),

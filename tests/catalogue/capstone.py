@@ -151,6 +151,17 @@ def probs_axis0(logits, temperature=1.0, top_k=None):
     return _probs_with(logits, temperature, top_k, dim=0)
 
 
+def probs_torch_topk(logits, temperature=1.0, top_k=None):
+    z = logits.to(torch.float64)
+    n = z.shape[-1]
+    if temperature == 0:
+        return F.one_hot(z.argmax(-1), n).to(torch.float64)
+    p = torch.softmax((z - z.max(-1, keepdim=True).values) / temperature, dim=-1)
+    if top_k is not None and top_k < n:
+        p = p * torch.zeros_like(p, dtype=torch.bool).scatter(-1, torch.topk(z, top_k).indices, True)
+    return p / p.sum(-1, keepdim=True)
+
+
 def probs_ties_highest(logits, temperature=1.0, top_k=None):
     return _probs_with(logits, temperature, top_k, ties="high")
 
@@ -182,6 +193,17 @@ def probs_no_shift(logits, temperature=1.0, top_k=None):
     return _probs_with(logits, temperature, top_k, shift=False)
 
 
+def probs_divided_in_own_dtype(logits, temperature=1.0, top_k=None):   # issue 23
+    if temperature == 0:
+        return probs_ref(logits, 0, top_k)
+    z = (logits / temperature).to(torch.float64)       # divided in float16: 8 / 1e-4 is inf
+    p = torch.softmax(z - z.max(-1, keepdim=True).values, dim=-1)
+    if top_k is not None and top_k < z.shape[-1]:
+        keep = torch.zeros_like(p, dtype=torch.bool).scatter(-1, _stable_order(z)[..., :top_k], True)
+        p = p * keep
+    return p / p.sum(-1, keepdim=True)
+
+
 def probs_float32(logits, temperature=1.0, top_k=None):
     return probs_ref(logits, temperature, top_k).float()
 
@@ -198,7 +220,8 @@ def _nucleus(p, top_p, *, rule="before", ties="low"):
         order = torch.sort(p, dim=-1, descending=True, stable=True).indices
     sp = p.gather(-1, order)
     after = sp.cumsum(-1)
-    keep = {"before": after - sp < top_p, "after": after < top_p, "tail": after > top_p}[rule]
+    keep = {"before": after - sp < top_p, "before_eq": after - sp <= top_p, "after": after < top_p,
+            "tail": after > top_p}[rule]
     return torch.zeros_like(p, dtype=torch.bool).scatter(-1, order, keep)
 
 
@@ -227,6 +250,24 @@ def top_p_before_temperature(logits, temperature=1.0, top_k=None, top_p=None):
         return distribution_ref(logits, temperature, top_k, top_p)
     keep = _nucleus(probs_ref(logits, 1.0, top_k), top_p)          # chosen at temperature 1
     p = probs_ref(logits, temperature, top_k) * keep
+    return p / p.sum(-1, keepdim=True)
+
+
+def top_p_keeps_at_p(logits, temperature=1.0, top_k=None, top_p=None):
+    return _top_p_with(logits, temperature, top_k, top_p, rule="before_eq")
+
+
+def probs_softmax_own_dtype(logits, temperature=1.0, top_k=None):
+    """The max-shift and the softmax in the logits' own dtype (float16 stays float16), then
+    float64."""
+    z = logits
+    n = z.shape[-1]
+    if temperature == 0:
+        return F.one_hot(z.argmax(-1), n).to(torch.float64)
+    p = torch.softmax((z - z.max(-1, keepdim=True).values) / temperature, dim=-1).double()
+    if top_k is not None and top_k < n:
+        order = torch.sort(z.double(), dim=-1, descending=True, stable=True).indices
+        p = p * torch.zeros_like(p, dtype=torch.bool).scatter(-1, order[..., :top_k], True)
     return p / p.sum(-1, keepdim=True)
 
 
@@ -325,6 +366,9 @@ def make_char_model(positions="offset", scale=False, untied=False, replace=True,
                 x = x + self.W_pos[first:first + T]
             elif positions == "by id":
                 x = x + self.W_pos[ids]
+            if positions == "offset and sinusoid":   # built on set 07's TokenEmbedding
+                x = x + self.W_pos[start:start + T] + \
+                    torch.as_tensor(sinusoidal_encoding(start + T, W.shape[1])[start:], dtype=x.dtype)
             return x
 
     class CharModel(LanguageModel):
@@ -403,17 +447,20 @@ evaluate_ref = make_evaluate()
 
 
 def make_train(zero_grad="before", lr_override=None, optimizer_inside=False, step=True,
-               evaluate_on="val", window=0, loss_fn=None):
+               evaluate_on="val", window=0, loss_fn=None, optimizer_cls=torch.optim.AdamW,
+               learn_from="train"):
     """A training loop, with one mistake when asked."""
 
     def train(model, train_ids, val_ids, steps, batch_size, block_size, lr, seed):
         generator = torch.Generator().manual_seed(seed)
         lr = lr if lr_override is None else lr_override
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        optimizer = optimizer_cls(model.parameters(), lr=lr)
         model.train()
+        if learn_from == "val":
+            train_ids = val_ids
         for _ in range(steps):
             if optimizer_inside:
-                optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+                optimizer = optimizer_cls(model.parameters(), lr=lr)
             T = block_size + window
             starts = torch.randint(0, len(train_ids) - T + 1, (batch_size,), generator=generator)
             x = train_ids[starts[:, None] + torch.arange(T)]
@@ -606,8 +653,13 @@ WRONG = {
     ],
     "sampling_distribution": [
         ("multiplied by the temperature", (probs_times_temperature,), "you multiplied"),
+        ("temperature divided in float16 (issue 23)", (probs_divided_in_own_dtype,),
+         "convert the logits to float64 first"),
+        ("softmax in float16, then cast to float64 (learner 23)", (probs_softmax_own_dtype,),
+         "does not bring them back"),
         ("softmax over the batch axis", (probs_axis0,), "mixes different rows"),
         ("ties broken by highest index", (probs_ties_highest,), "yours keeps the highest indices"),
+        ("torch.topk for top-k (learner 23)", (probs_torch_topk,), "matches torch.topk's choice"),
         ("every tie at the k-th value kept", (probs_ties_all_kept,), "exactly k"),
         ("keeps k + 1", (probs_k_plus_one,), "one more"),
         ("no renormalisation after top-k", (probs_no_renorm,), "divide by the sum"),
@@ -624,12 +676,16 @@ WRONG = {
         ("top-p before top-k", (top_p_before_top_k,), "top-k first"),
         ("mass summed in vocabulary order", (top_p_unsorted,), "vocabulary order"),
         ("keeps the tail", (top_p_keeps_tail,), "not the tail"),
+        ("keeps a token whose mass before it is exactly p (learner 23)", (top_p_keeps_at_p,),
+         "compares with <="),
     ],
     "char_model": [
         ("an output matrix of its own", (make_char_model(untied=True),), "tie the output head"),
         ("no position table", (make_char_model(positions="none"),), "learned position row"),
         ("positions defined, never added", (make_char_model(positions="unused"),),
          "learned position row"),
+        ("the sinusoidal table added too (learner 23)",
+         (make_char_model(positions="offset and sinusoid"),), "adds the sinusoidal table as well"),
         ("positions indexed by the token ids", (make_char_model(positions="by id"),),
          "not by the token ids"),
         ("embedding scaled by sqrt(d_model), as the paper's", (make_char_model(scale=True),),
@@ -680,6 +736,11 @@ WRONG = {
         ("a new AdamW every step",
          (make_train(optimizer_inside=True), evaluate_ref, CharModelRef),
          "create the optimizer once"),
+        ("plain Adam (learner 23)",
+         (make_train(optimizer_cls=torch.optim.Adam), evaluate_ref, CharModelRef),
+         "plain adam has no decoupled weight decay"),
+        ("trained on val_ids (learner 23)",
+         (make_train(learn_from="val"), evaluate_ref, CharModelRef), "yours trained on val_ids"),
         ("evaluating on the training data",
          (make_train(evaluate_on="train"), evaluate_ref, CharModelRef), "held-out text"),
         ("a model that reads the next id from its input after training",

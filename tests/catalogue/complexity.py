@@ -53,6 +53,15 @@ def update_ref(m, l, acc, scores, V):
     return m_new, alpha * l + p.sum(axis=-1), alpha[:, None] * acc + p @ V
 
 
+def update_block_max_only(m, l, acc, scores, V):
+    m_new = scores.max(axis=-1)                              # the running max m left out
+    shift = np.where(m_new == -np.inf, 0.0, m_new)
+    with np.errstate(all="ignore"):
+        alpha = np.where(m == -np.inf, 0.0, np.exp(m - shift))
+    p = np.exp(scores - shift[:, None])
+    return m_new, alpha * l + p.sum(axis=-1), alpha[:, None] * acc + p @ V
+
+
 def update_no_rescale(m, l, acc, scores, V):
     m_new = np.maximum(m, scores.max(axis=-1))
     shift = np.where(m_new == -np.inf, 0.0, m_new)
@@ -103,7 +112,7 @@ def update_returns_two(m, l, acc, scores, V):
 # ------------------------------------------------------------------ tiled_attention
 
 def _tiled(Q, K, V, mask, block_size, scale=True, m0=-np.inf, last=True, normalise=True,
-           guard=True, mask_cols=True):
+           guard=True, mask_cols=True, fill=-np.inf, invert=False):
     L, d_k = Q.shape
     S = K.shape[0]
     m, l, acc = np.full(L, m0), np.zeros(L), np.zeros((L, V.shape[1]))
@@ -112,7 +121,8 @@ def _tiled(Q, K, V, mask, block_size, scale=True, m0=-np.inf, last=True, normali
         stop = min(start + block_size, S)
         s = Q @ K[start:stop].T / (np.sqrt(d_k) if scale else 1.0)
         if mask is not None:
-            s = np.where(mask[:, start:stop] if mask_cols else mask[:, :stop - start], s, -np.inf)
+            cols = mask[:, start:stop] if mask_cols else mask[:, :stop - start]
+            s = np.where(~cols if invert else cols, s, fill)
         with np.errstate(all="ignore"):
             m, l, acc = update_ref(m, l, acc, s, V[start:stop])
     if not normalise:
@@ -125,6 +135,10 @@ def _tiled(Q, K, V, mask, block_size, scale=True, m0=-np.inf, last=True, normali
 
 def tiled_ref(Q, K, V, mask=None, block_size=2):
     return _tiled(Q, K, V, mask, block_size)
+
+
+def tiled_mask_inverted(Q, K, V, mask=None, block_size=2):
+    return _tiled(Q, K, V, mask, block_size, invert=True)
 
 
 def tiled_not_normalised(Q, K, V, mask=None, block_size=2):
@@ -145,6 +159,10 @@ def tiled_unscaled(Q, K, V, mask=None, block_size=2):
 
 def tiled_nan_rows(Q, K, V, mask=None, block_size=2):
     return _tiled(Q, K, V, mask, block_size, guard=False)
+
+
+def tiled_big_negative(Q, K, V, mask=None, block_size=2):      # issue 23: -1e9, not -inf
+    return _tiled(Q, K, V, mask, block_size, fill=-1e9)
 
 
 def tiled_mask_first_columns(Q, K, V, mask=None, block_size=2):
@@ -173,16 +191,20 @@ WRONG = {
         ("old output not rescaled", (update_no_rescale_acc,), "rescale the old output"),
         ("alpha inverted", (update_alpha_inverted,), "yours is exp(m' - m)"),
         ("old max kept", (update_old_max,), "use the new max"),
+        ("new max from the block alone (learner 23)", (update_block_max_only,),
+         "took the block's max alone"),
         ("output normalised", (update_normalised,), "keep acc unnormalised"),
         ("NaN when all masked", (update_no_nan_guard,), "is NaN"),
         ("two outputs", (update_returns_two,), "return three things"),
     ],
     "tiled_attention": [
+        ("hidden scores -1e9 (issue 23)", (tiled_big_negative,), "not a large negative number"),
         ("acc not divided by l", (tiled_not_normalised,), "you returned acc itself"),
         ("running max starts at 0", (tiled_max_starts_at_zero,), "start the running max at minus infinity"),
         ("last short block dropped", (tiled_drops_last_block,), "the last block is shorter"),
         ("no 1/sqrt(d_k)", (tiled_unscaled,), "divide each block's scores by sqrt(d_k)"),
         ("NaN for a query with no key", (tiled_nan_rows,), "divide only where l > 0"),
         ("mask columns of the first block reused", (tiled_mask_first_columns,), "slice the mask's columns"),
+        ("mask inverted (learner 23)", (tiled_mask_inverted,), "hides the keys the mask allows"),
     ],
 }

@@ -30,6 +30,19 @@ def gelu_no_half(x):
     return x * (1.0 + torch.erf(x / math.sqrt(2.0)))
 
 
+def gelu_erf_half(x):
+    return 0.5 * x * (1 + torch.erf(x / 2))
+
+
+def gelu_phi_only(x):
+    return 0.5 * (1 + torch.erf(x / math.sqrt(2)))
+
+
+def gelu_in_float32(x):
+    y = x.float()
+    return (0.5 * y * (1 + torch.erf(y / math.sqrt(2)))).to(x.dtype)
+
+
 def gelu_relu(x):
     return torch.clamp(x, min=0.0)
 
@@ -109,6 +122,10 @@ WRONG = {
         ("erf(x), not erf(x / sqrt 2)", (gelu_no_sqrt2,), "passed x itself to erf"),
         ("no factor 1/2", (gelu_no_half,), "the 1/2 is missing"),
         ("ReLU", (gelu_relu,), "you computed relu"),
+        ("erf(x / 2) (learner 23)", (gelu_erf_half,), "divided x by 2 inside erf"),
+        ("Phi(x) without the x (learner 23)", (gelu_phi_only,), "returned phi(x) alone"),
+        ("computed in float32, returned in x's dtype (learner 23)", (gelu_in_float32,),
+         "right to float32 precision only"),
         ("math.erf on a tensor", (gelu_math_erf,), "use torch.erf"),
         ("NumPy with np.vectorize", (gelu_numpy,), "compute with torch functions"),
     ],

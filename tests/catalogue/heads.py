@@ -67,6 +67,11 @@ def repeat_positions_axis(x, n_rep):
     return x.repeat_interleave(n_rep, dim=2)
 
 
+def repeat_positions_folded(x, n_rep):
+    B, n_kv, S, d_k = x.shape
+    return x.repeat_interleave(n_rep, dim=2).reshape(B, n_kv * n_rep, S, d_k)
+
+
 def repeat_expand_only(x, n_rep):
     B, n_kv, S, d_k = x.shape
     return x[:, :, None].expand(B, n_kv, n_rep, S, d_k)
@@ -155,7 +160,8 @@ def mask_square(L, S):
 
 def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True, polarity=True,
               softmax_dim=-1, empty="zero", use_W_O=True, add_b_O=True, add_b_in=True,
-              share=repeat_ref, kv_width="n_kv", cache="right", grad=True, bias_always=False):
+              share=repeat_ref, kv_width="n_kv", cache="right", grad=True, bias_always=False,
+              start_zero=False):
     """A learner's MultiHeadAttention, right or with one mistake."""
 
     class MultiHeadAttention(nn.Module):
@@ -194,13 +200,24 @@ def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True
             Q = split(self._proj(x, self.W_Q, self.b_Q, add_b_in), self.n_heads)
             K = split(self._proj(x, self.W_K, self.b_K, add_b_in), self.n_kv_heads)
             V = split(self._proj(x, self.W_V, self.b_V, add_b_in), self.n_kv_heads)
-            start = self.kv_cache[0].shape[2] if (use_cache and self.kv_cache is not None) else 0
-            Q, K = self.apply_positions(Q, K, start)
+            held = self.kv_cache is not None
+            reads = held and (use_cache or cache == "when_present")
+            start = self.kv_cache[0].shape[2] if reads else 0
+            Q, K = self.apply_positions(Q, K, 0 if start_zero else start)
             n_rep = self.n_heads // self.n_kv_heads
-            if (use_cache and cache != "not_stored") or cache == "always":
-                K, V = append_ref(self.kv_cache, K, V)
-                self.kv_cache = (K, V)
-            K, V = share(K, n_rep), share(V, n_rep)
+            if cache == "after_repeat":                    # GQA's saving undone: n_heads copies
+                K, V = share(K, n_rep), share(V, n_rep)
+                if use_cache:
+                    K, V = append_ref(self.kv_cache, K, V)
+                    self.kv_cache = (K, V)
+            else:
+                if (use_cache and cache != "not_stored") or cache == "always" or \
+                        (held and cache == "when_present"):
+                    K, V = append_ref(self.kv_cache, K, V)
+                    self.kv_cache = (K, V)
+                elif held and cache == "extends_unread":     # attends over x alone, but stores
+                    self.kv_cache = append_ref(self.kv_cache, K, V)
+                K, V = share(K, n_rep), share(V, n_rep)
             divisor = {"d_k": math.sqrt(self.d_k), "d_model": math.sqrt(self.d_k * self.n_heads),
                        "none": 1.0, "twice": self.d_k}[scale]
             scores = Q @ (K.transpose(-2, -1) if transpose_k else K) / divisor
@@ -281,6 +298,8 @@ WRONG = {
         ("tile with torch.cat", (repeat_cat,), "repeated the whole stack"),
         ("tile order through expand", (repeat_expand_tile_order,), "repeated the whole stack"),
         ("repeats along the positions axis", (repeat_positions_axis,), "along another axis"),
+        ("repeats positions, then reshapes (learner 23)", (repeat_positions_folded,),
+         "then reshaped"),
         ("expand without the reshape", (repeat_expand_only,), "fold it into the heads axis"),
         ("n_kv_heads copies instead of n_rep", (repeat_by_head_count,),
          "made n_kv_heads copies"),
@@ -294,6 +313,9 @@ WRONG = {
         ("fails on an empty cache", (append_no_none_case, mask_ref), "return (K, V) as they are"),
         ("mask aligned top-left", (append_ref, mask_top_left), "top-left"),
         ("mask inverted", (append_ref, mask_inverted), "inverted"),
+        ("upper triangle (learner 23)",
+         (append_ref, lambda L, S: torch.ones(L, S, dtype=torch.bool).triu(S - L)),
+         "upper triangle"),
         ("mask without its diagonal", (append_ref, mask_no_diagonal), "misses its diagonal"),
         ("mask offset with the wrong sign", (append_ref, mask_wrong_sign), "wrong sign"),
         ("float mask", (append_ref, mask_float), "dtype=torch.bool"),
@@ -320,6 +342,14 @@ WRONG = {
         ("biases even with bias=False", (mha_class(bias_always=True),), "no b_* parameters"),
         ("caches without use_cache", (mha_class(cache="always"),), "without use_cache"),
         ("cache never stored", (mha_class(cache="not_stored"),), "store append_kv's result"),
+        ("an uncached call reads a non-empty cache (learner 23)",
+         (mha_class(cache="when_present"),), "read or extended the cache"),
+        ("an uncached call extends a non-empty cache (learner 23)",
+         (mha_class(cache="extends_unread"),), "read or extended the cache"),
+        ("start never passed to the positions (issue 23)", (mha_class(start_zero=True),),
+         "passed to self.apply_positions"),
+        ("cache stored after repeat_kv (issue 23)", (mha_class(cache="after_repeat"),),
+         "store K and V before repeat_kv"),
         ("forward under torch.no_grad", (mha_class(grad=False),), "no torch.no_grad"),
     ],
     "kv_cache_memory": [

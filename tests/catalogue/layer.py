@@ -18,7 +18,7 @@ MultiHeadAttention, FeedForward, LayerNorm = MHA_REF, ffn_class(), ln_class()
 # ------------------------------------------------------------------ transformer_layer
 
 def layer_class(*, order="right", eps_passed=True, mask_passed=True, cache_passed=True,
-                bias_passed=True, kv_passed=True, swap_norms=False, ln=LayerNorm):
+                bias_passed=True, kv_passed=True, swap_norms=False, ln=LayerNorm, one_norm=False):
     class TransformerLayer(nn.Module):
         def __init__(self, d_model, n_heads, d_ff, n_kv_heads=None, norm_first=False, eps=1e-5,
                      bias=True):
@@ -36,6 +36,11 @@ def layer_class(*, order="right", eps_passed=True, mask_passed=True, cache_passe
                 return self.attn(h, mask=mask if mask_passed else None,
                                  use_cache=use_cache if cache_passed else False)
             n1, n2 = (self.norm2, self.norm1) if swap_norms else (self.norm1, self.norm2)
+            if one_norm:
+                n2 = n1
+            if order == "ffn reads x":
+                first = residual_ref(x, attention, n1, self.norm_first)
+                return (first + self.ffn(n2(x))) if self.norm_first else n2(first + self.ffn(x))
             if order == "inverted":
                 h = residual_ref(x, attention, n1, not self.norm_first)
                 return residual_ref(h, self.ffn, n2, not self.norm_first)
@@ -111,7 +116,8 @@ def lm_class(*, head="tied", final_norm=True, norm_first=True, masked=True, outp
 
         def forward(self, ids, use_cache=False):
             cache = self.layers[0].attn.kv_cache
-            s = cache[0].shape[2] if (use_cache and cache is not None) else 0
+            s = cache[0].shape[2] if ((use_cache or start == "always read") and
+                                      cache is not None) else 0
             T = ids.shape[-1]
             h = self.embed(ids, 0 if start == "ignored" else s)
             if mask_kind == "square":
@@ -195,6 +201,10 @@ WRONG = {
          "normalised only the sub-layer's output"),
         ("pre-LN normalises the sums", (layer_class(order="pre normalises"),), "normalised the sums"),
         ("norms swapped", (layer_class(swap_norms=True),), "yours are swapped"),
+        ("one LayerNorm for both sub-layers (learner 23)", (layer_class(one_norm=True),),
+         "norm1 for both sub-layers"),
+        ("the FFN reads x, not h (learner 23)", (layer_class(order="ffn reads x"),),
+         "instead of h"),
         ("eps not passed to the norms", (layer_class(eps_passed=False),), "default eps"),
         ("mask not passed", (layer_class(mask_passed=False),), "without the mask"),
         ("use_cache not passed", (layer_class(cache_passed=False),), "did not see the first step"),
@@ -221,6 +231,8 @@ WRONG = {
         ("probabilities", (lm_class(output="probabilities"),), "returned probabilities"),
         ("positions restart in a cached step", (lm_class(start="ignored"),), "positions 0, 1"),
         ("square mask in a cached step", (lm_class(mask_kind="square"),), "not causal_mask(t, t)"),
+        ("start read from the cache without use_cache (learner 23)",
+         (lm_class(start="always read"),), "a sequence of its own"),
         ("top-left mask in a cached step", (lm_class(mask_kind="top-left"),), "aligned top-left"),
     ],
     "layer_param_count": [
@@ -231,6 +243,11 @@ WRONG = {
         ("no W_O", (count_no_W_O,), "left out W_O"),
         ("one FFN matrix", (count_one_ffn_matrix,), "only one of them"),
         ("per head", (count_per_head,), "number of heads does not change"),
+        ("matrices of one head (learner 23)",
+         (lambda d, h, f: count_ref(d, h, f) - 4 * d * d - 4 * d + 4 * d * (d // h) + 4 * (d // h),),
+         "the matrices of one head"),
+        ("b_2 of width d_ff (learner 23)", (lambda d, h, f: count_ref(d, h, f) + f - d,),
+         "gave b_2 d_ff entries"),
         ("float", (count_float,), "return an int"),
     ],
 }

@@ -148,6 +148,18 @@ def residual_post_norm_inside(x, sublayer, norm, norm_first=False):
     return x + norm(sublayer(x))
 
 
+def residual_pre_norms_output(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        return x + norm(sublayer(x))
+    return norm(x + sublayer(x))
+
+
+def residual_post_norms_x_only(x, sublayer, norm, norm_first=False):
+    if norm_first:
+        return x + sublayer(norm(x))
+    return norm(x) + sublayer(x)
+
+
 def residual_own_layer_norm(x, sublayer, norm, norm_first=False):
     own = lambda h: F.layer_norm(h, h.shape[-1:])                          # noqa: E731
     if norm_first:
@@ -202,6 +214,10 @@ WRONG = {
         ("pre-LN adds norm(x)", (residual_adds_normed_x,), "added norm(x)"),
         ("post-LN normalises the sub-layer only", (residual_post_norm_inside,),
          "normalised only the sub-layer's output"),
+        ("pre-LN normalises the sub-layer's output (learner 23)", (residual_pre_norms_output,),
+         "instead of its input"),
+        ("post-LN as norm(x) + sublayer(x) (learner 23)", (residual_post_norms_x_only,),
+         "normalised x alone"),
         ("its own LayerNorm", (residual_own_layer_norm,), "its own layernorm"),
         ("norm_first compared with a string", (residual_order_string,), "orders are swapped"),
     ],

@@ -79,6 +79,15 @@ def rope_ref(x, positions):
     return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
 
 
+def rope_float32_angles(x, positions):
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    angle = positions.float()[:, None] * theta
+    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+
 def rope_half(x, positions):
     d = x.shape[-1]
     angle = positions.double()[:, None] * _theta(d)
@@ -150,6 +159,7 @@ WRONG = {
         ("ignores the positions", (rope_ignores_positions,), "not by positions[t]"),
         ("pairs put back as halves", (rope_concat_back,), "all the a' first"),
         ("float64 result for float32 input", (rope_float64,), "x.dtype"),
+        ("angles in float32 (learner 23)", (rope_float32_angles,), "angles computed in float32"),
     ],
     "rotary_attention": [
         ("rotates Q only", (rotary_class(rotate=lambda Q, K, p: (rope_ref(Q, p), K)),),
@@ -164,6 +174,9 @@ WRONG = {
          "returned (K, Q)"),
         ("positions ignore the cache", (rotary_class(positions=lambda s, L: torch.arange(L)),),
          "ignores start"),
+        ("positions counted from 1 (learner 23)",
+         (rotary_class(positions=lambda s, L: torch.arange(s + 1, s + L + 1)),),
+         "one position too far"),
     ],
 }
 

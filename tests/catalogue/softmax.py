@@ -162,6 +162,14 @@ def jacobian_vector(x):
 # ------------------------------------------------------------------ log_softmax
 
 
+def softmax_default_axis0(x, axis=0):                 # issue 23: the default changed
+    return softmax_ref(x, axis)
+
+
+def log_softmax_default_axis0(x, axis=0):
+    return log_softmax_ref(x, axis)
+
+
 def log_softmax_ref(x, axis=-1):
     z = x - x.max(axis=axis, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=axis, keepdims=True))
@@ -199,6 +207,7 @@ REFERENCE = {
 
 WRONG = {
     "stable_softmax": [
+        ("default axis 0 (issue 23)", (softmax_default_axis0,), "keep the signature's default"),
         ("no max shift", (softmax_no_shift,), "subtract the maximum"),
         ("shift clamped at 0", (softmax_clamped_shift,), "do not clamp the shift at 0"),
         ("one global max", (softmax_global_max,), "maximum of each slice"),
@@ -232,6 +241,7 @@ WRONG = {
         ("returns a vector", (jacobian_vector,), "the jacobian is a full matrix"),
     ],
     "log_softmax": [
+        ("default axis 0 (issue 23)", (log_softmax_default_axis0,), "keep the signature's default"),
         ("log of softmax", (log_of_softmax,), "log(0) = -inf"),
         ("log-sum-exp without shift", (log_softmax_no_shift,), "overflows for large x"),
         ("shift not applied to x", (log_softmax_unshifted_x,), "off by max(x)"),

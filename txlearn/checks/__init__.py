@@ -58,7 +58,8 @@ from txlearn.checks.compare import as_array, diagnose, expect_close, expect_shap
 from txlearn.checks.feedback import CheckFailure, clean
 from txlearn.checks.learner import (DEFAULT_TIME_LIMIT, LearnerChangedInput, LearnerError,
                                     LearnerObject, LearnerTimeout, call, construct,
-                                    forward_backward, load_state, state_shapes)
+                                    cache_shapes, forward_backward, load_state, method,
+                                    record_starts, state_shapes)
 from txlearn.checks.notebook import check, hint, passed_line
 from txlearn.checks.registry import (Verdict, exercise, find, hidden_dir, parameters,
                                      run_exercise)
@@ -74,7 +75,10 @@ __all__ = [
     "construct",
     "load_state",
     "state_shapes",
+    "cache_shapes",
+    "record_starts",
     "forward_backward",
+    "method",
     "given",
     "Given",
     "GIVEN_KINDS",

@@ -192,6 +192,11 @@ def _weights_mistakes(Q, K, V, mask):
     return out
 
 
+ONE_KEY = ("how much weight does a query with one visible key give it?",
+           "all of it: the softmax over one score is 1; only a row with no visible key at all "
+           "gets weights 0 (test mask.any(axis=-1), not a count above 1)")
+
+
 @exercise("masked_attention")
 def masked_attention(attention):
     rng = np.random.default_rng(0)
@@ -255,6 +260,15 @@ def masked_attention(attention):
         w, _weights_mistakes(Qe, Ke, Ve, mask_e), EMPTY_ROW_UNIFORM, atol=1e-5)
     expect_close(w, ref_w, case=case, atol=1e-6, hint=hint)
     expect_close(out, ref_out, case=case, atol=1e-6, hint=hint)
+
+    # 4b. a query that sees exactly one key: all its weight on that key, not an empty row
+    case = "a query that sees exactly one key (query 0 sees key 2 only)"
+    mask_1 = np.array([[False, False, True], [True, True, False]])
+    out, w = _pair(attention, Qe, Ke, Ve, mask_1, case)
+    ref_out, ref_w = attention_np(Qe, Ke, Ve, mask_1, return_weights=True)
+    expect_close(w, ref_w, case=case, atol=1e-6,
+                 hint=diagnose(w, _weights_mistakes(Qe, Ke, Ve, mask_1), ONE_KEY, atol=1e-5))
+    expect_close(out, ref_out, case=case, atol=1e-6, hint=ONE_KEY)
 
     # 5. batched float32, L != S, a causal mask over the last L of S positions
     case = "float32 batch (2, 3), L = 4, S = 6, d_k = 8, d_v = 5, causal mask"

@@ -26,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from txlearn.checks import (CheckFailure, as_array, call, construct, exercise, expect_close,
+from txlearn.checks import (CheckFailure, as_array, call, construct, diagnose, exercise, expect_close,
                             expect_shape, expect_true, load_state)
 from txlearn.checks import capstone_oracles as oracles
 from txlearn.checks.capstone_encoder import (ENC_DEFAULT, ENC_HINTS, ENC_LOADER, ONE_SENTENCE,
@@ -38,19 +38,21 @@ from txlearn.checks.capstone_model import (ALWAYS_GREEDY, CACHE_IGNORED, CACHE_R
                                            MASK_TOP_LEFT, NEW_GENERATOR, NOT_RESET, NO_CAUSAL,
                                            NO_FINAL_NORM, NO_MASK_CACHED, NO_POSITIONS, POST_LN,
                                            POS_BY_ID, POS_NOT_OFFSET, PROMPT_SKIPPED, SCALED,
+                                           SINUSOID_TOO,
                                            WHOLE_WITH_CACHE, build_char, char_logits,
                                            char_reference, course_init, expect_ids, ref_generate)
-from txlearn.checks.capstone_sampling import (GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
+from txlearn.checks.capstone_sampling import (SAMPLE_HALF, GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
                                               NOT_FLOAT64, NOT_SCALAR, SAMPLE_DEFAULT,
                                               SAMPLE_UNSTABLE, TEMP_ZERO, TOP_P_DEFAULT,
                                               loss_cases, loss_mistakes, loss_np, probs_mistakes,
                                               sampling_cases, top_p_cases, top_p_mistakes)
-from txlearn.checks.capstone_training import (EVAL_WRONG, LR_HIGH, LR_LOW, MARGIN, NEW_OPTIMIZER,
+from txlearn.checks.capstone_training import (ADAM, TRAINS_ON_VAL, EVAL_WRONG, LR_HIGH, LR_LOW, MARGIN, NEW_OPTIMIZER,
                                               NOT_BEATEN, NO_STEP, NO_ZERO_GRAD, PROBE_SIZES,
                                               RETURN_WRONG, RUN, TRAIN_DATA, TRAIN_DEFAULT,
-                                              TRAIN_SECONDS, causal_model_loss, causality_probe,
+                                              ENDLESS, SLOW, causal_model_loss, causality_probe,
                                               logits_np, loss_of_logits, model_loss, probe,
-                                              probe_data, probe_reference, windows_of)
+                                              paced_run, probe_data, probe_reference,
+                                              windows_of)
 from txlearn.checks.modules import expect_match, finite
 
 
@@ -87,7 +89,8 @@ def sampling_distribution(next_token_probs):
                      hint=("one probability per logit: the shape of the logits",))
         if not finite(got):
             raise CheckFailure("the probabilities hold NaN or infinity", case=case,
-                               hint=TEMP_ZERO if zero else SAMPLE_UNSTABLE)
+                               hint=TEMP_ZERO if zero else SAMPLE_HALF
+                               if z.dtype == torch.float16 else SAMPLE_UNSTABLE)
         if zero:
             last = torch.nn.functional.one_hot(len(z) - 1 - z.flip(-1).argmax(-1), len(z))
             mistakes = [(last.double(), GREEDY_LAST)]
@@ -137,7 +140,8 @@ def char_model(CharModel):
                      (lambda: char_logits(ref, ids, final_norm=False), NO_FINAL_NORM),
                      (lambda: char_logits(ref, ids, positions=False), NO_POSITIONS),
                      (lambda: char_logits(ref, ids, pos_by_id=True), POS_BY_ID),
-                     (lambda: char_logits(ref, ids, scale=4.0), SCALED)])
+                     (lambda: char_logits(ref, ids, scale=4.0), SCALED),
+                     (lambda: char_logits(ref, ids, sinusoid=True), SINUSOID_TOO)])
 
     case = "a new model, use_cache=True: the first 5 ids of the window"
     model = build_char(CharModel, state, case)
@@ -213,7 +217,11 @@ def training_loop(train, evaluate, CharModel):
                                                                             rtol=1e-3, atol=1e-4):
         moved, should = np.linalg.norm(got - init), np.linalg.norm(expected - init)
         hint = NO_STEP if moved < 1e-3 * should else LR_HIGH if moved > 3 * should else \
-            LR_LOW if moved < should / 3 else TRAIN_DEFAULT
+            LR_LOW if moved < should / 3 else diagnose(got, [
+                (lambda: char_logits(probe_reference(1, optimizer_cls=torch.optim.Adam), x_val),
+                 ADAM),
+                (lambda: char_logits(probe_reference(1, on_val=True), x_val), TRAINS_ON_VAL)],
+                TRAIN_DEFAULT, rtol=1e-3, atol=1e-4)
         expect_close(got, expected, case=case, rtol=1e-3, atol=1e-4, hint=hint)
 
     # 2. three steps: the gradients of each step, one optimizer
@@ -259,14 +267,12 @@ def training_loop(train, evaluate, CharModel):
     _, init_state = course_init(n_vocab, sizes)
     case = (f"CharModel({n_vocab}, d_model=48, n_heads=4, d_ff=192, n_layers=2, block_size=32), "
             f"train(steps=300, batch_size=32, block_size=32, lr=5e-3, seed=0)")
-    model = build_char(CharModel, init_state, case, sizes=dict(sizes, n_vocab=n_vocab))
     # train sees a stand-in for the validation split (the end of the training text): the
     # validation text itself reaches the learner's code only as inputs of the evaluation below,
     # after training, never as something to return or train on
     stand_in = train_ids[-len(val_ids):]
-    returned = call(train, model, train_ids, stand_in.clone(), steps=RUN["steps"],
-                    batch_size=RUN["batch_size"], block_size=B, lr=RUN["lr"], seed=RUN["seed"],
-                    case=case, time_limit=TRAIN_SECONDS)
+    model, returned = paced_run(train, CharModel, init_state, dict(sizes, n_vocab=n_vocab),
+                                train_ids, stand_in, RUN, case)
     causality_probe(model, B, n_vocab, case)
     measured = causal_model_loss(model, val_ids, B, n_vocab, case)
     expect_true(math.isfinite(measured) and measured <= bigram - MARGIN, case=case,

@@ -62,6 +62,9 @@ POST_LN = ("which order do the capstone's layers use?",
 SCALED = ("is the embedding multiplied by anything?",
           "add W_E[ids] and W_pos[t] as they are: the capstone's model does not scale the "
           "embedding by sqrt(d_model) (the paper's TokenEmbedding does)")
+SINUSOID_TOO = ("how many position tables does the model add?",
+                "one: the learned W_pos replaces set 07's sinusoidal table; yours adds the "
+                "sinusoidal table as well")
 POS_NOT_OFFSET = ("where do the new tokens sit after S cached ones?",
                   "with the cache, the T new tokens are positions start .. start + T - 1: take "
                   "those rows of W_pos (forward's start), not rows 0 .. T - 1")
@@ -149,7 +152,7 @@ def _norm_first(ref, value: bool):
 
 
 def char_logits(ref, ids, prefix=None, *, mask="causal", pos_start=None, positions=True,
-                final_norm=True, norm_first=True, scale=1.0, pos_by_id=False):
+                final_norm=True, norm_first=True, scale=1.0, pos_by_id=False, sinusoid=False):
     """Logits of the reference for ``ids (B, T)``, after ``prefix (B, S0)`` in a KV cache (None:
     no cache), computed with one catalogued mistake when asked. Returns float64 numpy."""
     from txlearn.heads import KVCache
@@ -166,6 +169,10 @@ def char_logits(ref, ids, prefix=None, *, mask="causal", pos_start=None, positio
         x = ref.E[ids] * scale
         if positions:
             x = x + ref.position(ids if pos_by_id else torch.arange(first, first + T))
+        if sinusoid:   # set 07's table as well (a CharEmbedding built on TokenEmbedding)
+            from txlearn.positional import sinusoidal_encoding_np
+            table = sinusoidal_encoding_np(first + T, x.shape[-1])[first:]
+            x = x + torch.as_tensor(table, dtype=x.dtype)
         m = {"causal": causal_mask(T, S), "none": None, "inverted": ~causal_mask(T, S),
              "top-left": torch.ones(T, S).tril().bool()}[mask]
         for l, layer in enumerate(ref.layers):

@@ -12,6 +12,7 @@ so nothing a caller does changes the cache.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
@@ -56,6 +57,12 @@ def tokens(sentences: tuple) -> dict:
     return {k: v.clone() for k, v in _tokens(tuple(sentences)).items()}
 
 
+# the one encoder is shared by the grader's threads (one per submission) and changed in place for
+# a catalogued mistake: held for every use, so that one student's wrong answer never becomes the
+# right states another student is compared with
+_ENCODER_LOCK = threading.RLock()
+
+
 @lru_cache(maxsize=1)
 def _encoder():
     from txlearn.models.minilm import load_encoder
@@ -64,7 +71,15 @@ def _encoder():
 
 @contextmanager
 def _changed(model, variant: str):
-    """The course's encoder with one catalogued mistake, undone on exit."""
+    """The course's encoder with one catalogued mistake (none for ``""``), undone on exit; the
+    encoder is held meanwhile (another thread's right states wait for it)."""
+    with _ENCODER_LOCK:
+        with _changed_held(model, variant) as changed:
+            yield changed
+
+
+@contextmanager
+def _changed_held(model, variant: str):
     undo = []
 
     def set_attr(obj, name, value):
@@ -126,8 +141,9 @@ def minilm_state() -> dict:
     """The checkpoint's weights in the statement's names (``E_word``, ``P``, ``layers.0.attn.W_Q``,
     ...), linear weights transposed to ``(d_in, d_out)``: the course's encoder's own state, with
     its position table named ``P``."""
-    return {("P" if k == "position.W_pos" else k): v.detach().clone()
-            for k, v in _encoder().state_dict().items()}
+    with _ENCODER_LOCK:   # never read while another thread's mistake is in place
+        return {("P" if k == "position.W_pos" else k): v.detach().clone()
+                for k, v in _encoder().state_dict().items()}
 
 
 ENCODER_VARIANTS = ("pre-LN", "tanh GELU", "eps 1e-5", "attention weights not transposed",

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 
-__all__ = ["NO_SHIFT", "SHIFT_BACKWARDS", "PAD_COUNTED", "MEAN_ALL", "INPUT_MASK", "LOSS_AXIS",
+__all__ = ["SAMPLE_HALF", "NO_SHIFT", "SHIFT_BACKWARDS", "PAD_COUNTED", "MEAN_ALL", "INPUT_MASK", "LOSS_AXIS",
            "PER_SEQUENCE", "SUMMED", "LOSS_UNSTABLE", "NOT_SCALAR", "LOSS_DEFAULT", "loss_np",
            "loss_mistakes", "loss_cases", "TEMP_MULTIPLIED", "SOFTMAX_AXIS", "TIES_HIGH",
            "TIES_ALL", "OFF_BY_ONE", "NO_RENORM", "TEMP_ZERO", "GREEDY_LAST", "SAMPLE_UNSTABLE",
@@ -124,6 +124,10 @@ SOFTMAX_AXIS = ("which axis holds the vocabulary?",
 TIES_HIGH = ("with a tie at the k-th value, which indices stay?",
              "break ties by the LOWEST index: sort in descending order with a stable sort, so "
              "equal logits keep their index order; yours keeps the highest indices")
+TIES_TOPK = ("with a tie at the k-th value, which indices stay?",
+             "torch.topk promises no order among equal values: it may return any of the tied "
+             "indices. Break ties by the LOWEST index: a stable descending sort keeps equal "
+             "logits in index order; yours matches torch.topk's choice")
 TIES_ALL = ("how many tokens does top-k keep?",
             "exactly k: comparing with the k-th largest value keeps every token tied with it "
             "too; choose k indices (ties: the lowest) instead")
@@ -142,6 +146,10 @@ SAMPLE_UNSTABLE = ("what does exp() do with 1000 / 0.01?",
 NOT_FLOAT64 = ("the distribution is float64",
                "return float64 probabilities (convert the logits first): float32 loses tiny "
                "probabilities")
+SOFTMAX_LOW_PRECISION = ("in which dtype do you take the softmax?",
+                         "convert the logits to float64 before the softmax: a softmax in float16 "
+                         "rounds every probability to about 3 digits, and casting its result to "
+                         "float64 afterwards does not bring them back")
 SAMPLE_DEFAULT = ("softmax((z - max z) / temperature) over the last axis, then keep exactly the "
                   "k largest (ties: lowest index) and renormalise",)
 
@@ -173,16 +181,23 @@ def _renorm(p, keep, renorm=True):
 
 
 def probs_mistakes(z, t, k):
-    z = torch.as_tensor(z, dtype=torch.float64)
+    z_in, z = z, torch.as_tensor(z, dtype=torch.float64)
     n = z.shape[-1]
     kk = n if k is None else k
     keep = _keep_top_k(z, kk)
     out = [(lambda: _renorm(_softmax_t(z * t * t, t), keep), TEMP_MULTIPLIED)]
+    if torch.as_tensor(z_in).dtype == torch.float16:
+        low = torch.as_tensor(z_in)
+        out.append((lambda: _renorm(torch.softmax((low - low.max(-1, keepdim=True).values) / t,
+                                                  dim=-1).double(), keep), SOFTMAX_LOW_PRECISION))
     if z.ndim > 1:
         out.append((lambda: _renorm(_softmax_t(z, t, dim=0), keep), SOFTMAX_AXIS))
     if k is not None and k < n:
         p = _softmax_t(z, t)
-        out += [(lambda: _renorm(p, _keep_top_k(z, k, "high")), TIES_HIGH),
+        topk = torch.zeros(z.shape, dtype=torch.bool).scatter(-1, torch.topk(z, k, dim=-1).indices,
+                                                              True)
+        out += [(lambda: _renorm(p, topk), TIES_TOPK),
+                (lambda: _renorm(p, _keep_top_k(z, k, "high")), TIES_HIGH),
                 (lambda: _renorm(p, _keep_top_k(z, k, "all")), TIES_ALL),
                 (lambda: _renorm(p, _keep_top_k(z, k, extra=1)), OFF_BY_ONE),
                 (lambda: _renorm(p, _keep_top_k(z, k, extra=-1)), OFF_BY_ONE),
@@ -207,6 +222,16 @@ def sampling_cases():
         torch.tensor([0.0, -math.inf, 1.0, 0.5]), 1.0, 10
     yield "top_k = 1: greedy, two equal maxima [0.3, 2, -1, 2]", \
         torch.tensor([0.3, 2.0, -1.0, 2.0]), 0.7, 1
+    yield "float16 logits [8, 7.5, 0, -3] at temperature 1e-4", \
+        torch.tensor([8.0, 7.5, 0.0, -3.0], dtype=torch.float16), 1e-4, None
+    yield "float16 logits [1, 0.5, -0.25, 2] at temperature 1", \
+        torch.tensor([1.0, 0.5, -0.25, 2.0], dtype=torch.float16), 1.0, None
+
+
+SAMPLE_HALF = ("in which dtype do you divide by the temperature?",
+               "convert the logits to float64 first, then subtract the maximum and divide: in "
+               "float16, 8 / 1e-4 = 80000 is already past the largest float16 (65504), so the "
+               "division gives inf and the softmax NaN")
 
 
 # ================================================================= exercise: top_p
@@ -214,6 +239,9 @@ def sampling_cases():
 DROPS_CROSSING = ("is the token that crosses p kept?",
                   "keep a token when the mass BEFORE it is below p: the token whose probability "
                   "carries the sum past p stays; yours stops just before it")
+KEEPS_AT_P = ("a token whose mass before it is exactly p: kept or not?",
+              "a token is kept when the mass before it is strictly BELOW p; once the tokens "
+              "before it already hold p, it is dropped (yours compares with <=)")
 TOP_P_BEFORE_T = ("in which order do temperature and top-p act?",
                   "apply the temperature first, then top-k, then top-p: the nucleus is chosen on "
                   "the tempered distribution; yours chose it at temperature 1")
@@ -246,7 +274,8 @@ def _nucleus(p, top_p, ties="low", rule="before"):
         order = torch.sort(p, dim=-1, descending=True, stable=True).indices
     sp = p.gather(-1, order)
     after = sp.cumsum(-1)
-    keep_sorted = {"before": after - sp < top_p, "drop": after < top_p,
+    keep_sorted = {"before": after - sp < top_p, "before_eq": after - sp <= top_p,
+                   "drop": after < top_p,
                    "drop_eq": after <= top_p, "tail": after > top_p}[rule]
     return torch.zeros(p.shape, dtype=torch.bool).scatter(-1, order, keep_sorted)
 
@@ -258,6 +287,7 @@ def top_p_mistakes(z, t, k, top_p):
     p = next_token_distribution(z, t, k)
     out = [(lambda: _renorm(p, _nucleus(p, top_p, rule="drop")), DROPS_CROSSING),
            (lambda: _renorm(p, _nucleus(p, top_p, rule="drop_eq")), DROPS_CROSSING),
+           (lambda: _renorm(p, _nucleus(p, top_p, rule="before_eq")), KEEPS_AT_P),
            (lambda: _renorm(p, _nucleus(next_token_distribution(z, 1.0, k), top_p)),
             TOP_P_BEFORE_T),
            (lambda: _renorm(p, _nucleus(p, top_p), renorm=False), TOP_P_RENORM),
@@ -276,6 +306,8 @@ def top_p_cases():
            torch.tensor([0.15, 0.5, 0.05, 0.3], dtype=torch.float64).log(), 1.0, None, 0.6)
     yield ("temperature 2, then top_p = 0.7: logits [3, 1, 0.5, 0, -1]",
            torch.tensor([3.0, 1.0, 0.5, 0.0, -1.0]), 2.0, None, 0.7)
+    yield ("four equal logits, top_p = 0.5: the mass before the third token is exactly 0.5",
+           torch.zeros(4, dtype=torch.float64), 1.0, None, 0.5)
     yield ("equal probabilities: [0.4, 0.2, 0.2, 0.2], top_p = 0.55",
            torch.tensor([0.4, 0.2, 0.2, 0.2], dtype=torch.float64).log(), 1.0, None, 0.55)
     yield ("top_k = 3, then top_p = 0.8: logits [2, 1.5, 1, 0.9, 0.5]",

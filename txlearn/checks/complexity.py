@@ -89,6 +89,9 @@ ALPHA_INVERTED = ("the rescaling factor is at most 1",
 OLD_MAX = ("which maximum do the new terms use?",
            "use the new max m' = max(m, max_j s_j) in p_j = exp(s_j - m'), and return it as the "
            "new running max")
+BLOCK_MAX_ONLY = ("the running max runs over every key seen so far",
+                  "m' = max(m, max_j s_j): the old max m takes part; yours took the block's max "
+                  "alone, so m' can fall below m and alpha exceed 1")
 NORMALISED = ("when does the division by the sum happen?",
               "keep acc unnormalised (sum_j exp(s_j - m') v_j); divide by l only once, after the "
               "last block")
@@ -107,7 +110,10 @@ def _variants(m, l, acc, s, V):
     alpha, p = np.exp(m - m_new), np.exp(s - m_new[:, None])
     l_right, acc_right = alpha * l + p.sum(-1), alpha[:, None] * acc + p @ V
     p_old = np.exp(s - m[:, None])
+    m_block = s.max(axis=-1)                               # the block's max alone
+    alpha_b, p_b = np.exp(m - m_block), np.exp(s - m_block[:, None])
     return [
+        ((m_block, alpha_b * l + p_b.sum(-1), alpha_b[:, None] * acc + p_b @ V), BLOCK_MAX_ONLY),
         ((m_new, l + p.sum(-1), acc + p @ V), NO_RESCALE),
         ((m_new, l + p.sum(-1), acc_right), NO_RESCALE_SUM),
         ((m_new, l_right, acc + p @ V), NO_RESCALE_ACC),
@@ -179,6 +185,13 @@ TILE_EMPTY_NAN = ("what should a query with no visible key return?",
 TILE_MASK_BLOCK = ("which columns of the mask belong to this block?",
                    "slice the mask's columns with the block's keys (start to stop), as you slice K "
                    "and V")
+TILE_BIG_NEGATIVE = ("what score does a hidden key get?",
+                     "-inf, not a large negative number: with -1e9 a query that sees no key "
+                     "still sums exp(0) over its hidden keys and averages their values instead "
+                     "of returning 0")
+TILE_MASK_INVERTED = ("which keys does the mask hide?",
+                      "True = may attend: a key keeps its score where the mask is True and gets "
+                      "-inf where it is False; yours hides the keys the mask allows")
 TILE_DEFAULT = ("the result must equal ordinary attention: softmax(Q K^T / sqrt(d_k)) V with hidden "
                 "keys left out, whatever the block size",)
 DEFAULTS["tiled_attention"] = [TILE_DEFAULT]
@@ -189,7 +202,8 @@ def _tiled_variants(Q, K, V, mask, block_size):
     L, d_k = Q.shape
     S = K.shape[0]
 
-    def run(scale=True, m0=-np.inf, last=True, normalise=True, guard=True, mask_cols=True):
+    def run(scale=True, m0=-np.inf, last=True, normalise=True, guard=True, mask_cols=True,
+            fill=-np.inf, invert=False):
         m, l = np.full(L, m0), np.zeros(L)
         acc = np.zeros((L, V.shape[1]))
         stops = range(0, S, block_size) if last else range(0, S - block_size + 1, block_size)
@@ -198,7 +212,8 @@ def _tiled_variants(Q, K, V, mask, block_size):
             s = Q @ K[start:stop].T / (np.sqrt(d_k) if scale else 1.0)
             if mask is not None:
                 cols = mask[:, start:stop] if mask_cols else mask[:, :stop - start]
-                s = np.where(cols, s, -np.inf)
+                cols = ~cols if invert else cols
+                s = np.where(cols, s, fill)
             m, l, acc = online_softmax_update_np(m, l, acc, s, V[start:stop])
         if not normalise:
             return acc
@@ -208,11 +223,23 @@ def _tiled_variants(Q, K, V, mask, block_size):
 
     with np.errstate(all="ignore"):
         return [(lambda: run(normalise=False), TILE_NOT_NORMALISED),
+                (lambda: run(fill=-1e9), TILE_BIG_NEGATIVE),
                 (lambda: run(m0=0.0), TILE_M_ZERO),
                 (lambda: run(last=False), TILE_LAST_BLOCK),
                 (lambda: run(scale=False), TILE_NO_SCALE),
                 (lambda: run(guard=False), TILE_EMPTY_NAN),
-                (lambda: run(mask_cols=False), TILE_MASK_BLOCK)]
+                (lambda: run(mask_cols=False), TILE_MASK_BLOCK),
+                (lambda: run(invert=True), TILE_MASK_INVERTED)]
+
+
+def _hidden_blocks():
+    """A mask whose first block (keys 0-1) is hidden from every query: the running maximum stays
+    -inf through a whole block before the first visible key arrives (query 1), a query sees one
+    key only (query 0), and one sees none (query 2)."""
+    mask = np.zeros((3, 7), bool)
+    mask[0, 4] = True
+    mask[1, 2:] = True
+    return mask
 
 
 @exercise("tiled_attention", needs=("online_softmax_update",))
@@ -227,7 +254,9 @@ def tiled_attention(tiled_attention):
               "query 2's scores near -80", far, K, V, mask, 3),
              ("no mask, blocks of 2, scores near -900 for every key", -30.0 * np.ones((2, 4)),
               30.0 * np.ones((5, 4)), rng.normal(size=(5, 3)), None, 2),
-             ("one block holding every key (block_size 16 >= S)", Q, K, V, None, 16)]
+             ("one block holding every key (block_size 16 >= S)", Q, K, V, None, 16),
+             ("blocks of 2; the first block hidden from every query, query 0 sees only key 4, "
+              "query 2 sees nothing", Q, K, V, _hidden_blocks(), 2)]
     for case, q, k, v, msk, block in cases:
         got = call(tiled_attention, q.copy(), k.copy(), v.copy(),
                    None if msk is None else msk.copy(), block, case=case)

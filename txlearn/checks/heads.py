@@ -16,9 +16,12 @@ import math
 
 import torch
 
-from txlearn.checks import diagnose, exercise, expect_close, expect_true
-from txlearn.checks.modules import (F32, backward, expect_match, expect_pair, expect_shape_of, load,
-                                    make_module, mask_ref, mha_reference, mha_state, np64, run)
+from txlearn.checks import diagnose, exercise, expect_close, expect_true, record_starts
+from txlearn.checks.learner import cache_shapes
+from txlearn.checks.modules import (F32, MHA_CACHE_CONTENT, MHA_CACHE_REPEATED, backward,
+                                    expect_cache, expect_match, expect_pair, expect_shape_of,
+                                    load, make_module, mask_ref, mha_reference, mha_state, np64,
+                                    run)
 from txlearn.heads import kv_cache_bytes
 
 # ----------------------------------------------------------------------------- split_heads
@@ -105,6 +108,11 @@ REPEAT_NOT_MERGED = (
     "the result has four axes, (B, n_kv_heads * n_rep, S, d_k)",
     "an expand adds a group axis: fold it into the heads axis with a reshape",
     "reshape (B, n_kv_heads, n_rep, S, d_k) to (B, n_kv_heads * n_rep, S, d_k)")
+REPEAT_POSITIONS_FOLDED = (
+    "the heads axis is axis 1 of (B, n_kv_heads, S, d_k)",
+    "repeat each head along dim=1; repeating positions (dim=2) and reshaping to the right shape "
+    "mixes the positions of one head into two heads",
+    "you repeated along the positions axis, then reshaped")
 REPEAT_COUNT = (
     "each key/value head is shared by n_rep query heads",
     "the number of copies is n_rep, the argument, not the number of heads x has",
@@ -121,7 +129,9 @@ def repeat_kv(repeat_kv):
                     wrong=[((1, 2, 6, 4), REPEAT_WRONG_AXIS), ((1, 2, 3, 8), REPEAT_WRONG_AXIS),
                            ((2, 2, 3, 4), REPEAT_WRONG_AXIS), ((1, 2, 2, 3, 4), REPEAT_NOT_MERGED)])
     expect_close(got, x.repeat_interleave(2, dim=1), case=case, atol=0,
-                 hint=diagnose(got, [(x.repeat(1, 2, 1, 1), REPEAT_TILED)], REPEAT_DEFAULT))
+                 hint=diagnose(got, [(x.repeat(1, 2, 1, 1), REPEAT_TILED),
+                                     (x.repeat_interleave(2, dim=2).reshape(1, 4, 3, 4),
+                                      REPEAT_POSITIONS_FOLDED)], REPEAT_DEFAULT))
 
     g = torch.Generator().manual_seed(1)
     for n_kv, n_rep, dtype in ((2, 3, torch.float32), (1, 4, torch.float32), (3, 1, torch.float64)):
@@ -170,6 +180,11 @@ MASK_POLARITY = (
     "the course's masks say True = may attend",
     "True where key j is at or before the query's position, False after it",
     "your mask is inverted (True where attention is forbidden)")
+MASK_UPPER = (
+    "which triangle may a query see?",
+    "a query sees the keys at or BEFORE its position: the lower triangle (torch.tril), aligned "
+    "bottom-right",
+    "yours is the upper triangle (torch.triu): each query sees its own position and the future")
 MASK_DIAGONAL = (
     "a query may attend to its own position",
     "the diagonal of the aligned triangle is True",
@@ -225,7 +240,7 @@ def kv_cache(append_kv, causal_mask):
         ones = torch.ones(L, S, dtype=torch.bool)
         wrongs = [(ones.tril(), MASK_TOP_LEFT), (~right, MASK_POLARITY),
                   (ones.tril(S - L - 1), MASK_DIAGONAL), (ones.tril(L - S), MASK_SIGN),
-                  (~ones.tril(), MASK_POLARITY)]
+                  (~ones.tril(), MASK_POLARITY), (ones.triu(S - L), MASK_UPPER)]
         expect_close(got, right, case=case, atol=0, hint=diagnose(got, wrongs, MASK_DEFAULT))
 
 
@@ -299,10 +314,21 @@ MHA_CACHE_ALWAYS = (
     "the cache is used only when asked",
     "a call with use_cache=False neither reads nor changes self.kv_cache",
     "your module stored keys during a call without use_cache")
+MHA_CACHE_READ = (
+    "the cache is used only when asked",
+    "a call with use_cache=False neither reads nor changes self.kv_cache, even when it holds "
+    "positions: such a call attends over its own L positions only",
+    "your module read or extended the cache during a call without use_cache")
 MHA_CACHE_MISSING = (
     "the cache keeps every earlier position",
     "with use_cache=True, store append_kv's result in self.kv_cache and attend over all of it",
     "the second step must see the keys of the first")
+MHA_START = (
+    "which positions does a cached call hold?",
+    "step 2 of the forward: start = the number of positions already in self.kv_cache "
+    "(self.kv_cache[0].shape[2]) when use_cache is true, else 0, passed to "
+    "self.apply_positions(Q, K, start); set 04's rotary attention needs it",
+    "your forward passed another start to apply_positions")
 MHA_NO_GRAD = (
     "the module must be trainable",
     "gradients flow through forward: no torch.no_grad, .detach(), .data or NumPy inside it",
@@ -435,11 +461,31 @@ def multi_head_attention(MultiHeadAttention):
     got = run(m4, x4[:, :3].clone(), mask=mask_ref(3, 3), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_ALWAYS)])
     expect_close(got, full[:, :3], case=case, **F32, hint=MHA_CACHE_ALWAYS)
+    expect_cache(m4, 2, 4, 2, 3, 2, case, empty=MHA_CACHE_MISSING)
     case = "KV cache, step 2: positions 3-4, use_cache=True, mask causal_mask(2, 5)"
     got = run(m4, x4[:, 3:].clone(), mask=mask_ref(2, 5), use_cache=True, case=case,
               raised=[("must match", MHA_CACHE_MISSING), ("shape", MHA_CACHE_MISSING)])
     expect_shape_of(got, (2, 2, 8), case=case, hint=MHA_CACHE_MISSING)
     expect_close(got, full[:, 3:], case=case, **F32, hint=MHA_CACHE_MISSING)
+    expect_cache(m4, 2, 4, 2, 5, 2, case, empty=MHA_CACHE_MISSING)
+    case = ("KV cache, then positions 0-4 again without use_cache, mask causal_mask(5, 5): the "
+            "cache (5 positions) is neither read nor changed")
+    got = run(m4, x4.clone(), mask=mask_ref(5, 5), case=case,
+              raised=[("must match", MHA_CACHE_READ), ("shape", MHA_CACHE_READ)])
+    expect_close(got, full, case=case, **F32, hint=MHA_CACHE_READ)
+    held = cache_shapes(m4, case=case)
+    expect_true(held == [[(2, 2, 5, 2), (2, 2, 5, 2)]], case=case, hint=MHA_CACHE_READ,
+                message=f"after this call self.kv_cache holds "
+                        f"{'; '.join(', '.join(str(s) for s in pair) for pair in held) or 'nothing'}"
+                        f"; expected the 5 cached positions, unchanged")
+    case = ("KV cache: the start your forward passes to apply_positions on cached calls of 3, 2 "
+            "and 1 positions")
+    starts = record_starts(MultiHeadAttention, 8, 4, n_kv_heads=2, case=case,
+                           steps=[(x4[:, :3].clone(), mask_ref(3, 3)),
+                                  (x4[:, 3:].clone(), mask_ref(2, 5)),
+                                  (x4[:, 4:].clone(), mask_ref(1, 6))])
+    expect_true(starts == [0, 3, 5], case=case, hint=MHA_START,
+                message=f"apply_positions received start = {starts}, expected [0, 3, 5]")
 
     # 7. gradients reach the input and every parameter
     case = "gradients: B=2, T=4, d_model=8, n_heads=2, causal mask"

@@ -50,6 +50,14 @@ TL_SWAPPED_NORMS = (
     "each sub-layer has its own norm",
     "norm1 goes with the attention, norm2 with the FFN",
     "yours are swapped")
+TL_ONE_NORM = (
+    "each sub-layer has its own norm",
+    "norm1 goes with the attention, norm2 with the FFN: their gamma and beta differ",
+    "you used norm1 for both sub-layers")
+TL_FFN_ON_X = (
+    "the FFN reads what the attention wrote",
+    "the second sub-layer's input is h, the output of the first residual connection",
+    "your FFN read the layer's input x instead of h")
 TL_EPS = (
     "eps is an argument of the layer",
     "pass eps to both LayerNorms",
@@ -113,7 +121,8 @@ def _layer(state, x, n_heads, mask, norm_first, eps, variant="right"):
         return F.gelu(h @ t["ffn.W_1"] + t.get("ffn.b_1", 0.0)) @ t["ffn.W_2"] + t.get("ffn.b_2", 0.0)
 
     e = 1e-5 if variant == "eps ignored" else eps
-    n1, n2 = ("norm2", "norm1") if variant == "swapped norms" else ("norm1", "norm2")
+    n1, n2 = {"swapped norms": ("norm2", "norm1"), "one norm": ("norm1", "norm1")}.get(
+        variant, ("norm1", "norm2"))
 
     def ln1(h):
         return F.layer_norm(h, (d,), t[f"{n1}.gamma"], t[f"{n1}.beta"], e)
@@ -127,20 +136,22 @@ def _layer(state, x, n_heads, mask, norm_first, eps, variant="right"):
     if first and variant == "pre normalises output":
         h = ln1(x + attn(ln1(x)))
         return ln2(h + ffn(ln2(h)))
+    ffn_in = (lambda h: x) if variant == "FFN reads x" else (lambda h: h)
     if first:
         h = keep1 * x + attn(ln1(x))
-        return keep2 * h + ffn(ln2(h))
+        return keep2 * h + ffn(ln2(ffn_in(h)))
     if variant == "norm inside":
         h = x + ln1(attn(x))
         return h + ln2(ffn(h))
     h = ln1(keep1 * x + attn(x))
-    return ln2(keep2 * h + ffn(h))
+    return ln2(keep2 * h + ffn(ffn_in(h)))
 
 
 _TL_VARIANTS = [("flag inverted", TL_FLAG), ("no attention residual", TL_NO_ATTN_RESIDUAL),
                 ("no FFN residual", TL_NO_FFN_RESIDUAL), ("norm inside", TL_NORM_INSIDE),
                 ("pre normalises output", TL_PRE_NORM_OUT), ("swapped norms", TL_SWAPPED_NORMS),
-                ("eps ignored", TL_EPS), ("no mask", TL_NO_MASK)]
+                ("eps ignored", TL_EPS), ("no mask", TL_NO_MASK), ("one norm", TL_ONE_NORM),
+                ("FFN reads x", TL_FFN_ON_X)]
 
 
 def _torch_layer(state, d_model, n_heads, d_ff, norm_first, eps):
@@ -351,6 +362,11 @@ LM_CACHE_MASK = (
     "the mask covers the cached keys",
     "with use_cache=True the attention sees start + T keys",
     "build causal_mask(T, start + T), not causal_mask(T, T)")
+LM_UNCACHED_START = (
+    "a call without use_cache is a sequence of its own",
+    "start counts the cached positions only when use_cache is true; without it the embedding "
+    "starts at 0 and the mask is causal_mask(T, T), whatever the layers have cached",
+    "your model read the first layer's cache during a call without use_cache")
 LM_NAMES = (
     "the state-dict names are part of the statement",
     "embed.W_E, layers.<i>.<your layer's names>, norm.gamma, norm.beta: nothing else",
@@ -430,13 +446,13 @@ def _lm(LanguageModel, sizes, seed, case):
     return m, ref, state
 
 
-def _expect_lm(got, ref, chunks, index, case):
+def _expect_lm(got, ref, chunks, index, case, default=None):
     with torch.no_grad():
         want = ref.run(chunks)[index]
         expect_shape_of(got, tuple(want.shape), case=case,
                         hint=("logits are (B, T, n_vocab)",))
         mistakes = [(lambda v=v: ref.run(chunks, v)[index], h) for v, h in _LM_VARIANTS]
-        expect_match(got, want, case=case, **F32, mistakes=mistakes, default=LM_DEFAULT)
+        expect_match(got, want, case=case, **F32, mistakes=mistakes, default=default or LM_DEFAULT)
 
 
 @exercise("language_model", needs=("transformer_layer", "token_embedding"))
@@ -456,6 +472,9 @@ def language_model(LanguageModel):
         got = run(m, chunks[step].clone(), use_cache=True, case=case,
                   raised=[("must match", LM_CACHE_MASK)])
         _expect_lm(got, ref, chunks, step, case)
+    case = "after those cached steps, ids (2, 6) again without use_cache (the cache is not read)"
+    got = run(m, ids.clone(), case=case, raised=[("must match", LM_UNCACHED_START)])
+    _expect_lm(got, ref, [ids], 0, case, default=LM_UNCACHED_START)
 
     case = "multi-query: n_heads=2, n_kv_heads=1, n_layers=1, ids (1, 5)"
     m, ref, _ = _lm(LanguageModel, (13, 8, 2, 16, 1, 1), 41, case)
@@ -509,6 +528,16 @@ _COUNT_WRONGS = [
     (lambda d, f, h: _right_count(d, f) - d * f, (
         "the FFN has two matrices", "W_1 (d_model, d_ff) and W_2 (d_ff, d_model)",
         "you counted only one of them")),
+    (lambda d, f, h: _right_count(d, f) - 4 * d * d - 4 * d + 4 * d * (d // h) + 4 * (d // h), (
+        "each projection maps d_model to all the heads at once",
+        "W_Q, W_K, W_V and W_O are (d_model, d_model): the heads are n_heads slices of width "
+        "d_k of one projection, so they hold n_heads * d_k = d_model columns together",
+        "you counted the matrices of one head, (d_model, d_k)")),
+    (lambda d, f, h: _right_count(d, f) + f - d, (
+        "each bias has the width of its layer's output",
+        "b_1 follows W_1 (d_model -> d_ff): d_ff entries; b_2 follows W_2 (d_ff -> d_model): "
+        "d_model entries",
+        "you gave b_2 d_ff entries")),
     (lambda d, f, h: _right_count(d, f) + (h - 1) * (4 * d * d + 4 * d), (
         "what n_heads changes", "n_heads heads of width d_k = d_model / n_heads share the same "
         "(d_model, d_model) matrices",

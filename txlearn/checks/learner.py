@@ -14,6 +14,7 @@ load, forward and backward, the time limit, the learner's frames) is
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -23,8 +24,8 @@ from txlearn.checks.feedback import STUB, CheckFailure, clean
 from txlearn.learner_calls import (TimeLimitExceeded, call_on_copies, learner_frames,
                                    load_state_dict, local_forward_backward, parameter_name)
 
-__all__ = ["call", "construct", "load_state", "state_shapes", "forward_backward",
-           "LearnerObject", "LearnerError", "LearnerTimeout", "LearnerChangedInput",
+__all__ = ["call", "construct", "load_state", "state_shapes", "cache_shapes", "record_starts",
+           "forward_backward", "method", "LearnerObject", "LearnerError", "LearnerTimeout", "LearnerChangedInput",
            "DEFAULT_TIME_LIMIT"]
 
 
@@ -96,7 +97,17 @@ class LearnerObject:
                                 time_limit: float | None):
         raise NotImplementedError
 
+    def remote_cache_shapes(self, time_limit: float | None) -> list:
+        raise NotImplementedError
+
+    def remote_record_starts(self, args: tuple, kwargs: dict, steps: list,
+                             time_limit: float | None) -> list:
+        raise NotImplementedError
+
     def remote_is_module(self) -> bool:
+        raise NotImplementedError
+
+    def remote_method(self, name: str) -> "LearnerObject":
         raise NotImplementedError
 
 
@@ -160,6 +171,21 @@ def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME
                         time_limit=time_limit, hint=hint)
 
 
+METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,59}")   # a public method's name
+
+
+def method(obj: Any, name: str) -> Any:
+    """The learner's ``obj.name`` as something :func:`call` can call (a model's
+    ``reset_cache``), looked up when it is called, where ``obj`` lives: a missing method fails
+    as the learner's own AttributeError would. ``name`` must be a public name (a course bug
+    otherwise: ValueError)."""
+    if not METHOD_NAME.fullmatch(name):
+        raise ValueError(f"not a public method name: {name!r}")
+    if isinstance(obj, LearnerObject):
+        return obj.remote_method(name)
+    return lambda *args, **kwargs: getattr(obj, name)(*args, **kwargs)
+
+
 def _call_with_copies(fn, args, kwargs):
     """The in-place rule of :func:`txlearn.learner_calls.call_on_copies` (the grader's runner
     applies the same one): ``fn`` gets copies, and a copy it changed fails the check."""
@@ -200,6 +226,33 @@ def state_shapes(module: Any, *, case: str,
                             remote=True,
                             time_limit=time_limit)
     return _run_learner(lambda: {k: tuple(v.shape) for k, v in module.state_dict().items()},
+                        case=case, time_limit=time_limit)
+
+
+def cache_shapes(module: Any, *, case: str,
+                 time_limit: float | None = DEFAULT_TIME_LIMIT) -> list[list[tuple]]:
+    """The shapes held in the ``kv_cache`` attributes of the learner's module and its
+    submodules (:func:`txlearn.learner_calls.cache_shapes`), read where the module lives."""
+    if isinstance(module, LearnerObject):
+        return _run_learner(lambda: module.remote_cache_shapes(time_limit), case=case,
+                            remote=True, time_limit=time_limit)
+    return _run_learner(lambda: learner_calls.cache_shapes(module), case=case,
+                        time_limit=time_limit)
+
+
+def record_starts(cls: Any, *args: Any, steps: list, case: str,
+                  time_limit: float | None = DEFAULT_TIME_LIMIT, **kwargs: Any) -> list[int]:
+    """The ``start`` each cached call of an attention module built from the learner's class
+    passes to ``apply_positions`` (:func:`txlearn.learner_calls.record_starts`), run where the
+    class lives; ``steps`` is a list of ``(x, mask)``."""
+    if isinstance(cls, LearnerObject):
+        return _run_learner(lambda: cls.remote_record_starts(args, kwargs, steps, time_limit),
+                            case=case, remote=True, time_limit=time_limit)
+    if not isinstance(cls, type):
+        raise CheckFailure(f"expected a class, got {type(cls).__name__}", case=case,
+                           hint="run the cell that defines your class before this check",
+                           kind="missing")
+    return _run_learner(lambda: learner_calls.record_starts(cls, args, kwargs, steps),
                         case=case, time_limit=time_limit)
 
 

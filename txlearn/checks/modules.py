@@ -20,9 +20,9 @@ import torch.nn.functional as F
 
 from txlearn.checks.compare import as_array, diagnose, expect_close, expect_true
 from txlearn.checks.feedback import CheckFailure
-from txlearn.checks.learner import call, construct, forward_backward, load_state
+from txlearn.checks.learner import cache_shapes, call, construct, forward_backward, load_state
 
-__all__ = ["F32", "rehint", "guarded", "run", "make_module", "backward", "load", "quiet",
+__all__ = ["MHA_CACHE_REPEATED", "MHA_CACHE_CONTENT", "expect_cache", "F32", "rehint", "guarded", "run", "make_module", "backward", "load", "quiet",
            "expect_match", "expect_pair", "expect_tensor", "expect_dtype", "expect_shape_of",
            "finite", "np64", "f64", "mask_ref", "mha_state", "mha_reference"]
 
@@ -204,3 +204,31 @@ def mha_reference(state: dict, x, n_heads: int, mask=None) -> torch.Tensor:
     if m is not None:
         out = out.masked_fill(~m.any(-1, keepdim=True), 0.0)
     return out.transpose(1, 2).reshape(B, L, d_model) @ t["W_O"] + t.get("b_O", 0.0)
+
+
+# the KV cache: what it holds, read where the module lives (set 03, and every set built on it)
+
+MHA_CACHE_REPEATED = (
+    "what does the cache store?",
+    "store K and V before repeat_kv: the cache holds the n_kv_heads key/value heads, each "
+    "(B, n_kv_heads, S, d_k); repeating them first caches n_heads copies and undoes what "
+    "grouped-query attention saves",
+    "your kv_cache holds n_heads heads")
+MHA_CACHE_CONTENT = (
+    "what does the cache store?",
+    "self.kv_cache is the pair (K, V) of every position seen with use_cache=True, each "
+    "(B, n_kv_heads, S, d_k), stored before repeat_kv")
+
+def expect_cache(module, B, n_heads, n_kv_heads, S, d_k, case, empty=MHA_CACHE_CONTENT):
+    """Fail unless the module's kv_cache holds exactly (K, V), each (B, n_kv_heads, S, d_k);
+    ``empty`` is the hint when it holds nothing."""
+    held = cache_shapes(module, case=case)
+    want = (B, n_kv_heads, S, d_k)
+    if held == [[want, want]]:
+        return
+    repeated = (B, n_heads, S, d_k)
+    hint = MHA_CACHE_REPEATED if held == [[repeated, repeated]] else \
+        empty if not held else MHA_CACHE_CONTENT
+    shown = "; ".join(", ".join(str(s) for s in pair) for pair in held) or "nothing"
+    raise CheckFailure(f"after this step self.kv_cache holds {shown}; expected (K, V), each "
+                       f"{want}", case=case, hint=hint)

@@ -263,6 +263,15 @@ RES_POST_INSIDE = (
     "post-LN normalises the sum",
     "the norm acts on x + sublayer(x), after the addition",
     "you normalised only the sub-layer's output, then added x")
+RES_PRE_NORM_AFTER = (
+    "pre-LN normalises the sub-layer's INPUT",
+    "with norm_first=True the norm acts on x before the sub-layer sees it; the sub-layer's "
+    "output is added to x as it is",
+    "you normalised the sub-layer's output instead of its input")
+RES_POST_PARTS = (
+    "post-LN normalises the sum",
+    "with norm_first=False the norm acts once, on x + sublayer(x), after the addition",
+    "you normalised x alone and added the sub-layer's output afterwards")
 RES_OWN_NORM = (
     "use the norm you are given",
     "norm is an argument: a LayerNorm here, an RMSNorm there",
@@ -281,12 +290,17 @@ def _residual(x, sub, norm, norm_first, variant="right"):
         return norm(x) + sub(norm(x)) if norm_first else norm(x + sub(x))
     if variant == "post inside":
         return x + sub(norm(x)) if norm_first else x + norm(sub(x))
+    if variant == "pre norm after":
+        return x + norm(sub(x)) if norm_first else norm(x + sub(x))
+    if variant == "post parts":
+        return x + sub(norm(x)) if norm_first else norm(x) + sub(x)
     return x + sub(norm(x)) if norm_first else norm(x + sub(x))
 
 
 _VARIANTS = [("swapped", RES_SWAPPED), ("no residual", RES_NO_RESIDUAL),
              ("pre normalises sum", RES_PRE_NORM_OUT), ("normed x", RES_NORMED_X),
-             ("post inside", RES_POST_INSIDE)]
+             ("post inside", RES_POST_INSIDE), ("pre norm after", RES_PRE_NORM_AFTER),
+             ("post parts", RES_POST_PARTS)]
 
 
 @exercise("residual_connection")

@@ -15,8 +15,10 @@ import torch
 import torch.nn.functional as F
 
 from txlearn.checks import exercise
-from txlearn.checks.modules import (F32, expect_dtype, expect_match, expect_shape_of, expect_tensor,
-                                    f64, load, make_module, mask_ref, mha_state, np64, run)
+from txlearn.checks.learner import method
+from txlearn.checks.modules import (F32, expect_dtype, expect_match, expect_pair, expect_shape_of,
+                                    expect_tensor, f64, load, make_module, mask_ref, mha_state,
+                                    np64, run)
 from txlearn.checks.heads import MHA_NAMES, MHA_W_K_SHAPE
 from txlearn.positional import apply_rope, apply_rope_np, sinusoidal_encoding_np
 
@@ -116,6 +118,11 @@ ROPE_DTYPE = (
     "keep the input's dtype",
     "angles in float64 turn a float32 input into a float64 result",
     "cast cos and sin (or the result) to x.dtype")
+ROPE_FLOAT32_ANGLES = (
+    "in which dtype are the angles?",
+    "compute theta and the angles m theta_i in float64 and cast cos and sin to x.dtype only at "
+    "the end: float32 angles lose about 7 digits, and a float64 input shows it",
+    "your result matches angles computed in float32")
 ROPE_DEFAULT = ("(a, b) -> (a cos m theta_i - b sin m theta_i, a sin m theta_i + b cos m theta_i)",)
 
 
@@ -134,9 +141,19 @@ def _rope_variant(x, positions, *, pairing="interleaved", sign=1.0, exponent=2.0
     return np.stack([a2, b2], axis=-1).reshape(x.shape)
 
 
+def _rope_float32_angles(x, positions):
+    d = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)
+    angle = torch.as_tensor(positions).float()[:, None] * theta                 # float32
+    a, b = torch.as_tensor(np64(x))[..., 0::2], torch.as_tensor(np64(x))[..., 1::2]
+    cos, sin = torch.cos(angle).double(), torch.sin(angle).double()
+    return torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+
+
 def _rope_mistakes(x, positions):
     T = x.shape[-2]
     return [(_rope_variant(x, positions, pairing="half"), ROPE_HALF),
+            (lambda: _rope_float32_angles(x, positions), ROPE_FLOAT32_ANGLES),
             (_rope_variant(x, positions, sign=-1.0), ROPE_DIRECTION),
             (_rope_variant(x, positions, exponent=1.0), ROPE_EXPONENT),
             (_rope_variant(x, np.arange(T)), ROPE_POSITIONS),
@@ -160,8 +177,9 @@ def rope(apply_rope):
         expect_shape_of(got, tuple(x.shape), case=case, hint=("the result has the shape of x",))
         expect_dtype(got, x.dtype, case=case, hint=ROPE_DTYPE)
         tol = F32 if x.dtype == torch.float32 else {"rtol": 1e-7, "atol": 1e-9}
+        dtol = (1e-6, 1e-6) if x.dtype == torch.float64 else None   # float32 angles: ~1e-7
         expect_match(got, apply_rope_np(x.numpy(), positions.numpy()), case=case, **tol,
-                     mistakes=_rope_mistakes(x, positions), default=ROPE_DEFAULT)
+                     mistakes=_rope_mistakes(x, positions), default=ROPE_DEFAULT, dtol=dtol)
 
 
 # ----------------------------------------------------------------------------- rotary_attention
@@ -191,6 +209,12 @@ ROT_START = (
     "a cached step's queries and keys sit at positions start .. start + L - 1, where start is "
     "the number of cached positions (step 2 of your forward in set 03 computes it)",
     "your rotation ignores start, or your MultiHeadAttention passes a wrong start")
+ROT_OFFSET = (
+    "positions are counted from 0",
+    "the first position of a sequence is 0: this call's rows sit at start, start + 1, ..., "
+    "start + L - 1",
+    "your rows are rotated one position too far (attention outputs hide it, since only "
+    "differences of positions reach a score, but the cached keys carry the wrong angles)")
 ROT_DEFAULT = ("rotate Q and K (not V) with apply_rope by the positions start .. start + L - 1",)
 
 
@@ -268,3 +292,18 @@ def rotary_attention(RotaryAttention):
         expect_match(got, want, case=case, **F32, default=ROT_DEFAULT,
                      mistakes=_rotary_mistakes(state, keys, 4, mask, rows, pos[lo:hi], pos[:hi],
                                                restarted))
+
+    # apply_positions itself: a constant shift of every position changes no attention output
+    case = ("apply_positions(Q, K, start=3) of your module: Q (1, 4, 2, 4), K (1, 2, 2, 4) "
+            "float64, rows at positions 3 and 4")
+    Q = torch.randn(1, 4, 2, 4, generator=g, dtype=torch.float64)
+    K = torch.randn(1, 2, 2, 4, generator=g, dtype=torch.float64)
+    got = expect_pair(run(method(m, "apply_positions"), Q.clone(), K.clone(), 3, case=case,
+                          hint=ROT_DEFAULT), case=case, hint=ROT_SWAPPED)
+    right = torch.arange(3, 5)
+    for name, have, x_in in (("Q", got[0], Q), ("K", got[1], K)):
+        expect_match(have, apply_rope(x_in, right), case=f"{case}, the rotated {name}",
+                     rtol=1e-7, atol=1e-9, default=ROT_DEFAULT,
+                     mistakes=[(lambda x_in=x_in: apply_rope(x_in, right + 1), ROT_OFFSET),
+                               (lambda x_in=x_in: apply_rope(x_in, right - 3), ROT_START),
+                               (lambda x_in=x_in: x_in, ROT_Q_ONLY if name == "K" else ROT_K_ONLY)])

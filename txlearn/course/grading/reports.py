@@ -121,8 +121,9 @@ def write_csv(subs: list[Submission], path: Path) -> None:
 
 def _no_formula(text: str) -> str:
     """A CSV cell that a spreadsheet shows as text: one starting with =, +, - or @ (a student
-    folder named ``=HYPERLINK(...)`` from an LMS export, say) gets a leading apostrophe."""
-    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
+    folder named ``=HYPERLINK(...)`` from an LMS export, say), after any spaces, tabs or line
+    breaks (which an import that trims cells drops), gets a leading apostrophe."""
+    return "'" + text if text.lstrip(" \t\r\n")[:1] in ("=", "+", "-", "@") else text
 
 
 def write_json(subs: list[Submission], path: Path) -> None:

@@ -42,6 +42,7 @@ import builtins
 import io
 import linecache
 import os
+import re
 import signal
 import sys
 
@@ -216,6 +217,9 @@ class Runner:
         self._forward_backward = learner_calls.local_forward_backward
         self._call_on_copies = learner_calls.call_on_copies
         self._load_state_dict = learner_calls.load_state_dict
+        self._cache_shapes = learner_calls.cache_shapes
+        self._record_starts = learner_calls.record_starts
+        self._method_name = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,59}")
         self._time_limit = learner_calls.time_limit
         self._out_of_time = learner_calls.TimeLimitExceeded
         self._frames = learner_calls.learner_frames
@@ -237,7 +241,9 @@ class Runner:
                                    if p and os.path.basename(p) in ("site-packages",
                                                                     "dist-packages"))
         self.library_roots += tuple(p.rstrip("/") + "/txlearn/" for p in sys.path[:1] if p)
-        sys.meta_path.insert(0, _TxlearnFinder(self, set(config.get("view_modules", []))))
+        view = set(config.get("view_modules", []))   # and the packages holding them (the
+        view |= {m.rsplit(".", i)[0] for m in view for i in range(1, m.count("."))}  # synthetic)
+        sys.meta_path.insert(0, _TxlearnFinder(self, view))
         sys.meta_path.insert(1, _PackageFinder(self, self.policy))
 
     def learner_initiated(self, frame) -> bool:
@@ -342,6 +348,12 @@ class Runner:
     def _resolve(self, ref):
         if not isinstance(ref, dict):
             raise self.protocol.ProtocolError("bad reference")
+        if "method" in ref:   # a public method, looked up when called (inside the time limit)
+            name = ref["method"]
+            if not isinstance(name, str) or not self._method_name.fullmatch(name):
+                raise self.protocol.ProtocolError("bad method name")
+            obj = self._resolve({k: v for k, v in ref.items() if k != "method"})
+            return lambda *args, **kwargs: getattr(obj, name)(*args, **kwargs)
         if "name" in ref:
             name = ref["name"]
             if name not in self.ns:
@@ -401,6 +413,26 @@ class Runner:
         encoder = self.protocol.MessageEncoder()
         kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
             {str(k): tuple(int(n) for n in v.shape) for k, v in target.state_dict().items()}))
+        return self._reply_value(kind, value, encoder)
+
+    def op_cache_shapes(self, msg, blobs):
+        target = self._resolve(msg.get("target"))
+        encoder = self.protocol.MessageEncoder()
+        kind, value, _ = self.timed(msg.get("time_limit"),
+                                    lambda: encoder.encode(self._cache_shapes(target)))
+        return self._reply_value(kind, value, encoder)
+
+    def op_record_starts(self, msg, blobs):
+        decoder = self.protocol.MessageDecoder(blobs, on_handle=self._on_handle)
+        target = self._resolve(msg.get("target"))
+        args, kwargs = decoder.decode(msg.get("args")), decoder.decode(msg.get("kwargs"))
+        steps = decoder.decode(msg.get("steps"))
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict) \
+                or not isinstance(steps, (list, tuple)):
+            raise self.protocol.ProtocolError("bad arguments")
+        encoder = self.protocol.MessageEncoder()
+        kind, value, _ = self.timed(msg.get("time_limit"), lambda: encoder.encode(
+            self._record_starts(target, tuple(args), dict(kwargs), list(steps))))
         return self._reply_value(kind, value, encoder)
 
     def op_load_state(self, msg, blobs):

@@ -180,6 +180,29 @@ def package_entries(imports: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(sorted(tops | extra))
 
 
+def data_entries(distributions: tuple[str, ...]) -> tuple[str, ...]:
+    """The site-packages entries (package folders, ``.dist-info``) holding the files of the
+    installed ``distributions`` (pip names, as in a set's ``data:``), shown read-only so that
+    answers can read them (set 10's GGUF file) without importing them: the import rule refuses
+    a package the set does not declare. Raises RuntimeError naming the install command when one
+    is not installed."""
+    import importlib.metadata
+    sites = _site_packages()
+    out = set()
+    for name in distributions:
+        try:
+            dist = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            raise RuntimeError(f"the set reads the files of {name}, which is not installed "
+                               f"(pip install {name})") from None
+        for file in dist.files or ():
+            path = os.path.abspath(dist.locate_file(file))
+            for site in sites:
+                if _under(path, site) and path != site:
+                    out.add(os.path.join(site, os.path.relpath(path, site).split(os.sep)[0]))
+    return tuple(sorted(out))
+
+
 def _other_package_folders() -> list[str]:
     """The ``site-packages`` and ``dist-packages`` folders under ``/usr`` that the grader's Python
     does not read (Debian's ``python3-*`` packages, another Python's pip installs): bound with

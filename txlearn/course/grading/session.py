@@ -109,7 +109,8 @@ class Session:
         packages = None
         if self.mode == "bwrap":   # only numpy, torch and what the set declares are installed
             try:
-                packages = sandbox.package_entries(self.cs.packages)
+                packages = sandbox.package_entries(self.cs.packages) + \
+                    sandbox.data_entries(self.cs.data)
             except RuntimeError as err:
                 raise RunnerDied(str(err)) from None
         self.process = sandbox.start(mode=self.mode, view_dir=self.cs.view_dir, files=self.files,
@@ -319,6 +320,24 @@ class Remote(LearnerObject):
         # hint line of its own to the feedback)
         return {clean(k, 200): tuple(v) for k, v in value.items()}
 
+    def remote_cache_shapes(self, time_limit):
+        value, _ = self._session.act("cache_shapes", self, {}, time_limit, self.name)
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, (list, tuple)) and all(isinstance(s, (list, tuple)) for s in v)
+                for v in value):
+            raise RunnerDied("the runner's reply broke the protocol (cache shapes)")
+        return [[tuple(int(n) for n in s) for s in v] for v in value]
+
+    def remote_record_starts(self, args, kwargs, steps, time_limit):
+        value, _ = self._session.act("record_starts", self,
+                                     {"args": list(args), "kwargs": dict(kwargs),
+                                      "steps": [list(step) for step in steps]},
+                                     time_limit, self.name)
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise RunnerDied("the runner's reply broke the protocol (recorded starts)")
+        return [int(v) for v in value]
+
     def remote_forward_backward(self, args, kwargs, grad_output, time_limit):
         value, _ = self._session.act("forward_backward", self,
                                      {"args": list(args), "kwargs": dict(kwargs),
@@ -329,6 +348,11 @@ class Remote(LearnerObject):
 
     def remote_is_module(self):
         return self._is_module
+
+    def remote_method(self, name):
+        """A proxy of this object's method ``name`` (the runner looks it up when it is called)."""
+        return type(self)(self._session, {**self._ref, "method": name}, f"{self.name}.{name}",
+                          False, self._generation)
 
     def __repr__(self):
         return f"<{self.name} in the sandbox>"

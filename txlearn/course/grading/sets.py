@@ -48,6 +48,7 @@ class CourseSet:
     objects: dict[str, list[str]]         # exercise -> the names its check cell passes
     metadata: dict                        # metadata.txlearn of the student notebook
     allowed: list[str]                    # what answers may import (with the sets it uses)
+    data: tuple = ()                      # distributions whose files answers may read
     course_cells: list = field(default_factory=list)  # (id, exercise or "", pristine source)
     view_modules: list[str] = field(default_factory=list)   # set by the run (view.py)
     view_dir: str = ""
@@ -70,6 +71,7 @@ def load_set(source: Path) -> CourseSet:
     checks = [c for c in student.cells if build.is_check(c)]
     names = [c.metadata["exercise"] for c in checks]
     allowed, seen, todo = set(info.imports), {source.stem}, list(info.uses)
+    data = set(info.data)
     while todo:
         used = todo.pop()
         if used in seen:
@@ -80,6 +82,7 @@ def load_set(source: Path) -> CourseSet:
             raise GradingError(f"{source.name} uses {used}, which is not an exercise set")
         used_info = build.set_info(build.read_source(used_source), used, used_source.name)
         allowed |= set(used_info.imports)
+        data |= set(used_info.data)
         todo += list(used_info.uses)
     stems = exercise_modules()
     unknown = [n for n in names if n not in stems]
@@ -92,6 +95,8 @@ def load_set(source: Path) -> CourseSet:
         objects={c.metadata["exercise"]: check_objects(c.source, c.metadata["exercise"])
                  for c in checks},
         metadata=dict(student.metadata.get("txlearn", {})), allowed=sorted(allowed),
+        data=tuple(sorted(data)),
         course_cells=[(c.id, c.metadata.get("exercise", "") if build.is_answer(c) else "",
                        c.source) for c in student.cells
-                      if c.cell_type == "code" and not build.is_check(c)])
+                      if c.cell_type == "code" and not build.is_check(c)
+                      and not build.is_demo(c)])

@@ -1,7 +1,8 @@
 """Reading a submitted notebook as data, and planning which of its cells the runner executes.
 
 A submission is hostile: :func:`read_notebook` checks its structure (nbformat 4, cells and their
-metadata of the expected types, no symbolic links, a size limit) without running anything, and
+metadata of the expected types, no symbolic links, limits on its size and on the
+values its JSON holds) without running anything, and
 :func:`plan` decides what runs: the course's setup cells as the course wrote them and the copy's
 answer cells, in the course's order; never check cells, never cells the learner added. What the
 copy changed of the course's cells (check cells edited or removed, setup cells edited, notebook
@@ -19,9 +20,14 @@ from pathlib import Path
 from txlearn.checks import clean
 from txlearn.course.grading.sets import CourseSet, GradingError
 
-__all__ = ["read_notebook", "cell_text", "Cell", "plan", "MAX_NOTEBOOK_BYTES", "SETUP_INDEX"]
+__all__ = ["read_notebook", "cell_text", "Cell", "plan", "MAX_NOTEBOOK_BYTES",
+           "MAX_NOTEBOOK_VALUES", "SETUP_INDEX"]
 
 MAX_NOTEBOOK_BYTES = 50 << 20
+# "{", "[" and "," in the file, counted before it is parsed: 16 million empty objects fit in 50 MB
+# and took the grader 1.2 GB to parse (per notebook, and --jobs grades several at once); this
+# many cost at most about 150 MB. The course's notebooks hold a few thousand.
+MAX_NOTEBOOK_VALUES = 2_000_000
 SETUP_INDEX = 1_000_000   # the runner's numbers for the course's setup cells (above any real index)
 
 
@@ -46,6 +52,9 @@ def read_notebook(path: Path, sub=None) -> dict:
     data = path.read_bytes()
     if sub is not None:
         sub.digest = hashlib.sha256(data).hexdigest()
+    if data.count(b"{") + data.count(b"[") + data.count(b",") > MAX_NOTEBOOK_VALUES:
+        raise GradingError(f"more than {MAX_NOTEBOOK_VALUES:,} values in its JSON (clear its "
+                           f"outputs: Kernel > Restart Kernel and Clear Outputs)")
     try:
         nb = json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as err:
@@ -109,7 +118,7 @@ def plan(nb: dict, cs: CourseSet) -> tuple[list[Cell], set[str], list[str], set[
     course code), and for each exercise the copy's answer cells. Cells the learner added, and
     check cells, never run."""
     answers: dict[str, list[tuple[int, str]]] = {}
-    retired, notes = set(), []
+    retired, notes, unknown = set(), [], []
     for index, cell in enumerate(nb["cells"]):
         if cell.get("cell_type") != "code":
             continue
@@ -121,9 +130,14 @@ def plan(nb: dict, cs: CourseSet) -> tuple[list[Cell], set[str], list[str], set[
         if name in cs.info.retired:
             retired.add(name)
         elif name not in cs.names:
-            notes.append(f"an answer cell names an unknown exercise {clean(name, 40)!r}")
+            unknown.append(name)
         else:
             answers.setdefault(name, []).append((index, cell_text(cell)))
+    # one note however many (60,000 made-up names made 60,000 notes, 4 MB in every result row)
+    for name in list(dict.fromkeys(unknown))[:3]:
+        notes.append(f"an answer cell names an unknown exercise {clean(name, 40)!r}")
+    if len(set(unknown)) > 3:
+        notes.append(f"and {len(set(unknown)) - 3} more unknown exercise names")
     present = set(answers)
     mine_by_id = {c.get("id"): c for c in nb["cells"] if c.get("cell_type") == "code"}
     cells, setup, done = [], 0, set()
