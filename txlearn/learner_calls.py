@@ -26,6 +26,7 @@ from __future__ import annotations
 import inspect
 import linecache
 import os
+import re
 import signal
 import sys
 import threading
@@ -36,6 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 __all__ = [
+    "METHOD_NAME",
     "Given",
     "given",
     "GIVEN_KINDS",
@@ -52,6 +54,9 @@ __all__ = [
     "learner_frames",
     "strip_magics",
 ]
+
+# a public method's name: what `checks.method` accepts and the runner resolves
+METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,59}")
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))   # txlearn/ (or the sandbox's view)
 

@@ -163,9 +163,9 @@ def cache_file() -> Path:
     """Where the right answer's logits and greedy ids are kept between processes: the user's
     cache (``$XDG_CACHE_HOME`` or ``~/.cache``), ``txlearn/smollm2-<digest>-v<version>.npz``,
     keyed by the GGUF file's SHA-256 (another file, another cache)."""
-    from txlearn.models.gguf_files import file_digest
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "txlearn" / f"smollm2-{file_digest()[:16]}-v{CACHE_VERSION}.npz"
+    from txlearn.models.gguf_files import cache_folder
+    folder = cache_folder()            # .../txlearn/smollm2-<digest>: the file sits beside it
+    return folder.with_name(f"{folder.name}-v{CACHE_VERSION}.npz")
 
 
 def _compute_right() -> dict:

@@ -14,15 +14,15 @@ load, forward and backward, the time limit, the learner's frames) is
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from txlearn import learner_calls
 from txlearn.checks.feedback import STUB, CheckFailure, clean
-from txlearn.learner_calls import (TimeLimitExceeded, call_on_copies, learner_frames,
-                                   load_state_dict, local_forward_backward, parameter_name)
+from txlearn.learner_calls import (METHOD_NAME, TimeLimitExceeded, call_on_copies,
+                                   learner_frames, load_state_dict, local_forward_backward,
+                                   parameter_name)
 
 __all__ = ["call", "construct", "load_state", "state_shapes", "cache_shapes", "record_starts",
            "forward_backward", "method", "LearnerObject", "LearnerError", "LearnerTimeout", "LearnerChangedInput",
@@ -169,9 +169,6 @@ def call(fn: Any, *args: Any, case: str, time_limit: float | None = DEFAULT_TIME
                            kind="missing")
     return _run_learner(lambda: _call_with_copies(fn, args, kwargs), case=case,
                         time_limit=time_limit, hint=hint)
-
-
-METHOD_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,59}")   # a public method's name
 
 
 def method(obj: Any, name: str) -> Any:

@@ -42,7 +42,6 @@ import builtins
 import io
 import linecache
 import os
-import re
 import signal
 import sys
 
@@ -219,7 +218,7 @@ class Runner:
         self._load_state_dict = learner_calls.load_state_dict
         self._cache_shapes = learner_calls.cache_shapes
         self._record_starts = learner_calls.record_starts
-        self._method_name = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,59}")
+        self._method_name = learner_calls.METHOD_NAME
         self._time_limit = learner_calls.time_limit
         self._out_of_time = learner_calls.TimeLimitExceeded
         self._frames = learner_calls.learner_frames
