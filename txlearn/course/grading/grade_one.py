@@ -24,7 +24,7 @@ from pathlib import Path
 
 from txlearn.checks import clean, run_exercise
 from txlearn.course import build
-from txlearn.course.grading import sandbox
+from txlearn.course.grading import runner_pool, sandbox
 from txlearn.course.grading.hidden import validate_hidden
 from txlearn.course.grading.integrity import changes, fingerprint, watched
 from txlearn.course.grading.reports import Result, Submission
@@ -74,7 +74,7 @@ def error_rows(sub: Submission, cs: CourseSet | None) -> None:
 
 
 def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
-              limits_override: dict) -> Submission:
+              limits_override: dict, pool=None) -> Submission:
     """Grade one notebook in its own runner; never raises (a file that cannot be graded gets
     ``error`` and ERROR rows; a bug of the grader is named in one line, for this file only)."""
     sub = Submission(path=job.path, student=job.student, mode=job.mode)
@@ -109,7 +109,8 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
         folders = watched(job.path, hidden)
         before = fingerprint(folders)
         hide = tuple(str(p) for p in (hidden, Path(os.path.abspath(job.path)).parent.parent) if p)
-        session = Session(cs, cells, limits, job.mode, files, lease.uid if lease else None, hide)
+        session = Session(cs, cells, limits, job.mode, files, lease.uid if lease else None, hide,
+                          pool=pool)
         session.boot()
         run_checks(sub, cs, session, present, retired, hidden)
         session.report()
@@ -371,15 +372,23 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
                     except RuntimeError:
                         pass   # each of the set's notebooks is then not graded, with the reason
         workers = max(1, int(jobs or os.cpu_count() or 1))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="txlearn-grade") as pool:
-            futures = [pool.submit(grade_one, job, sets, hidden, dict(limits or {}))
-                       for job in jobs_list]
-            if on_graded is not None:
-                try:
-                    for future in as_completed(futures):
-                        on_graded(future.result())
-                except BaseException:
-                    for future in futures:   # a recording that fails stops the run
-                        future.cancel()
-                    raise
-            return [f.result() for f in futures]
+        # each worker's runners forked from a sandbox per set that imported PyTorch once
+        servers = runner_pool.Pool() if "bwrap" in modes and runner_pool.supported()[0] \
+            else None
+        try:
+            with ThreadPoolExecutor(max_workers=workers,
+                                    thread_name_prefix="txlearn-grade") as pool:
+                futures = [pool.submit(grade_one, job, sets, hidden, dict(limits or {}), servers)
+                           for job in jobs_list]
+                if on_graded is not None:
+                    try:
+                        for future in as_completed(futures):
+                            on_graded(future.result())
+                    except BaseException:
+                        for future in futures:   # a recording that fails stops the run
+                            future.cancel()
+                        raise
+                return [f.result() for f in futures]
+        finally:
+            if servers is not None:
+                servers.close()

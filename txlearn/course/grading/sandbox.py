@@ -56,7 +56,7 @@ from txlearn.course.grading.protocol import MAX_REPLY_JSON_BYTES, Channel
 from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
-           "UidLease", "NO_SANDBOX_RISKS", "VIEW", "HOME", "FIRST_UID"]
+           "exit_meaning", "UidLease", "NO_SANDBOX_RISKS", "VIEW", "HOME", "FIRST_UID"]
 
 VIEW = "/opt/txlearn-view"     # the synthetic txlearn inside the sandbox
 HOME = "/home/learner"         # the runner's private working folder inside the sandbox
@@ -453,19 +453,23 @@ class Process:
             self.kill()
             return "it stopped answering"
         sig = -code if code < 0 else (code - 128 if self.mode == "bwrap" and code > 128 else 0)
-        if sig:
-            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else \
-                f"signal {sig}"
-            meaning = {"SIGXCPU": f"its CPU time limit of {self.limits['cpu_seconds']} s ran out",
-                       "SIGKILL": f"it was killed (out of memory? the limit is "
-                                  f"{self.limits['memory_mb']} MB)",
-                       "SIGSEGV": "it crashed (segmentation fault)",
-                       "SIGABRT": "it aborted (often: out of memory)"}.get(
-                           name, f"killed by {name}")
-            return meaning
-        last = self.sink.text().strip().splitlines()[-1:] or [""]
-        detail = f": {last[0][:160]}" if last[0] else ""
-        return f"it exited with status {code}{detail}"
+        return exit_meaning(-sig if sig else code, self.limits, self.sink.text())
+
+
+def exit_meaning(code: int, limits: dict, output: str) -> str:
+    """Why a runner stopped, in words: ``code`` is its exit status, or minus the signal that
+    killed it; ``output``: what it wrote (its last line is quoted after an exit status)."""
+    if code < 0:
+        sig = -code
+        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else \
+            f"signal {sig}"
+        return {"SIGXCPU": f"its CPU time limit of {limits['cpu_seconds']} s ran out",
+                "SIGKILL": f"it was killed (out of memory? the limit is {limits['memory_mb']} MB)",
+                "SIGSEGV": "it crashed (segmentation fault)",
+                "SIGABRT": "it aborted (often: out of memory)"}.get(name, f"killed by {name}")
+    last = output.strip().splitlines()[-1:] or [""]
+    detail = f": {last[0][:160]}" if last[0] else ""
+    return f"it exited with status {code}{detail}"
 
 
 def _view_fds(view_dir: str) -> list[tuple[str, int]]:

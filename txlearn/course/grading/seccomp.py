@@ -1,8 +1,9 @@
-"""The system calls the grader's sandboxed runner may not make: a seccomp filter for bubblewrap.
+"""The system calls the grader's sandboxed runner may not make: a seccomp filter.
 
 bubblewrap's ``--seccomp FD`` loads a compiled classic-BPF program (an array of
-``struct sock_filter``) into the sandboxed command before it starts; :func:`program` writes that
-program here, by hand, with no library. It keeps a submission to one process whose memory the
+``struct sock_filter``) into the sandboxed command before it starts, and the fork server
+(:mod:`~.forkserver`) installs the same program in each runner it forks; :func:`program` writes
+that program here, by hand, with no library. It keeps a submission to one process whose memory the
 address-space limit counts (issue 25):
 
 - no new process: ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` and ``clone3`` fail
@@ -11,6 +12,12 @@ address-space limit counts (issue 25):
 - no memory outside that address space and the sized tmpfs folders: ``memfd_create``,
   ``memfd_secret`` and System V ``shmget`` fail (EPERM; a segment or memfd written and unmapped
   would hold memory no limit counts), and so do ``socket``/``socketpair`` (kernel buffers);
+- nothing that outlives it or reaches another process: no System V message queue or semaphore
+  set, no POSIX message queue (``msgget``, ``semget``, ``mq_open``; the IPC namespace is shared
+  by the runners one fork server starts in turn), no kernel key (``add_key``, ``request_key``,
+  ``keyctl``: the session keyring is inherited from the grader), and no ``ptrace`` or
+  ``process_vm_readv``/``writev`` (the fork server shares the uid of its runners when the grader
+  is not root); all fail with EPERM;
 - no namespace or mount of its own: ``unshare``, ``setns``, ``mount``, ``umount2``,
   ``pivot_root``, ``chroot`` and the new mount API (``fsopen`` ... ``mount_setattr``) fail (an
   unprivileged user namespace would let the code mount a tmpfs of unbounded size);
@@ -48,12 +55,16 @@ ARCHES = {
         "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "memfd_create": 319,
         "memfd_secret": 447, "shmget": 29, "socket": 41, "socketpair": 53, "open_tree": 428,
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-        "mount_setattr": 442}),
+        "mount_setattr": 442, "msgget": 68, "semget": 64, "mq_open": 240, "add_key": 248,
+        "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
+        "process_vm_writev": 311}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
         "shmget": 194, "socket": 198, "socketpair": 199, "open_tree": 428, "move_mount": 429,
-        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442}),
+        "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+        "msgget": 186, "semget": 190, "mq_open": 180, "add_key": 217, "request_key": 218,
+        "keyctl": 219, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS}

@@ -82,8 +82,10 @@ class Session:
     a cell that ran past its limit), and serves the proxies' requests."""
 
     def __init__(self, cs: CourseSet, cells: list[Cell], limits: dict, mode: str,
-                 files: list[tuple[str, str]], uid: int | None, hide: tuple[str, ...] = ()):
+                 files: list[tuple[str, str]], uid: int | None, hide: tuple[str, ...] = (),
+                 pool=None):
         self.cs, self.cells, self.limits, self.mode = cs, cells, limits, mode
+        self.pool = pool if mode == "bwrap" else None   # a runner_pool.Pool: forked runners
         self.files, self.uid, self.hide = files, uid, tuple(hide)
         self.process = None
         self.generation = 0
@@ -113,9 +115,18 @@ class Session:
                     sandbox.data_entries(self.cs.data)
             except RuntimeError as err:
                 raise RunnerDied(str(err)) from None
-        self.process = sandbox.start(mode=self.mode, view_dir=self.cs.view_dir, files=self.files,
-                                     limits=self.limits, config=config, uid=self.uid,
-                                     packages=packages, hide=self.hide)
+        if self.pool is not None:
+            from txlearn.course.grading.runner_pool import ServerGone
+            try:
+                self.process = self.pool.start(cs=self.cs, limits=self.limits, packages=packages,
+                                               hide=self.hide,
+                                               config=config, files=self.files, uid=self.uid)
+            except ServerGone as err:
+                raise RunnerDied(f"the runner did not start ({err})") from None
+        else:
+            self.process = sandbox.start(mode=self.mode, view_dir=self.cs.view_dir,
+                                         files=self.files, limits=self.limits, config=config,
+                                         uid=self.uid, packages=packages, hide=self.hide)
         self.generation += 1
         try:
             hello = sandbox.wait_hello(self.process, START_SECONDS)

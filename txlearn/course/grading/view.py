@@ -25,7 +25,8 @@ __all__ = ["ALWAYS_IN_VIEW", "PACKAGE_DIR", "module_file", "view_modules", "make
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]     # txlearn/
 ALWAYS_IN_VIEW = ("txlearn.course.grading.protocol", "txlearn.course.grading.runner",
-                  "txlearn.course.earlier", "txlearn.learner_calls")
+                  "txlearn.course.grading.forkserver", "txlearn.course.earlier",
+                  "txlearn.learner_calls")
 
 
 def module_file(name: str) -> Path | None:

@@ -1,0 +1,190 @@
+"""The grader's fork servers (issue 24): runners forked from one sandbox per worker and set keep
+every submission from the next one, and grade exactly as runners started one by one.
+
+The attacker is a copy of lesson 01's exercise notebook whose answer cell leaves what it can in
+the sandbox for whoever comes next (files in every writable folder, System V and POSIX IPC
+objects, a kernel key, a lower priority or a pinned CPU for the server, a ptrace of it); the
+next submission of the same server (one job: they follow each other) looks for all of it. Run as
+root (CI is), so the runners have uids of their own; the ordinary user's case is in
+tests/test_grading_attacks.py (``..._as_an_ordinary_user``), which grades through the servers.
+"""
+
+import json
+import os
+import platform
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from txlearn.course import grading
+from txlearn.course.grading import forkserver, runner_pool
+from txlearn.course.grading.sets import load_set
+from txlearn.course import build
+
+from tests.test_grading_attacks import LIMITS, NO_SHIFT, SOLUTION, _notebook, _seen
+
+# the system call numbers, from the kernel's tables (not from the filter under test)
+NUMBERS = {"x86_64": {"msgget": 68, "semget": 64, "mq_open": 240, "add_key": 248, "ptrace": 101},
+           "aarch64": {"msgget": 186, "semget": 190, "mq_open": 180, "add_key": 217,
+                       "ptrace": 117}}[platform.machine().lower()]
+
+LEAVE = f'''
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+_R = {{}}
+for folder in ("/home/learner", "/tmp", "/dev/shm"):
+    try:
+        os.makedirs(folder + "/left/deep", exist_ok=True)
+        open(folder + "/left/deep/note", "w").write("from the one before")
+        os.chmod(folder + "/left/deep", 0o500)
+        os.chmod(folder + "/left", 0o500)
+        _R[folder] = "left"
+    except OSError as err:
+        _R[folder] = type(err).__name__
+def _call(name, *args):
+    r = libc.syscall({NUMBERS["msgget"]} if name == "msgget" else
+                     {NUMBERS["semget"]} if name == "semget" else
+                     {NUMBERS["mq_open"]} if name == "mq_open" else
+                     {NUMBERS["add_key"]} if name == "add_key" else
+                     {NUMBERS["ptrace"]}, *args)
+    return [r, ctypes.get_errno()]
+_R["msgget"] = _call("msgget", 0x7431, 0o1666)
+_R["semget"] = _call("semget", 0x7431, 1, 0o1666)
+_R["mq_open"] = _call("mq_open", b"txlearn-left", 0o102, 0o666, None)
+_R["add_key"] = _call("add_key", b"user", b"txlearn-left", b"x", 1, -3)
+_R["ptrace"] = _call("ptrace", 16, os.getppid(), None, None)
+for what, change in (("nice", lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)),
+                     ("pin", lambda: os.sched_setaffinity(os.getppid(), {{0}}))):
+    try:
+        change()
+        _R[what] = "changed"
+    except OSError as err:
+        _R[what] = type(err).__name__
+def softmax(x, axis=-1):
+    raise ValueError("LEFT " + json.dumps(_R))
+'''
+
+LOOK = '''
+import json, os, stat
+def _sockets():
+    out = []
+    for fd in range(4096):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                out.append(fd)
+        except OSError:
+            pass
+    return out
+_R = {"found": {f: sorted(os.listdir(f)) for f in ("/home/learner", "/tmp", "/dev/shm")},
+      "nice": os.getpriority(os.PRIO_PROCESS, 0), "cpus": len(os.sched_getaffinity(0)),
+      "sockets": _sockets()}
+def softmax(x, axis=-1):
+    raise ValueError("LOOK " + json.dumps(_R))
+'''
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("forkserver")
+    os.chmod(tmp, 0o755)
+    paths = [_notebook(SOLUTION, tmp / "a_correct" / "01_softmax.ipynb"),
+             _notebook(SOLUTION, tmp / "b_leaver" / "01_softmax.ipynb",
+                       answers={"stable_softmax": LEAVE}),
+             _notebook(SOLUTION, tmp / "c_looker" / "01_softmax.ipynb",
+                       answers={"stable_softmax": LOOK}),
+             _notebook(SOLUTION, tmp / "d_wrong" / "01_softmax.ipynb",
+                       answers={"stable_softmax": NO_SHIFT})]
+    started, spawned = [], []
+    real_init, real_spawn = runner_pool.ForkServer.__init__, runner_pool.ForkServer.spawn
+
+    def init(self, **kwargs):
+        started.append(kwargs["preloaded"])
+        real_init(self, **kwargs)
+
+    def spawn(self, *args):
+        spawned.append(self)
+        return real_spawn(self, *args)
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(runner_pool.ForkServer, "__init__", init)
+    mp.setattr(runner_pool.ForkServer, "spawn", spawn)
+    try:
+        subs = grading.grade(paths, jobs=1, limits=LIMITS)
+    finally:
+        mp.undo()
+    return {"subs": subs, "started": started, "spawned": spawned,
+            "by": {s.student: {r.exercise: r for r in s.results} for s in subs}}
+
+
+def test_one_server_forks_every_runner_of_a_set_and_grades_as_before(graded):
+    assert runner_pool.supported() == (True, ""), runner_pool.supported()
+    assert graded["started"] == [("numpy",)]       # set 01's setup imports NumPy only
+    assert len(graded["spawned"]) == 4 and len(set(map(id, graded["spawned"]))) == 1
+    points = {s.student: (s.points, s.error) for s in graded["subs"]}
+    assert points["a_correct"] == (4, "") and points["d_wrong"] == (3, ""), points
+    assert points["b_leaver"][0] == points["c_looker"][0] == 3, points
+
+
+def test_what_a_submission_tries_to_leave_behind_is_refused(graded):
+    left = _seen(graded["by"]["b_leaver"]["stable_softmax"], "LEFT")
+    assert left["/home/learner"] == left["/tmp"] == left["/dev/shm"] == "left", left
+    eperm = 1
+    for call in ("msgget", "semget", "mq_open", "add_key", "ptrace"):
+        assert left[call] == [-1, eperm], (call, left[call])
+    # the server runs as root, the runner as a uid of its own: neither the server's priority
+    # nor its CPUs are the runner's to change
+    assert left["nice"] == left["pin"] == "PermissionError", left
+
+
+def test_the_next_submission_of_the_same_server_finds_nothing(graded):
+    seen = _seen(graded["by"]["c_looker"]["stable_softmax"], "LOOK")
+    assert seen["found"] == {"/home/learner": [], "/tmp": [], "/dev/shm": []}, seen
+    assert seen["nice"] == 0 and seen["cpus"] == len(os.sched_getaffinity(0)), seen
+    assert seen["sockets"] == [], seen     # the server's control socket is closed in the child
+
+
+def test_a_set_that_uses_torch_is_served_with_torch_imported():
+    cs = load_set(build.find_source("03_heads"))
+    assert runner_pool.preload(cs) == ("numpy", "torch", "torch.nn", "torch.nn.functional")
+    assert runner_pool.preload(load_set(build.find_source("01_softmax"))) == ("numpy",)
+
+
+def test_emptying_a_folder_the_learner_closed(tmp_path):
+    folder = tmp_path / "home"
+    (folder / "a" / "b").mkdir(parents=True)
+    (folder / "a" / "b" / "f").write_text("x")
+    (folder / "g").write_text("y")
+    os.symlink("/etc", folder / "link")
+    os.chmod(folder / "a" / "b", 0o500)
+    os.chmod(folder / "a", 0o000)
+    os.chmod(folder, 0o1777)
+    assert forkserver._clean([str(folder)], None) is None
+    assert os.listdir(folder) == [] and os.path.isdir("/etc")
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o1777
+    assert "no such" in forkserver._clean([str(tmp_path / "gone")], None).lower()
+
+
+def test_a_server_that_was_changed_notices(tmp_path):
+    # the server compares its priority, CPUs and limits with those at its start (a runner of the
+    # same uid, the grader not being root, could change them for the next one) and stops
+    code = ("import os\nfrom txlearn.course.grading import forkserver as f\nb = f._state()\n"
+            "os.setpriority(os.PRIO_PROCESS, 0, os.getpriority(os.PRIO_PROCESS, 0) + 1)\n"
+            "print(f._state() != b, f._state() == f._state())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+def test_runners_started_one_by_one_grade_alike(tmp_path, monkeypatch):
+    os.chmod(tmp_path, 0o755)
+    paths = [_notebook(SOLUTION, tmp_path / "correct" / "01_softmax.ipynb"),
+             _notebook(SOLUTION, tmp_path / "wrong" / "01_softmax.ipynb",
+                       answers={"stable_softmax": NO_SHIFT})]
+    forked = grading.grade(paths, jobs=2, limits=LIMITS)
+    monkeypatch.setattr(runner_pool, "supported", lambda: (False, "switched off by the test"))
+    alone = grading.grade(paths, jobs=2, limits=LIMITS)
+    rows = [[(r.exercise, r.status, r.feedback) for r in s.results] for s in forked]
+    assert rows == [[(r.exercise, r.status, r.feedback) for r in s.results] for s in alone]
+    assert [s.points for s in forked] == [4, 3]
