@@ -58,9 +58,9 @@ def _mistake(module, source, exercise, objects, rng):
     cases = module.WRONG.get(exercise, [])
     rng.shuffle(cases := list(cases))
     for label, functions, _ in cases:
-        if len(functions) != len(objects) or not all(
-                getattr(f, "__module__", "") == module.__name__ for f in functions):
-            continue
+        if len(functions) != len(objects) or not all(   # module-level functions only (a
+                getattr(module, getattr(f, "__name__", ""), None) is f for f in functions):
+            continue                                        # lambda has no name to bind)
         names = "\n".join(f"{name} = {f.__name__}" for name, f in zip(objects, functions))
         return f"# catalogued mistake: {label}\n{source}\n{names}\n", label
     return None

@@ -55,6 +55,7 @@ _R["semget"] = _call("semget", 0x7431, 1, 0o1666)
 _R["mq_open"] = _call("mq_open", b"txlearn-left", 0o102, 0o666, None)
 _R["add_key"] = _call("add_key", b"user", b"txlearn-left", b"x", 1, -3)
 _R["ptrace"] = _call("ptrace", 16, os.getppid(), None, None)
+_R["draw"] = __import__("numpy").random.random()
 for what, change in (("nice", lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)),
                      ("pin", lambda: os.sched_setaffinity(os.getppid(), {{0}}))):
     try:
@@ -79,7 +80,7 @@ def _sockets():
     return out
 _R = {"found": {f: sorted(os.listdir(f)) for f in ("/home/learner", "/tmp", "/dev/shm")},
       "nice": os.getpriority(os.PRIO_PROCESS, 0), "cpus": len(os.sched_getaffinity(0)),
-      "sockets": _sockets()}
+      "sockets": _sockets(), "draw": __import__("numpy").random.random()}
 def softmax(x, axis=-1):
     raise ValueError("LOOK " + json.dumps(_R))
 '''
@@ -143,6 +144,8 @@ def test_the_next_submission_of_the_same_server_finds_nothing(graded):
     assert seen["found"] == {"/home/learner": [], "/tmp": [], "/dev/shm": []}, seen
     assert seen["nice"] == 0 and seen["cpus"] == len(os.sched_getaffinity(0)), seen
     assert seen["sockets"] == [], seen     # the server's control socket is closed in the child
+    # NumPy's global stream is drawn afresh in each child, as in a process of its own
+    assert seen["draw"] != _seen(graded["by"]["b_leaver"]["stable_softmax"], "LEFT")["draw"]
 
 
 def test_a_set_that_uses_torch_is_served_with_torch_imported():

@@ -199,8 +199,9 @@ def _train(config, text, dist, started, *, checkpoint, resume, stop_after, progr
     model = CharTransformer(len(vocab), **config.model_sizes()).to(dev)   # the same on every rank
     if dist.rank:
         torch.manual_seed(config.seed + dist.rank)    # each rank its own dropout masks
-    # fused: one kernel per parameter group instead of a dozen element-wise passes (the
-    # optimizer was about 8% of a step on the CPU in torch.profiler; benchmarks/README.md)
+    # foreach: each of AdamW's element-wise passes over all of a group's tensors at once, not one
+    # parameter at a time (the optimizer was about 8% of a step on the CPU in torch.profiler;
+    # benchmarks/README.md). fused=True measured no faster here (benchmarks/README.md, issue 27)
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
                                   betas=(0.9, 0.99), foreach=True)
     data_generator = torch.Generator().manual_seed(config.seed)

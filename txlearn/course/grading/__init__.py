@@ -6,8 +6,9 @@ runs sandboxed. This package is the grading wing, one job per module; this file 
 - the **grader** (trusted) reads the notebook as data, never runs a line of it, and runs the
   exercise checks of :mod:`txlearn.checks` itself: their cases, hidden cases and hints stay in
   its process;
-- a **runner** (:mod:`~txlearn.course.grading.runner`), one per submission, started in a
-  bubblewrap sandbox (:mod:`~txlearn.course.grading.sandbox`), executes the notebook's setup and
+- a **runner** (:mod:`~txlearn.course.grading.runner`), one per submission in a bubblewrap
+  sandbox (:mod:`~txlearn.course.grading.sandbox`; forked by a fork server that imported PyTorch
+  once per worker and set, :mod:`~txlearn.course.grading.runner_pool`), executes the notebook's setup and
   answer cells (never its check cells, nor cells the learner added) and then only answers
   requests: call this function with these arrays, build this module, load this state, run
   forward and backward (:mod:`~txlearn.course.grading.protocol`: JSON and ``.npy`` bytes, never
@@ -28,7 +29,8 @@ The modules, in the order a submission meets them:
 - ``grade_one``   grading one submission, and the run over many (:func:`grade`);
 - ``reports``     the table, the CSV and the JSON;
 - ``sandbox``, ``runner``, ``protocol``: the bubblewrap sandbox, the runner inside it, and the
-  wire format between them.
+  wire format between them;
+- ``forkserver``, ``runner_pool``: the fork server inside a sandbox and the grader's servers.
 
 The integrity column (informational) lists check cells edited or removed, metadata altered,
 banned imports attempted and files changed outside the runner's private folder during its run.

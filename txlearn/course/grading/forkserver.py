@@ -164,6 +164,11 @@ def _child(request: dict, fds: list[int], ctl: socket.socket, libc, program: byt
         import resource
         os.closerange(_FIRST_FREE_FD, max(resource.getrlimit(resource.RLIMIT_NOFILE)[0], 2048))
         os.chdir(home)
+        import random                # as in a process of its own: its own random streams
+        import sys
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         _install_filter(libc, program)
         from txlearn.course.grading.runner import main
         main(dict(request["config"], fds=[3, 4]))
