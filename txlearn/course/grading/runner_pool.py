@@ -201,14 +201,7 @@ class ForkServer:
 
     def stop(self) -> None:
         """Kill the server's sandbox (its process group) and close its socket."""
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        sandbox.kill_group(self.popen)
         self.ctl.close()
 
 
@@ -234,12 +227,7 @@ class Forked:
                 pass
             os.close(self.pidfd)
             self.pidfd = -1
-        for fd in (self.channel.read_fd, self.channel.write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.channel.read_fd = self.channel.write_fd = -1
+        sandbox.close_channel(self.channel)
         try:
             self.server.settle()
         except ServerGone:

@@ -56,7 +56,8 @@ from txlearn.course.grading.protocol import MAX_REPLY_JSON_BYTES, Channel
 from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
-           "exit_meaning", "UidLease", "NO_SANDBOX_RISKS", "VIEW", "HOME", "FIRST_UID"]
+           "exit_meaning", "kill_group", "close_channel", "UidLease", "NO_SANDBOX_RISKS", "VIEW",
+           "HOME", "FIRST_UID"]
 
 VIEW = "/opt/txlearn-view"     # the synthetic txlearn inside the sandbox
 HOME = "/home/learner"         # the runner's private working folder inside the sandbox
@@ -424,23 +425,11 @@ class Process:
     def kill(self) -> None:
         """Kill the runner's process group (bwrap and everything in its pid namespace)."""
         self.killed = True
-        try:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.popen.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_group(self.popen)
         self.close()
 
     def close(self) -> None:
-        for fd in (self.channel.read_fd, self.channel.write_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.channel.read_fd = self.channel.write_fd = -1
+        close_channel(self.channel)
         if self._cleanup is not None:
             self._cleanup()
             self._cleanup = None
@@ -454,6 +443,29 @@ class Process:
             return "it stopped answering"
         sig = -code if code < 0 else (code - 128 if self.mode == "bwrap" and code > 128 else 0)
         return exit_meaning(-sig if sig else code, self.limits, self.sink.text())
+
+
+def kill_group(popen: subprocess.Popen) -> None:
+    """SIGKILL ``popen``'s process group (a sandbox: bwrap and all in its pid namespace) and
+    wait up to 10 s for it."""
+    try:
+        os.killpg(popen.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        popen.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def close_channel(channel: Channel) -> None:
+    """Close both of a channel's descriptors (once; they are set to -1)."""
+    for fd in (channel.read_fd, channel.write_fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    channel.read_fd = channel.write_fd = -1
 
 
 def exit_meaning(code: int, limits: dict, output: str) -> str:
