@@ -180,6 +180,23 @@ def test_a_server_that_was_changed_notices(tmp_path):
     assert done.stdout.split() == ["True", "True"], done.stderr
 
 
+def test_every_tmpfs_but_the_sized_folders_is_read_only(tmp_path):
+    # as an ordinary user bubblewrap's tmpfs belongs to the runner: the empty ones laid over the
+    # site-packages folders (to hide the packages a set does not use) were writable, unsized,
+    # never emptied, and on every later runner's sys.path
+    from txlearn.course.grading import sandbox
+    ok, bwrap = sandbox.available()
+    assert ok, bwrap
+    argv = sandbox.bwrap_argv(bwrap, view_dir=str(tmp_path), files=[], limits=LIMITS,
+                              tail=["true"], packages=sandbox.package_entries(("numpy",)))
+    sized = set(sandbox.writable_mb(LIMITS))
+    tmpfs = [(i, argv[i + 1]) for i, a in enumerate(argv) if a == "--tmpfs"]
+    assert len(tmpfs) > len(sized) + 1, argv
+    for i, path in tmpfs:
+        if path not in sized:
+            assert ["--remount-ro", path] in [argv[j:j + 2] for j in range(i, len(argv))], path
+
+
 def test_runners_started_one_by_one_grade_alike(tmp_path, monkeypatch):
     os.chmod(tmp_path, 0o755)
     paths = [_notebook(SOLUTION, tmp_path / "correct" / "01_softmax.ipynb"),
