@@ -180,6 +180,21 @@ def test_a_server_that_was_changed_notices(tmp_path):
     assert done.stdout.split() == ["True", "True"], done.stderr
 
 
+def test_a_server_whose_scheduling_was_changed_notices():
+    # as an ordinary user a runner could make its server SCHED_IDLE (sched_setscheduler on its
+    # ppid) or give it the idle I/O class: every later runner inherited it and, on a loaded
+    # machine, ran out of its wall-clock limits; the priority alone was compared
+    code = ("import ctypes, os\nfrom txlearn.course.grading import forkserver as f\n"
+            "libc = ctypes.CDLL(None)\nb = f._state()\n"
+            "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+            "idle = f._state()\nprint(idle != b, idle == f._state())\n"
+            "b = f._state()\nprint(libc.syscall(%d, 1, 0, 3 << 13), f._state() != b)\n"
+            % {"x86_64": 251, "aarch64": 30}[platform.machine().lower()])  # ioprio_set
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["True", "True", "0", "True"], (done.stdout, done.stderr)
+
+
 def test_every_tmpfs_but_the_sized_folders_is_read_only(tmp_path):
     # as an ordinary user bubblewrap's tmpfs belongs to the runner: the empty ones laid over the
     # site-packages folders (to hide the packages a set does not use) were writable, unsized,
