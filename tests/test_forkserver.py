@@ -212,6 +212,23 @@ def test_every_tmpfs_but_the_sized_folders_is_read_only(tmp_path):
             assert ["--remount-ro", path] in [argv[j:j + 2] for j in range(i, len(argv))], path
 
 
+def test_the_filter_refuses_io_uring():
+    # io_uring's operations are system calls the kernel makes past the filter: a runner made
+    # the socket that socket() may not (IORING_OP_SOCKET, Linux 5.19) with io_uring_setup
+    # and io_uring_enter (425, 426 on x86-64 and aarch64 alike)
+    code = ("import ctypes, socket\nfrom txlearn.course.grading import forkserver, seccomp\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "forkserver._install_filter(libc, seccomp.program())\n"
+            "params = ctypes.create_string_buffer(120)\n"
+            "print(libc.syscall(425, 4, params), ctypes.get_errno())\n"
+            "print(libc.syscall(427, 0, 0, None, 0), ctypes.get_errno())\n"
+            "try:\n    socket.socket(socket.AF_UNIX)\nexcept PermissionError:\n"
+            "    print('refused')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["-1", "1", "-1", "1", "refused"], (done.stdout, done.stderr)
+
+
 def test_runners_started_one_by_one_grade_alike(tmp_path, monkeypatch):
     os.chmod(tmp_path, 0o755)
     paths = [_notebook(SOLUTION, tmp_path / "correct" / "01_softmax.ipynb"),
