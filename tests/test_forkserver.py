@@ -169,6 +169,32 @@ def test_emptying_a_folder_the_learner_closed(tmp_path):
     assert "no such" in forkserver._clean([str(tmp_path / "gone")], None).lower()
 
 
+def test_emptying_removes_what_was_set_on_the_folder_itself(tmp_path):
+    # as an ordinary user the runner owns its home, /tmp and /dev/shm: a default ACL it set on
+    # them made every file of the next submission mode 000 (written, then not readable), and a
+    # user.* attribute carried a note to it; both are removed with the folder's entries
+    import struct
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)
+    nothing = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 0, 0xFFFFFFFF)
+                                              for tag in (1, 4, 0x20))   # user, group, other
+    os.setxattr(folder, "system.posix_acl_default", nothing)
+    os.setxattr(folder, "user.note", b"from the one before")
+    (folder / "before").write_text("x")
+    assert stat.S_IMODE(os.stat(folder / "before").st_mode) == 0
+    assert forkserver._clean([str(folder)], None) is None
+    assert os.listxattr(folder) == []
+    (folder / "next").write_text("y")
+    assert stat.S_IMODE(os.stat(folder / "next").st_mode) == 0o644 & ~_umask()
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_a_server_that_was_changed_notices(tmp_path):
     # the server compares its priority, CPUs and limits with those at its start (a runner of the
     # same uid, the grader not being root, could change them for the next one) and stops

@@ -24,7 +24,9 @@ view, packages and sized writable folders a runner gets) whose command is this s
    uid, then as itself) before it says it is ready again.
 
 What the next submission could find of the previous one is therefore what survives in the
-sandbox after its only process died: nothing in the writable folders (checked empty; otherwise
+sandbox after its only process died: nothing in the writable folders (emptied, and checked
+empty, of mode 1777 and without extended attributes: a default ACL or a note in ``user.*`` on
+the folder itself, which an ordinary user's runner owns, would reach the next; otherwise
 the server says ``dirty`` and the grader replaces it), no process (the filter forbids fork), no
 System V or POSIX IPC object and no key (forbidden too), and the server's own state (priority,
 scheduling policy, I/O priority, CPU affinity, resource limits: compared with what they were at
@@ -37,6 +39,7 @@ the filter. ``BOOTSTRAP`` is the whole command line, as the runner's is.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -138,6 +141,14 @@ def _clean(folders: list[str], uid: int | None) -> str | None:
             continue
         if names:
             left.append(f"{folder} holds {len(names)} entries")
+        try:     # a default ACL (the next runner's files made mode 000) or a user.* note
+            for attr in os.listxattr(folder):
+                os.removexattr(folder, attr)
+            if os.listxattr(folder):
+                left.append(f"{folder} keeps extended attributes")
+        except OSError as err:
+            if err.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                left.append(f"{folder}'s extended attributes: {err.strerror}")
         if stat.S_IMODE(mode) != 0o1777:
             try:
                 os.chmod(folder, 0o1777)
