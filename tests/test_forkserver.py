@@ -169,6 +169,32 @@ def test_emptying_a_folder_the_learner_closed(tmp_path):
     assert "no such" in forkserver._clean([str(tmp_path / "gone")], None).lower()
 
 
+def test_emptying_removes_what_was_set_on_the_folder_itself(tmp_path):
+    # as an ordinary user the runner owns its home, /tmp and /dev/shm: a default ACL it set on
+    # them made every file of the next submission mode 000 (written, then not readable), and a
+    # user.* attribute carried a note to it; both are removed with the folder's entries
+    import struct
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    os.chmod(folder, 0o1777)
+    nothing = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 0, 0xFFFFFFFF)
+                                              for tag in (1, 4, 0x20))   # user, group, other
+    os.setxattr(folder, "system.posix_acl_default", nothing)
+    os.setxattr(folder, "user.note", b"from the one before")
+    (folder / "before").write_text("x")
+    assert stat.S_IMODE(os.stat(folder / "before").st_mode) == 0
+    assert forkserver._clean([str(folder)], None) is None
+    assert os.listxattr(folder) == []
+    (folder / "next").write_text("y")
+    assert stat.S_IMODE(os.stat(folder / "next").st_mode) == 0o644 & ~_umask()
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_a_server_that_was_changed_notices(tmp_path):
     # the server compares its priority, CPUs and limits with those at its start (a runner of the
     # same uid, the grader not being root, could change them for the next one) and stops
@@ -178,6 +204,55 @@ def test_a_server_that_was_changed_notices(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert done.stdout.split() == ["True", "True"], done.stderr
+
+
+def test_a_server_whose_scheduling_was_changed_notices():
+    # as an ordinary user a runner could make its server SCHED_IDLE (sched_setscheduler on its
+    # ppid) or give it the idle I/O class: every later runner inherited it and, on a loaded
+    # machine, ran out of its wall-clock limits; the priority alone was compared
+    code = ("import ctypes, os\nfrom txlearn.course.grading import forkserver as f\n"
+            "libc = ctypes.CDLL(None)\nb = f._state()\n"
+            "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+            "idle = f._state()\nprint(idle != b, idle == f._state())\n"
+            "b = f._state()\nprint(libc.syscall(%d, 1, 0, 3 << 13), f._state() != b)\n"
+            % {"x86_64": 251, "aarch64": 30}[platform.machine().lower()])  # ioprio_set
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["True", "True", "0", "True"], (done.stdout, done.stderr)
+
+
+def test_every_tmpfs_but_the_sized_folders_is_read_only(tmp_path):
+    # as an ordinary user bubblewrap's tmpfs belongs to the runner: the empty ones laid over the
+    # site-packages folders (to hide the packages a set does not use) were writable, unsized,
+    # never emptied, and on every later runner's sys.path
+    from txlearn.course.grading import sandbox
+    ok, bwrap = sandbox.available()
+    assert ok, bwrap
+    argv = sandbox.bwrap_argv(bwrap, view_dir=str(tmp_path), files=[], limits=LIMITS,
+                              tail=["true"], packages=sandbox.package_entries(("numpy",)))
+    sized = set(sandbox.writable_mb(LIMITS))
+    tmpfs = [(i, argv[i + 1]) for i, a in enumerate(argv) if a == "--tmpfs"]
+    assert len(tmpfs) > len(sized) + 1, argv
+    for i, path in tmpfs:
+        if path not in sized:
+            assert ["--remount-ro", path] in [argv[j:j + 2] for j in range(i, len(argv))], path
+
+
+def test_the_filter_refuses_io_uring():
+    # io_uring's operations are system calls the kernel makes past the filter: a runner made
+    # the socket that socket() may not (IORING_OP_SOCKET, Linux 5.19) with io_uring_setup
+    # and io_uring_enter (425, 426 on x86-64 and aarch64 alike)
+    code = ("import ctypes, socket\nfrom txlearn.course.grading import forkserver, seccomp\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "forkserver._install_filter(libc, seccomp.program())\n"
+            "params = ctypes.create_string_buffer(120)\n"
+            "print(libc.syscall(425, 4, params), ctypes.get_errno())\n"
+            "print(libc.syscall(427, 0, 0, None, 0), ctypes.get_errno())\n"
+            "try:\n    socket.socket(socket.AF_UNIX)\nexcept PermissionError:\n"
+            "    print('refused')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.split() == ["-1", "1", "-1", "1", "refused"], (done.stdout, done.stderr)
 
 
 def test_runners_started_one_by_one_grade_alike(tmp_path, monkeypatch):

@@ -1271,6 +1271,13 @@ def _fill(folder):
     return n
 for _d in ("/dev", "/dev/shm", "/tmp", os.environ["HOME"], "/", "/opt", "/proc", "/usr"):
     _R[_d] = _fill(_d)
+for _p in __import__("sys").path:   # the empty tmpfs over each site-packages folder
+    if _p.endswith(("site-packages", "dist-packages")):
+        try:
+            open(_p + "/left_for_the_next.py", "w").close()
+            _R["site " + _p] = "written"
+        except OSError as e:
+            _R["site " + _p] = type(e).__name__
 def _try(name, f):
     try:
         _R[name] = repr(f())
@@ -1307,6 +1314,8 @@ def _assert_sealed(by, limits):
     sizes = sandbox.writable_mb(limits)
     for place in ("/dev", "/", "/opt", "/proc", "/usr"):
         assert seen[place] == 0, (place, seen)
+    sites = {k: v for k, v in seen.items() if k.startswith("site ")}
+    assert sites and set(sites.values()) <= {"OSError", "PermissionError"}, sites
     for place, mb in sizes.items():
         folder = sandbox.HOME if place == sandbox.HOME else place
         assert 0 < seen[folder] <= mb << 20, (place, seen[folder], mb)

@@ -24,11 +24,14 @@ view, packages and sized writable folders a runner gets) whose command is this s
    uid, then as itself) before it says it is ready again.
 
 What the next submission could find of the previous one is therefore what survives in the
-sandbox after its only process died: nothing in the writable folders (checked empty; otherwise
+sandbox after its only process died: nothing in the writable folders (emptied, and checked
+empty, of mode 1777 and without extended attributes: a default ACL or a note in ``user.*`` on
+the folder itself, which an ordinary user's runner owns, would reach the next; otherwise
 the server says ``dirty`` and the grader replaces it), no process (the filter forbids fork), no
 System V or POSIX IPC object and no key (forbidden too), and the server's own state (priority,
-CPU affinity, resource limits: compared with what they were at start; changed, the server
-refuses to go on). The server is never ptraced (it is not dumpable, and ptrace is forbidden).
+scheduling policy, I/O priority, CPU affinity, resource limits: compared with what they were at
+start; changed, the server refuses to go on). The server is never ptraced (it is not dumpable,
+and ptrace is forbidden).
 
 Only trusted code runs here before the fork; the learner's code runs only in the child, after
 the filter. ``BOOTSTRAP`` is the whole command line, as the runner's is.
@@ -36,6 +39,7 @@ the filter. ``BOOTSTRAP`` is the whole command line, as the runner's is.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -60,12 +64,30 @@ def _send(ctl: socket.socket, msg: dict, fds=()) -> None:
         ctl.send(data)
 
 
+def _scheduling() -> tuple:
+    """The server's scheduling policy and attributes (``sched_getattr``: policy, nice, real-time
+    priority, utilisation clamps) and I/O priority (``ioprio_get``), which a process of the same
+    uid may change (``sched_setscheduler(ppid, SCHED_IDLE)``) and every later fork inherits."""
+    import ctypes
+    import platform
+    numbers = {"x86_64": (315, 252), "amd64": (315, 252), "aarch64": (275, 31),
+               "arm64": (275, 31)}.get(platform.machine().lower())
+    out = [os.sched_getscheduler(0), os.sched_getparam(0).sched_priority]
+    if numbers is not None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        attr = ctypes.create_string_buffer(56)            # struct sched_attr, with the clamps
+        done = libc.syscall(numbers[0], 0, attr, ctypes.c_uint(56), ctypes.c_uint(0))
+        out += [attr.raw if done == 0 else None, libc.syscall(numbers[1], 1, 0)]  # WHO_PROCESS
+    return tuple(out)
+
+
 def _state() -> tuple:
     """What a child of the same uid could change in the server and pass on to the next child."""
     import resource
     limits = tuple(resource.getrlimit(getattr(resource, n)) for n in sorted(dir(resource))
                    if n.startswith("RLIMIT_"))
-    return os.getpriority(os.PRIO_PROCESS, 0), tuple(sorted(os.sched_getaffinity(0))), limits
+    return (os.getpriority(os.PRIO_PROCESS, 0), tuple(sorted(os.sched_getaffinity(0))), limits,
+            _scheduling())
 
 
 def _empty(folder: str) -> None:
@@ -119,6 +141,14 @@ def _clean(folders: list[str], uid: int | None) -> str | None:
             continue
         if names:
             left.append(f"{folder} holds {len(names)} entries")
+        try:     # a default ACL (the next runner's files made mode 000) or a user.* note
+            for attr in os.listxattr(folder):
+                os.removexattr(folder, attr)
+            if os.listxattr(folder):
+                left.append(f"{folder} keeps extended attributes")
+        except OSError as err:
+            if err.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
+                left.append(f"{folder}'s extended attributes: {err.strerror}")
         if stat.S_IMODE(mode) != 0o1777:
             try:
                 os.chmod(folder, 0o1777)
@@ -222,7 +252,8 @@ def serve(config: dict) -> None:
         _send(ctl, {"exit": status})
         problem = _clean(folders, request["config"].get("uid"))
         if problem is None and _state() != baseline:
-            problem = "the server's priority, CPU affinity or limits were changed"
+            problem = ("the server's priority, scheduling, I/O priority, CPU affinity or "
+                       "limits were changed")
         if problem is not None:
             _send(ctl, {"dirty": problem})
             break

@@ -348,13 +348,16 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
     for path in sensitive_paths(hide):   # a course checked out inside the Python installation
         if any(_under(path, r) and path != r for r in roots):
             argv += ["--tmpfs", path, "--remount-ro", path]
-    for mask in masks:
-        argv += ["--tmpfs", mask]
+    for mask in masks:   # read-only, as every tmpfs but the sized folders (below)
+        argv += ["--tmpfs", mask, "--remount-ro", mask]
     if packages is not None:
-        for site in _site_packages() + _other_package_folders():
+        sites = _site_packages() + _other_package_folders()
+        for site in sites:
             argv += ["--tmpfs", site]
         for entry in packages:
             argv += ["--ro-bind", entry, entry]
+        for site in sites:   # after the binds in it: as an ordinary user the runner owns it,
+            argv += ["--remount-ro", site]   # and a file left there outlived the runner
     if view_files is None:
         argv += ["--ro-bind", view_dir, VIEW]
     else:

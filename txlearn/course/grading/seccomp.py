@@ -18,6 +18,9 @@ address-space limit counts (issue 25):
   ``keyctl``: the session keyring is inherited from the grader), and no ``ptrace`` or
   ``process_vm_readv``/``writev`` (the fork server shares the uid of its runners when the grader
   is not root); all fail with EPERM;
+- no ``io_uring`` (``io_uring_setup``, ``_enter``, ``_register``: EPERM): its operations are
+  the system calls above made by the kernel for the process, past this filter
+  (``IORING_OP_SOCKET`` made the socket that ``socket`` may not);
 - no namespace or mount of its own: ``unshare``, ``setns``, ``mount``, ``umount2``,
   ``pivot_root``, ``chroot`` and the new mount API (``fsopen`` ... ``mount_setattr``) fail (an
   unprivileged user namespace would let the code mount a tmpfs of unbounded size);
@@ -57,14 +60,16 @@ ARCHES = {
         "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
         "mount_setattr": 442, "msgget": 68, "semget": 64, "mq_open": 240, "add_key": 248,
         "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
-        "process_vm_writev": 311}),
+        "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
+        "io_uring_register": 427}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
         "shmget": 194, "socket": 198, "socketpair": 199, "open_tree": 428, "move_mount": 429,
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
         "msgget": 186, "semget": 190, "mq_open": 180, "add_key": 217, "request_key": 218,
-        "keyctl": 219, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271}),
+        "keyctl": 219, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS}
