@@ -12,18 +12,21 @@ tests/test_grading_attacks.py (``..._as_an_ordinary_user``), which grades throug
 import json
 import os
 import platform
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from txlearn.course import grading
-from txlearn.course.grading import forkserver, runner_pool
+from txlearn.course.grading import forkserver, runner_pool, sandbox
 from txlearn.course.grading.sets import load_set
 from txlearn.course import build
 
-from tests.test_grading_attacks import LIMITS, NO_SHIFT, SOLUTION, _notebook, _seen
+from tests.test_grading_attacks import LIMITS, NO_SHIFT, SOLUTION, STUB, _notebook, _seen
 
 # the system call numbers, from the kernel's tables (not from the filter under test)
 NUMBERS = {"x86_64": {"msgget": 68, "semget": 64, "mq_open": 240, "add_key": 248, "ptrace": 101},
@@ -97,6 +100,11 @@ def graded(tmp_path_factory):
                        answers={"stable_softmax": LOOK}),
              _notebook(SOLUTION, tmp / "d_wrong" / "01_softmax.ipynb",
                        answers={"stable_softmax": NO_SHIFT})]
+    return _grade_counting(paths)
+
+
+def _grade_counting(paths):
+    """Grade ``paths`` in one job, counting the fork servers started and the runners forked."""
     started, spawned = [], []
     real_init, real_spawn = runner_pool.ForkServer.__init__, runner_pool.ForkServer.spawn
 
@@ -266,3 +274,62 @@ def test_runners_started_one_by_one_grade_alike(tmp_path, monkeypatch):
     rows = [[(r.exercise, r.status, r.feedback) for r in s.results] for s in forked]
     assert rows == [[(r.exercise, r.status, r.feedback) for r in s.results] for s in alone]
     assert [s.points for s in forked] == [4, 3]
+
+
+def test_a_python_installed_under_tmp_is_spared_by_the_cleaning(tmp_path, monkeypatch):
+    # a clone under /tmp binds its venv at /tmp/<clone>/.venv inside the sandbox: the cleaner
+    # could not remove that mount point, called the server dirty after every runner and started
+    # a new one each time (a fresh clone's make test failed on it); now it spares the mount
+    # points and the folders leading to them, and empties and checks everything else
+    clone = Path(tempfile.mkdtemp(prefix="clone-", dir="/tmp"))
+    venv = clone / ".venv"
+    try:
+        venv.mkdir()
+        (venv / "marker.txt").write_text("seen")
+        os.chmod(clone, 0o755)
+        exe, roots, path, masks = sandbox.python_layout()
+        monkeypatch.setattr(sandbox, "python_layout",
+                            lambda: (exe, roots + (str(venv),), path, masks))
+        leave = (f"import os\nfor step in (lambda: open('/tmp/left', 'w'),\n"
+                 f"             lambda: open('{clone}/left', 'w'),\n"
+                 f"             lambda: os.chmod('{clone}', 0)):\n"
+                 f"    try:\n        step()\n    except OSError:\n        pass\n" + STUB)
+        look = (f"import json, os\n_R = [sorted(os.listdir('/tmp')), sorted(os.listdir('{clone}')),"
+                f" open('{venv}/marker.txt').read()]\n"
+                "def softmax(x, axis=-1):\n    raise ValueError('LOOK ' + json.dumps(_R))\n")
+        os.chmod(tmp_path, 0o755)
+        paths = [_notebook(SOLUTION, tmp_path / "a_leaver" / "01_softmax.ipynb",
+                           answers={"stable_softmax": leave}),
+                 _notebook(SOLUTION, tmp_path / "b_looker" / "01_softmax.ipynb",
+                           answers={"stable_softmax": look}),
+                 _notebook(SOLUTION, tmp_path / "c_correct" / "01_softmax.ipynb")]
+        graded = _grade_counting(paths)
+        assert len(graded["started"]) == 1 and len(graded["spawned"]) == 3, graded["started"]
+        seen = _seen(graded["by"]["b_looker"]["stable_softmax"], "LOOK")
+        assert seen == [[clone.name], [".venv"], "seen"], seen
+        assert [s.points for s in graded["subs"]] == [3, 3, 4]
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+
+
+def test_mount_points_below_the_writable_folders():
+    argv = ["bwrap", "--size", "1024", "--tmpfs", "/tmp", "--ro-bind", "/tmp/c/.venv",
+            "/tmp/c/.venv", "--tmpfs", "/tmp/c/.venv/lib/site", "--ro-bind", "/usr", "/usr",
+            "--setenv", "HOME", "/home/learner", "--file", "7", "/home/learner/a.ipynb",
+            "--chmod", "0755", "/tmp/c", "--", "/tmp/not-an-option"]
+    assert runner_pool.mount_points(argv, ["/home/learner", "/tmp", "/dev/shm"]) == [
+        "/home/learner/a.ipynb", "/tmp/c/.venv", "/tmp/c/.venv/lib/site"]
+
+
+def test_the_cleaning_spares_mount_points_and_restores_the_folders_to_them(tmp_path):
+    folder = tmp_path / "tmp"
+    (folder / "c" / ".venv").mkdir(parents=True)
+    (folder / "c" / ".venv" / "kept").write_text("x")
+    (folder / "c" / "left").write_text("y")
+    (folder / "other").write_text("z")
+    os.chmod(folder / "c", 0o700)
+    os.chmod(folder, 0o1777)
+    assert forkserver._clean([str(folder)], None, [str(folder / "c" / ".venv")]) is None
+    assert sorted(os.listdir(folder)) == ["c"] and os.listdir(folder / "c") == [".venv"]
+    assert (folder / "c" / ".venv" / "kept").read_text() == "x"
+    assert stat.S_IMODE(os.stat(folder / "c").st_mode) == 0o755

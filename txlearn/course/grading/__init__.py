@@ -8,9 +8,9 @@ runs sandboxed. This package is the grading wing, one job per module; this file 
   its process;
 - a **runner** (:mod:`~txlearn.course.grading.runner`), one per submission in a bubblewrap
   sandbox (:mod:`~txlearn.course.grading.sandbox`; forked by a fork server that imported PyTorch
-  once per worker and set, :mod:`~txlearn.course.grading.runner_pool`), executes the notebook's setup and
-  answer cells (never its check cells, nor cells the learner added) and then only answers
-  requests: call this function with these arrays, build this module, load this state, run
+  once per worker and set, :mod:`~txlearn.course.grading.runner_pool`), executes the
+  notebook's setup and answer cells (never its check cells, nor cells the learner added) and
+  then only answers requests: call this function with these arrays, build this module, load this state, run
   forward and backward (:mod:`~txlearn.course.grading.protocol`: JSON and ``.npy`` bytes, never
   pickle). What it must compute exactly as the learner's kernel does is in
   :mod:`txlearn.learner_calls`.

@@ -90,9 +90,12 @@ def _state() -> tuple:
             _scheduling())
 
 
-def _empty(folder: str) -> None:
+def _empty(folder: str, keep: frozenset = frozenset(), passes: frozenset = frozenset()) -> None:
     """Remove what ``folder`` holds (making folders writable first: the learner may have closed
-    them); errors are left for the check that follows."""
+    them), except the sandbox's own mount points in ``keep`` and the folders leading to them in
+    ``passes`` (a venv under /tmp is bound at its own path: /tmp/clone/.venv), which are emptied
+    of anything else and given back their mode 0755; errors are left for the check that
+    follows."""
     def retry(function, path, _):
         try:
             os.chmod(os.path.dirname(path), 0o700)
@@ -105,7 +108,12 @@ def _empty(folder: str) -> None:
         return
     for entry in entries:
         try:
-            if entry.is_dir(follow_symlinks=False):
+            if entry.path in keep:
+                continue
+            if entry.path in passes:
+                os.chmod(entry.path, 0o755)
+                _empty(entry.path, keep, passes)
+            elif entry.is_dir(follow_symlinks=False):
                 os.chmod(entry.path, 0o700)
                 shutil.rmtree(entry.path, onerror=retry)
             else:
@@ -114,9 +122,29 @@ def _empty(folder: str) -> None:
             pass
 
 
-def _clean(folders: list[str], uid: int | None) -> str | None:
-    """Empty ``folders`` (as ``uid`` in a child of its own when given, then as the server);
-    None when they are empty, else what is left."""
+def _left(folder: str, keep: frozenset, passes: frozenset) -> list[str]:
+    """What ``folder`` still holds besides ``keep`` and ``passes`` (and a folder of ``passes``
+    whose mode is no longer 0755)."""
+    out = []
+    for entry in os.scandir(folder):
+        if entry.path in keep:
+            continue
+        if entry.path in passes:
+            if stat.S_IMODE(os.stat(entry.path, follow_symlinks=False).st_mode) != 0o755:
+                out.append(f"{entry.path} (mode)")
+            out += _left(entry.path, keep, passes)
+        else:
+            out.append(entry.path)
+    return out
+
+
+def _clean(folders: list[str], uid: int | None, keep=()) -> str | None:
+    """Empty ``folders`` (as ``uid`` in a child of its own when given, then as the server),
+    sparing the sandbox's mount points ``keep`` below them; None when nothing else is left,
+    else what is."""
+    keep = frozenset(os.path.normpath(k) for k in keep)
+    passes = frozenset(str(p) for k in keep for p in _parents(k)
+                       if any(_below(str(p), f) for f in folders))
     pid = os.fork()
     if pid == 0:
         try:
@@ -125,16 +153,16 @@ def _clean(folders: list[str], uid: int | None) -> str | None:
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
             for folder in folders:
-                _empty(folder)
+                _empty(folder, keep, passes)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
     for folder in folders:
-        _empty(folder)
+        _empty(folder, keep, passes)
     left = []
     for folder in folders:
         try:
-            names = os.listdir(folder)
+            names = _left(folder, keep, passes)
             mode = os.stat(folder).st_mode
         except OSError as err:
             left.append(f"{folder}: {err.strerror}")
@@ -155,6 +183,18 @@ def _clean(folders: list[str], uid: int | None) -> str | None:
             except OSError:
                 left.append(f"{folder} has mode {oct(stat.S_IMODE(mode))}")
     return "; ".join(left) or None
+
+
+def _below(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
+
+
+def _parents(path: str) -> list[str]:
+    out, path = [], os.path.dirname(path)
+    while path not in ("/", ""):
+        out.append(path)
+        path = os.path.dirname(path)
+    return out
 
 
 def _install_filter(libc, program: bytes) -> None:
@@ -215,7 +255,7 @@ def _child(request: dict, fds: list[int], ctl: socket.socket, libc, program: byt
 def serve(config: dict) -> None:
     """The server's entry point (``BOOTSTRAP``); ``config``: ``control_fd``, ``preload``
     (modules), ``seccomp`` (the filter, hex), ``folders`` (the writable folders, the home
-    first)."""
+    first), ``keep`` (the sandbox's mount points below them, spared by the cleaning)."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
@@ -250,7 +290,7 @@ def serve(config: dict) -> None:
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
         _send(ctl, {"exit": status})
-        problem = _clean(folders, request["config"].get("uid"))
+        problem = _clean(folders, request["config"].get("uid"), config.get("keep", ()))
         if problem is None and _state() != baseline:
             problem = ("the server's priority, scheduling, I/O priority, CPU affinity or "
                        "limits were changed")

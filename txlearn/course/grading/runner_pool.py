@@ -33,7 +33,7 @@ from txlearn.course.grading import sandbox
 from txlearn.course.grading.forkserver import BOOTSTRAP
 from txlearn.course.grading.protocol import MAX_REPLY_JSON_BYTES, Channel
 
-__all__ = ["Pool", "ForkServer", "Forked", "ServerGone", "supported", "preload",
+__all__ = ["Pool", "ForkServer", "Forked", "ServerGone", "supported", "preload", "mount_points",
            "SERVER_START_SECONDS", "MAX_SERVERS_PER_WORKER"]
 
 SERVER_START_SECONDS = 120.0   # a server's start: bubblewrap, Python, NumPy and PyTorch
@@ -73,6 +73,30 @@ def preload(cs) -> tuple[str, ...]:
     return tuple(out)
 
 
+_TWO_PATHS = ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--symlink",
+              "--file")
+_ONE_PATH = ("--tmpfs", "--dir", "--proc", "--dev", "--mqueue")
+
+
+def mount_points(argv: list[str], folders: list[str]) -> list[str]:
+    """The places a bubblewrap command line makes below the writable ``folders`` (the binds of
+    a Python installed under /tmp, say): the fork server's cleaning must leave them."""
+    out, i = set(), 0
+    while i < len(argv) and argv[i] != "--":
+        arg = argv[i]
+        if arg in _TWO_PATHS:
+            dest, i = argv[i + 2], i + 3
+        elif arg in _ONE_PATH:
+            dest, i = argv[i + 1], i + 2
+        else:
+            i += 1
+            continue
+        dest = os.path.normpath(dest)
+        if any(dest.startswith(f.rstrip("/") + "/") for f in folders):
+            out.add(dest)
+    return sorted(out)
+
+
 class ForkServer:
     """One fork server's sandbox and control socket (see the module docstring)."""
 
@@ -87,11 +111,14 @@ class ForkServer:
         config = {"sys_path": [sandbox.VIEW] + list(sys_path), "control_fd": theirs.fileno(),
                   "preload": list(preloaded), "seccomp": program().hex(),
                   "folders": list(sandbox.writable_mb(limits))}
+        options = dict(view_dir=view_dir, files=[], limits=limits, packages=packages,
+                       view_files=view, seccomp_fd=None, hide=tuple(hide) + (view_dir,),
+                       cpuinfo_fd=cpuinfo)
+        bwrap = sandbox.available()[1]
+        config["keep"] = mount_points(sandbox.bwrap_argv(bwrap, tail=[], **options),
+                                      config["folders"])
         tail = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
-        argv = sandbox.bwrap_argv(sandbox.available()[1], view_dir=view_dir, files=[],
-                                  limits=limits, tail=tail, packages=packages, view_files=view,
-                                  seccomp_fd=None, hide=tuple(hide) + (view_dir,),
-                                  cpuinfo_fd=cpuinfo)
+        argv = sandbox.bwrap_argv(bwrap, tail=tail, **options)
         keep = [theirs.fileno()] + [fd for _, fd in view] + ([cpuinfo] if cpuinfo else [])
         try:
             self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_w,

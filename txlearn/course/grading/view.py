@@ -3,8 +3,9 @@ tree that holds only those.
 
 The view of a set is what its YAML header declares (``imports:``, with the sets it uses), what
 those modules import in turn, and :data:`ALWAYS_IN_VIEW` (the runner, its fork server, the wire
-format, the rules shared with the learner's kernel and the earlier-answers loader). A set may not see the module
-that implements its own exercises, nor any check: the grader refuses to start (a course bug).
+format, the rules shared with the learner's kernel and the earlier-answers loader). A set may
+not see the module that implements its own exercises, nor any check: the grader refuses to
+start (a course bug).
 The view is the real guard of the grading sandbox: what is not in it cannot be imported.
 """
 
