@@ -265,3 +265,35 @@ def test_two_gradings_in_one_second_count_in_the_order_they_were_recorded(tmp_pa
         rows = gb.notebooks()
     assert [r.points for r in rows] == [3, 4]
     assert counting(rows, "latest")[("bob", "01_softmax")].points == 4
+
+
+def test_a_gradebook_another_run_makes_between_two_reads_of_its_header(tmp_path, monkeypatch):
+    # two `txlearn grade` runs on one new gradebook (a fresh clone's make test hit it): the
+    # second read the file's id, then the first committed the schema, then the second read the
+    # schema version and called the file "a SQLite database, but not a txlearn gradebook"
+    from txlearn.course.gradebook import store
+    path = tmp_path / "class.db"
+    real, fired = sqlite3.connect, []
+
+    def connect(*args, **kwargs):
+        conn = real(*args, **kwargs)
+        statements = []
+
+        def trace(sql):
+            statements.append(sql)
+            if len(statements) == 3 and not fired:   # after busy_timeout and one more read
+                fired.append(sql)
+                other = real(path, isolation_level=None)
+                store._initialise(other)             # the other run makes the schema now
+                other.close()
+        conn.set_trace_callback(trace)
+        return conn
+
+    monkeypatch.setattr(store.sqlite3, "connect", connect)
+    gradebook = open_gradebook(path)
+    assert fired, "the other run never made the schema in between"
+    monkeypatch.undo()
+    gradebook.close()
+    again = open_gradebook(path)
+    assert again.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    again.close()

@@ -392,9 +392,12 @@ def open_gradebook(path, *, create: bool = True, readonly: bool = False,
         raise _sqlite_error(path, err, wait) from None
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(wait * 1000)}")
-        app = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        # one read of all three: read one by one, a second `txlearn grade` creating the same
+        # new file committed in between, and this one saw no txlearn id but its tables
+        app, version, tables = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()), "
+            "(SELECT user_version FROM pragma_user_version()), "
+            "(SELECT count(*) FROM sqlite_master)").fetchone()
         if app != APPLICATION_ID and (tables or version):
             raise _fail(path, "a SQLite database, but not a txlearn gradebook")
         if version > SCHEMA_VERSION:
