@@ -241,12 +241,10 @@ class Forked:
     def __init__(self, server: ForkServer, pidfd: int, channel: Channel, sink, limits: dict):
         self.server, self.pidfd, self.channel, self.sink = server, pidfd, channel, sink
         self.limits = limits
-        self.killed = False
 
     def kill(self) -> None:
         """Kill the runner (through its pidfd) and wait until its server is ready again (a
         server that is not, is stopped: the pool starts another)."""
-        self.killed = True
         if self.pidfd >= 0:
             try:
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
@@ -284,10 +282,8 @@ class Pool:
               files: list[tuple[str, str]], uid: int | None) -> Forked:
         """A runner for a notebook of set ``cs`` (as :func:`~.sandbox.start` would start one in
         its own sandbox; ``config`` the runner's)."""
-        _, _, sys_path, _ = sandbox.python_layout()
-        config = dict(config, uid=uid, limit_processes=True,
-                      address_space_mb=sandbox.address_space_mb(limits),
-                      sys_path=[sandbox.VIEW] + list(sys_path))
+        config = sandbox.runner_config(config, mode="bwrap", limits=limits, uid=uid,
+                                       view_dir=cs.view_dir)
         key = (cs.view_dir, packages, tuple(sorted(sandbox.writable_mb(limits).items())),
                tuple(hide))
         with self._lock:

@@ -56,7 +56,7 @@ from txlearn.course.grading.protocol import MAX_REPLY_JSON_BYTES, Channel
 from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
-           "exit_meaning", "kill_group", "close_channel", "UidLease", "NO_SANDBOX_RISKS", "VIEW",
+           "exit_meaning", "kill_group", "close_channel", "runner_config", "UidLease", "NO_SANDBOX_RISKS", "VIEW",
            "HOME", "FIRST_UID"]
 
 VIEW = "/opt/txlearn-view"     # the synthetic txlearn inside the sandbox
@@ -521,6 +521,18 @@ def _cpuinfo_fd() -> int | None:
     return fd
 
 
+def runner_config(config: dict, *, mode: str, limits: dict, uid: int | None,
+                  view_dir: str) -> dict:
+    """``config`` with what the runner's ``main`` needs of its sandbox: the job's ``uid``, the
+    process and address-space limits (bwrap only) and its ``sys_path`` (the view first, at
+    :data:`VIEW` in the sandbox, at ``view_dir`` in a plain process); its fds are added by
+    whoever starts it (:func:`start`, or a fork server's child)."""
+    python_path = list(python_layout()[2])
+    return dict(config, uid=uid, limit_processes=mode == "bwrap",
+                address_space_mb=address_space_mb(limits) if mode == "bwrap" else None,
+                sys_path=[VIEW if mode == "bwrap" else view_dir] + python_path)
+
+
 def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dict,
           config: dict, uid: int | None = None, packages: tuple[str, ...] | None = None,
           hide: tuple[str, ...] = ()) -> Process:
@@ -532,12 +544,12 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
     ``hide``: the grader's folders to mask should a bound folder hold them
     (:func:`sensitive_paths`).
     """
-    python, _, sys_path, _ = python_layout()
+    python = python_layout()[0]
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     out_r, out_w = os.pipe()
-    config = dict(config, fds=[req_r, rep_w], uid=uid, limit_processes=mode == "bwrap",
-                  address_space_mb=address_space_mb(limits) if mode == "bwrap" else None)
+    config = dict(runner_config(config, mode=mode, limits=limits, uid=uid, view_dir=view_dir),
+                  fds=[req_r, rep_w])
     keep = [req_r, rep_w]
     if mode == "bwrap":
         fds = [(name, os.open(path, os.O_RDONLY | os.O_CLOEXEC)) for name, path in files]
@@ -547,7 +559,6 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
         extra = [(n, fd) for n, fd in extra if fd is not None]
         keep += [fd for _, fd in fds + view_fds + extra]
         fds = fds + view_fds + extra
-        config["sys_path"] = [VIEW] + list(sys_path)
         tail = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
         argv = bwrap_argv(available()[1], view_dir=view_dir, files=fds[:len(files)],
                           limits=limits, tail=tail, packages=packages, view_files=view_fds,
@@ -560,7 +571,6 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
         os.makedirs(os.path.join(home, "tmp"))
         for name, path in files:
             shutil.copyfile(path, os.path.join(home, name))
-        config["sys_path"] = [view_dir] + list(sys_path)
         argv = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
         kwargs = dict(env=_env(home, os.path.join(home, "tmp")), cwd=home)
         fds = []
