@@ -15,7 +15,9 @@ laid over exactly those steps) with the sweep's protocol of ``benchmarks/train_s
 the first 90% of the training split, scored on the last 10% of it (every non-overlapping window
 of the recipe's own T), never on the validation split. The loss after a given number of steps
 does not depend on the machine's speed (same seed, same data order), so the runs can be made on
-a slow or shared machine, one thread, float32. Results are appended to
+a slow or shared machine, one thread, float32 (``--precision bf16 --threads 2`` for the larger
+budgets, on a CPU with native bfloat16; each row records its precision, and one budget run
+both ways measures what that changes). Results are appended to
 ``benchmarks/results/recipe_runs.jsonl``; lesson 09 reads them and derives the rule from them.
 """
 
@@ -103,12 +105,13 @@ def cmd_run(args) -> None:
 
     os.environ.pop(ENV_SECONDS, None)
     text = sweep_text()
-    done = {(r["name"], r["budget"]) for r in load()}
+    done = {(r["name"], r["budget"], r.get("precision", "fp32")) for r in load()}
     for budget in args.budget:
         for name in args.names:
-            if (name, budget) in done and not args.again:
+            if (name, budget, args.precision) in done and not args.again:
                 continue
             config, fields = config_of(name)
+            config = dataclasses.replace(config, precision=args.precision)
             if name == "minigpt":
                 row = run_minigpt(budget, config)
                 print(f"{name} @ {budget}: {row['steps']} steps, held-out "
@@ -118,7 +121,7 @@ def cmd_run(args) -> None:
             config = dataclasses.replace(config, max_steps=steps,
                                          eval_interval=max(50, steps // 8))
             t, p = time.perf_counter(), time.process_time()
-            result = train(config, text, progress=False, log=None, threads=1)
+            result = train(config, text, progress=False, log=None, threads=args.threads)
             row = {"name": name, "budget": budget, "settings": RECIPES[name],
                    "steps": result.step, "chars": result.step * config.batch_size *
                    config.block_size, "flops": result.step * flops_per_step(config),
@@ -127,6 +130,7 @@ def cmd_run(args) -> None:
                    "wall_s": round(time.perf_counter() - t, 1),
                    "cpu_s": round(time.process_time() - p, 1),
                    "load": round(os.getloadavg()[0], 2), "torch": torch.__version__,
+                   "precision": args.precision, "threads": args.threads,
                    "time": time.strftime("%Y-%m-%d %H:%M")}
             RUNS.parent.mkdir(parents=True, exist_ok=True)
             with RUNS.open("a") as f:
@@ -185,6 +189,10 @@ def main(argv=None) -> None:
     r.add_argument("names", nargs="+", choices=list(RECIPES), metavar="NAME")
     r.add_argument("--budget", type=float, nargs="+", required=True)
     r.add_argument("--again", action="store_true")
+    r.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="fp32 (the sweep's protocol) or bf16 autocast, where the CPU computes "
+                        "it natively: about 2-4x the steps an hour")
+    r.add_argument("--threads", type=int, default=1)
     sub.add_parser("table")
     sub.add_parser("list")
     args = p.parse_args(argv)

@@ -147,23 +147,31 @@ show(fig, alt="Held-out loss against training FLOPs for the candidate widths, fr
 at = 0.25
 by_width = {CANDIDATES[n]["d_model"]: CURVES[n][at] for n in CURVES}
 assert by_width[64] < by_width[96] < by_width[128] - 0.05   # at equal FLOPs, narrower learns more
+late = {CANDIDATES[n]["d_model"]: CURVES[n][0.5] for n in CURVES}
+assert late[128] < late[96] < late[64]                      # ... until the narrow ones stop gaining
 
 # %% [markdown]
-# At equal FLOPs the narrowest model wins: at this scale more characters seen beats more weights
-# (Hoffmann et al. 2022 found the same trade at 10^6 times the compute). But a CPU computes a
-# narrow model's small matrices at fewer FLOPs per second, so in equal *seconds* the narrow
+# Up to a quarter of $C_{full}$, at equal FLOPs the narrowest model wins: more characters seen
+# beats more weights (Hoffmann et al. 2022 found the same trade at 10^6 times the compute). But
+# a CPU computes a narrow model's small matrices at fewer FLOPs per second, so in equal *seconds* the narrow
 # model gets fewer FLOPs. Which wins depends on the machine, so the run decides on the machine:
 #
 # 1. it times three training steps of each candidate (throwaway copies; the run's own model and
 #    data order are untouched);
 # 2. turns the seconds it has left into each candidate's FLOP budget at its measured speed;
 # 3. keeps the candidate whose curve above is lowest at its own budget (linear in log FLOPs
-#    between the recorded points, held flat beyond the largest: nothing was measured there, so
-#    with these curves the narrow model wins unless the machine runs it far slower).
+#    between the recorded points, held flat beyond the largest: nothing was measured there).
+#
+# The curves cross. At a quarter of $C_{full}$ the narrowest model is best; from half of it on,
+# the widest is, because the narrow ones stop gaining. A narrow model reads more characters per
+# FLOP: d 64 at 0.5 $C_{full}$ and d 96 at 1.0 have each read the training text about 21 times
+# (d 128 at 1.0, 12 times), and with no dropout d 96 gets *worse* from 0.5 to 1.0 (it starts to
+# memorise) while d 64 stands still. So a machine that computes fast (bfloat16 matrix products,
+# several cores) picks d 128, and a slow one picks d 64: the same rule, a different answer.
 #
 # Every candidate shares what the sweep found at these budgets: context T 64, batch 12, no
-# dropout (a run this short never over-fits), lr 3e-3, and GPT-2's initialisation (the matrices
-# that write into the residual stream scaled by $1/\sqrt{2 n_{layers}}$). A field set in
+# dropout (up to about half of $C_{full}$ these runs do not over-fit), lr 3e-3, and GPT-2's
+# initialisation (the matrices that write into the residual stream scaled by $1/\sqrt{2 n_{layers}}$). A field set in
 # `TrainConfig` always wins over the rule; a budget under 30 s (`make test`'s 8 s) times nothing
 # and takes the candidate best at the smallest recorded budget.
 #

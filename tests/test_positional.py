@@ -73,6 +73,14 @@ def test_learned_table_lookup_and_range_error():
     with pytest.raises(ValueError, match=r"position -1"):
         emb(torch.tensor([-1, 2]))
     assert sum(p.numel() for p in emb.parameters()) == 16 * 8
+    # a range of positions is a slice of the table, checked in Python (no tensor read)
+    torch.testing.assert_close(emb(range(4, 9)), emb.W_pos[4:9], rtol=0, atol=0)
+    torch.testing.assert_close(emb(range(3, 0, -1)), emb.W_pos[[3, 2, 1]], rtol=0, atol=0)
+    assert emb(range(16, 16)).shape == (0, 8)
+    with pytest.raises(ValueError, match=r"position 16 .*max_len=16"):
+        emb(range(10, 17))
+    with pytest.raises(ValueError, match=r"position -2"):
+        emb(range(-2, 3))
 
 
 @pytest.mark.parametrize("pairing", ["interleaved", "half"])

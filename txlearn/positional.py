@@ -133,9 +133,11 @@ def sinusoidal_offset_matrix_np(k: int, d_model: int, base: float = 10000.0) -> 
 class LearnedPositionalEmbedding(nn.Module):
     """A learned table ``W_pos (max_len, d_model)``: position p gets row p (BERT, GPT-2).
 
-    forward(positions): an int T (positions 0 .. T-1; returns (T, d_model)) or an integer tensor
-    of positions of any shape (returns (*positions.shape, d_model)); dtype of W_pos (a lookup,
-    exact in every dtype).
+    forward(positions): an int T (positions 0 .. T-1; returns (T, d_model)), a ``range`` of
+    positions (returns (len, d_model); a step-1 range is a slice of the table, checked without
+    reading a tensor, so ``torch.compile`` keeps one graph) or an integer tensor of positions of
+    any shape (returns (*positions.shape, d_model)); dtype of W_pos (a lookup, exact in every
+    dtype).
     Raises ValueError for a position past the table, ``>= max_len``, or negative (naming both):
     a learned table has no row for a position it never saw. Init: N(0, 0.02^2) (GPT-2).
     Source: Gehring et al. 2017, section 3.1; Vaswani et al. 2017, section 3.5; lesson 04.
@@ -151,7 +153,15 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, positions) -> torch.Tensor:
         if isinstance(positions, int):
-            positions = torch.arange(positions, device=self.W_pos.device)
+            positions = range(positions)
+        if isinstance(positions, range) and positions.step == 1:  # a window: a slice, checked
+            if len(positions) and (positions.start < 0 or positions.stop > self.max_len):
+                bad = positions.start if positions.start < 0 else positions.stop - 1
+                raise ValueError(f"LearnedPositionalEmbedding: position {bad} is outside the "
+                                 f"learned table of max_len={self.max_len} (rows 0..{self.max_len - 1})")
+            return self.W_pos[positions.start:positions.stop]  # (len(positions), d_model)
+        if isinstance(positions, range):
+            positions = torch.tensor(positions, device=self.W_pos.device)
         if positions.numel():
             hi, lo = int(positions.max()), int(positions.min())
             if hi >= self.max_len or lo < 0:

@@ -94,15 +94,17 @@ class CharTransformer(nn.Module):
         past = len(caches[0]) if caches else 0
         S = past + T
         if key_padding_mask is None:
-            positions = torch.arange(past, S, device=ids.device)  # (T,)
+            positions = range(past, S)                             # T positions, a table slice
         else:
             if tuple(key_padding_mask.shape) != (B, S):
                 raise ValueError(f"key_padding_mask must be (B, S_past + T) = ({B}, {S}), got "
                                  f"{tuple(key_padding_mask.shape)}")
             positions = positions_from_padding(key_padding_mask)[:, past:]  # (B, T) per row
-        if T and int(positions.max()) >= self.block_size:
-            raise ValueError(f"{int(positions.max()) + 1} positions exceed block_size "
-                             f"{self.block_size}")
+        # without padding the last position is S - 1, known without reading the tensor (no
+        # device sync, and no graph break under torch.compile)
+        last = S - 1 if key_padding_mask is None else (int(positions.max()) if T else -1)
+        if T and last >= self.block_size:
+            raise ValueError(f"{last + 1} positions exceed block_size {self.block_size}")
         x = self.E[ids] + self.position(positions)                # (B, T, d_model)
         mask = causal_mask(T, S, device=ids.device)               # (T, S) bottom-right
         weights = []
