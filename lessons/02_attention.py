@@ -29,6 +29,7 @@
 
 # %%
 import math
+import statistics
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -363,24 +364,36 @@ assert distinct_share(greedy) < 0.5 < shares[2]
 # (`txlearn.sampling.apply_repetition_penalty`), greedy decoding otherwise unchanged. We expect
 # fewer repeats. With characters for tokens, though, almost every character is "already in the
 # text" after a line or two, so the penalty hits nearly the whole vocabulary alike: a mild one
-# should help, a strong one need not.
+# should help, a strong one need not. One prompt would tell us little (a 300-step model's
+# greedy text changes with the last bit of its weights, and those with the CPU's kernels), so we
+# measure seven prompts and compare medians.
 
 # %%
-mild = generate(lm, prompt, 200, temperature=0.0, repetition_penalty=1.3)[len(prompt):]
-strong = generate(lm, prompt, 200, temperature=0.0, repetition_penalty=2.0)[len(prompt):]
-print("theta 1.3:", repr(vocab.decode(mild[:90])))
-print("theta 2.0:", repr(vocab.decode(strong[:90])))
-print(f"distinct 8-character substrings: greedy {distinct_share(greedy):.2f}, theta 1.3 "
-      f"{distinct_share(mild):.2f}, theta 2.0 {distinct_share(strong):.2f}")
-assert distinct_share(mild) > 3 * distinct_share(greedy)   # the loop is broken, partly
-assert distinct_share(strong) < distinct_share(mild)       # a strong penalty finds another loop
+prompts = ["The ", "def ", "In the ", "A ", "If ", "class ", "This "]
+by_theta = {}
+for theta in (1.0, 1.3, 2.0):
+    texts = [generate(lm, vocab.encode(p), 200, temperature=0.0,
+                      repetition_penalty=theta)[len(p):] for p in prompts]
+    by_theta[theta] = [distinct_share(t) for t in texts]
+    print(f"theta {theta}: {vocab.decode(texts[0][:70])!r}")
+for theta, shares_t in by_theta.items():
+    print(f"theta {theta}: distinct 8-character substrings per prompt "
+          f"{' '.join(f'{x:.2f}' for x in shares_t)} (median {statistics.median(shares_t):.2f})")
+med = {theta: statistics.median(v) for theta, v in by_theta.items()}
+assert med[1.3] > 1.5 * med[1.0]        # a mild penalty breaks the loop, partly and not always
+assert med[2.0] < med[1.3] + 0.1        # a strong one does no better than the mild one
 
 # %% [markdown]
-# *A surprise:* the strong penalty does not repeat less. Once every common character has
-# occurred, all of them are penalised, and the ones left unpenalised are rare; greedy decoding
-# then settles into another loop (a run of spaces, from the corpus's tables). The penalty was
-# designed for word and subword vocabularies, where "already in the text" singles out a few
-# tokens of tens of thousands; sampling (above) is the better remedy for a character model.
+# *A surprise:* the strong penalty does no better than the mild one, and on some prompts it
+# falls back into a loop as tight as no penalty's. Once every common character has occurred,
+# all of them are penalised, and the ones left unpenalised are rare; greedy decoding then
+# settles into another loop (often a run of spaces, from the corpus's tables). How much even
+# the mild one helps varies from prompt to prompt (the rows above), and for a model this small
+# from machine to machine (on an AVX-512 CPU the medians were 0.11, 0.28 and 0.13 for theta
+# 1.0, 1.3 and 2.0; one prompt alone failed a test that passed on a CPU without AVX-512). The
+# penalty was designed for word
+# and subword vocabularies, where "already in the text" singles out a few tokens of tens of
+# thousands; sampling (above) is the better remedy for a character model.
 
 # %% [markdown]
 # **Most of that loop's work is repeated.** At every step the model recomputes all $T$ rows and
