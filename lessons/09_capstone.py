@@ -153,8 +153,9 @@ assert late[128] < late[96] < late[64]                      # ... until the narr
 # %% [markdown]
 # Up to a quarter of $C_{full}$, at equal FLOPs the narrowest model wins: more characters seen
 # beats more weights (Hoffmann et al. 2022 found the same trade at 10^6 times the compute). But
-# a CPU computes a narrow model's small matrices at fewer FLOPs per second, so in equal *seconds* the narrow
-# model gets fewer FLOPs. Which wins depends on the machine, so the run decides on the machine:
+# a CPU computes a narrow model's small matrices at fewer FLOPs per second, so in equal
+# *seconds* the narrow model gets fewer FLOPs. Which wins depends on the machine, so the run
+# decides on the machine:
 #
 # 1. it times three training steps of each candidate (throwaway copies; the run's own model and
 #    data order are untouched);
@@ -171,8 +172,9 @@ assert late[128] < late[96] < late[64]                      # ... until the narr
 #
 # Every candidate shares what the sweep found at these budgets: context T 64, batch 12, no
 # dropout (up to about half of $C_{full}$ these runs do not over-fit), lr 3e-3, and GPT-2's
-# initialisation (the matrices that write into the residual stream scaled by $1/\sqrt{2 n_{layers}}$). A field set in
-# `TrainConfig` always wins over the rule; a budget under 30 s (`make test`'s 8 s) times nothing
+# initialisation (the matrices that write into the residual stream scaled by
+# $1/\sqrt{2 n_{layers}}$). A field set in `TrainConfig` always wins over the rule; a budget
+# under 30 s (`make test`'s 8 s) times nothing
 # and takes the candidate best at the smallest recorded budget.
 #
 # ## 4. Train live

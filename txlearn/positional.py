@@ -155,20 +155,20 @@ class LearnedPositionalEmbedding(nn.Module):
         if isinstance(positions, int):
             positions = range(positions)
         if isinstance(positions, range) and positions.step == 1:  # a window: a slice, checked
-            if len(positions) and (positions.start < 0 or positions.stop > self.max_len):
-                bad = positions.start if positions.start < 0 else positions.stop - 1
-                raise ValueError(f"LearnedPositionalEmbedding: position {bad} is outside the "
-                                 f"learned table of max_len={self.max_len} (rows 0..{self.max_len - 1})")
+            if len(positions):
+                self._check_range(positions.stop - 1, positions.start)
             return self.W_pos[positions.start:positions.stop]  # (len(positions), d_model)
         if isinstance(positions, range):
             positions = torch.tensor(positions, device=self.W_pos.device)
         if positions.numel():
-            hi, lo = int(positions.max()), int(positions.min())
-            if hi >= self.max_len or lo < 0:
-                bad = hi if hi >= self.max_len else lo
-                raise ValueError(f"LearnedPositionalEmbedding: position {bad} is outside the "
-                                 f"learned table of max_len={self.max_len} (rows 0..{self.max_len - 1})")
+            self._check_range(int(positions.max()), int(positions.min()))
         return self.W_pos[positions]                       # (*positions.shape, d_model)
+
+    def _check_range(self, hi: int, lo: int) -> None:
+        if hi >= self.max_len or lo < 0:
+            bad = hi if hi >= self.max_len else lo
+            raise ValueError(f"LearnedPositionalEmbedding: position {bad} is outside the "
+                             f"learned table of max_len={self.max_len} (rows 0..{self.max_len - 1})")
 
     def extra_repr(self) -> str:
         return f"max_len={self.max_len}, d_model={self.d_model}"

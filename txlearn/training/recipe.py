@@ -54,8 +54,9 @@ CANDIDATES = {
 
 # name -> {budget (fraction of C_FULL): held-out loss in nats/char}, recorded by the sweep (0.125
 # and 0.25 in float32 on one thread; 0.5 and 1.0 in bfloat16 on two, where a run at 0.25 both
-# ways differed by 0.010 nats). Above about 0.5 the models see the training text 20 times over
-# with no dropout: d 96 over-fits (worse at 1.0 than at 0.5) and d 64 stops gaining.
+# ways differed by 0.010 nats). A narrow model reads more text per FLOP: d 64 at 0.5 and d 96 at
+# 1.0 have read the training text about 21 times, and with no dropout d 96 over-fits (worse at
+# 1.0 than at 0.5) and d 64 stops gaining.
 CURVES = {
     "T 64, B 12, gpt2 init, no dropout, lr 3e-3": {0.125: 1.6801, 0.25: 1.3995, 0.5: 1.2778,
                                                    1.0: 1.2638},

@@ -272,10 +272,10 @@ def matmul_gflops(device: torch.device, dtype: torch.dtype = torch.float32, n: i
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(n, n, generator=gen).to(device, dtype)
     b = torch.randn(n, n, generator=gen).to(device, dtype)
-    best = float("inf")
-    for i in range(repeats + 3):
+    best, warmup = float("inf"), 3
+    for i in range(warmup + repeats):
         t = time.perf_counter()
         (a @ b)[0, 0].item()                      # .item() waits for the device
-        if i >= 3:
+        if i >= warmup:
             best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best / 1e9
