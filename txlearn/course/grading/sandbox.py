@@ -134,6 +134,12 @@ for module in list(sys.modules.values()):
     except TypeError:   # a namespace object that is not a list of folders
         pass
     files.update(p for p in paths if isinstance(p, str))
+try:    # the shared libraries they loaded: PyPI's torch loads CUDA's from the nvidia/* packages
+    with open("/proc/self/maps") as maps:
+        files.update(f[5].strip() for f in (line.split(None, 5) for line in maps)
+                     if len(f) == 6 and f[5].startswith("/"))
+except OSError:
+    pass
 print(json.dumps(sorted(files)))
 """
 
@@ -153,10 +159,13 @@ def _site_packages() -> list[str]:
 @lru_cache(maxsize=32)
 def package_entries(imports: tuple[str, ...]) -> tuple[str, ...]:
     """The entries of the site-packages folders (package folders, module files, their
-    ``.libs`` and ``.dist-info``) that numpy, torch and the top-level modules ``imports`` load:
-    the sandbox shows these and nothing else installed, so an answer cannot reach another
-    package (scipy, transformers, ...) by any spelling of an import. Found by importing them in
-    a probe process of the same interpreter; raises RuntimeError when one cannot be imported."""
+    ``.libs`` and ``.dist-info``) that numpy, torch and the top-level modules ``imports`` load,
+    and the entries holding the shared libraries they load (PyPI's Linux torch loads cuDNN,
+    cuBLAS, NCCL ... from the ``nvidia`` package beside it, by path, even with no GPU): the
+    sandbox shows these and nothing else installed, so an answer cannot reach another package
+    (scipy, transformers, ...) by any spelling of an import. Found by importing them in a probe
+    process of the same interpreter and reading its memory map; raises RuntimeError when one
+    cannot be imported."""
     python, _, sys_path, _ = python_layout()
     run = subprocess.run([python, "-I", "-S", "-B", "-c", _PROBE, json.dumps(list(sys_path)),
                           json.dumps(list(imports))], capture_output=True, text=True, timeout=300)
@@ -165,9 +174,10 @@ def package_entries(imports: tuple[str, ...]) -> tuple[str, ...]:
                            f"{(run.stderr.strip().splitlines() or ['?'])[-1][:200]}")
     tops = set()
     for site in _site_packages():
-        for path in json.loads(run.stdout):
-            if _under(path, site) and path != site:
-                tops.add(os.path.join(site, os.path.relpath(path, site).split(os.sep)[0]))
+        for root in {site, os.path.realpath(site)}:   # the memory map holds resolved paths
+            for path in json.loads(run.stdout):
+                if _under(path, root) and path != root:
+                    tops.add(os.path.join(site, os.path.relpath(path, root).split(os.sep)[0]))
     extra = set()
     for top in tops:   # a package's compiled libraries and its metadata sit beside it
         site, name = os.path.split(top)
