@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from txlearn.course import grading
-from txlearn.course.grading import forkserver, runner_pool, sandbox
+from txlearn.course.grading import forkserver, installation, runner_pool, sandbox
 from txlearn.course.grading.sets import load_set
 from txlearn.course import build
 
@@ -244,7 +244,7 @@ def test_every_tmpfs_but_the_sized_folders_is_read_only(tmp_path):
     ok, bwrap = sandbox.available()
     assert ok, bwrap
     argv = sandbox.bwrap_argv(bwrap, view_dir=str(tmp_path), files=[], limits=LIMITS,
-                              tail=["true"], packages=sandbox.package_entries(("numpy",)))
+                              tail=["true"], packages=installation.package_entries(("numpy",)))
     sized = set(sandbox.writable_mb(LIMITS))
     tmpfs = [(i, argv[i + 1]) for i, a in enumerate(argv) if a == "--tmpfs"]
     assert len(tmpfs) > len(sized) + 1, argv

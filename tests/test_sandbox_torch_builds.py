@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from txlearn.course.grading import sandbox
+from txlearn.course.grading import installation, sandbox
 
 LIMITS = {"memory_mb": 2048, "cpu_seconds": 60, "processes": 64, "wall_seconds": 60,
           "file_mb": 16, "open_files": 256}
@@ -49,15 +49,16 @@ def site(tmp_path, monkeypatch):
     for path in [tmp_path, *tmp_path.rglob("*")]:   # the runner's uid must read them
         os.chmod(path, 0o755 if path.is_dir() else 0o644)
     exe, roots, path, masks = sandbox.python_layout()
-    monkeypatch.setattr(sandbox, "python_layout",
-                        lambda: (exe, roots + (str(folder),), path + (str(folder),), masks))
-    sandbox.package_entries.cache_clear()   # it is cached by the imports alone
+    layout = lambda: (exe, roots + (str(folder),), path + (str(folder),), masks)  # noqa: E731
+    monkeypatch.setattr(sandbox, "python_layout", layout)        # what bwrap_argv binds
+    monkeypatch.setattr(installation, "python_layout", layout)   # where the probe looks
+    installation.package_entries.cache_clear()   # it is cached by the imports alone
     yield folder
-    sandbox.package_entries.cache_clear()
+    installation.package_entries.cache_clear()
 
 
 def test_the_shared_libraries_an_import_loads_are_shown_and_nothing_else(site):
-    entries = sandbox.package_entries(("faketorch",))
+    entries = installation.package_entries(("faketorch",))
     assert str(site / "faketorch.py") in entries
     assert str(site / "fake_nvidia") in entries      # no module of it was imported: only its library
     assert str(site / "unrelated") not in entries
@@ -66,7 +67,7 @@ def test_the_shared_libraries_an_import_loads_are_shown_and_nothing_else(site):
 def test_a_torch_like_import_that_loads_a_library_by_path_works_in_the_sandbox(site, tmp_path):
     ok, bwrap = sandbox.available()
     assert ok, bwrap
-    entries = sandbox.package_entries(("faketorch",))
+    entries = installation.package_entries(("faketorch",))
     python = sandbox.python_layout()[0]
     code = (f"import sys; sys.path.insert(0, {str(site)!r}); import faketorch; "
             f"print('loaded', faketorch.LOADED)\n"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from txlearn.checks import clean, run_exercise
 from txlearn.course import build
-from txlearn.course.grading import runner_pool, sandbox
+from txlearn.course.grading import installation, runner_pool, sandbox
 from txlearn.course.grading.hidden import validate_hidden
 from txlearn.course.grading.integrity import changes, fingerprint, watched
 from txlearn.course.grading.reports import Result, Submission
@@ -368,7 +368,7 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
                     # once per run, before the workers start: the probe imports torch, and two
                     # workers asking for the same set at once each ran it (the cache is not locked)
                     try:
-                        sandbox.package_entries(cs.packages)
+                        installation.package_entries(cs.packages)
                     except RuntimeError:
                         pass   # each of the set's notebooks is then not graded, with the reason
         workers = max(1, int(jobs or os.cpu_count() or 1))

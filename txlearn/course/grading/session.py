@@ -16,7 +16,7 @@ import time
 
 from txlearn.checks import (LearnerChangedInput, LearnerError, LearnerObject, LearnerTimeout,
                             clean)
-from txlearn.course.grading import protocol, sandbox
+from txlearn.course.grading import installation, protocol, sandbox
 from txlearn.course.grading.sets import CourseSet
 from txlearn.course.grading.submission import Cell
 from txlearn.course.grading.view import all_txlearn_modules
@@ -111,8 +111,8 @@ class Session:
         packages = None
         if self.mode == "bwrap":   # only numpy, torch and what the set declares are installed
             try:
-                packages = sandbox.package_entries(self.cs.packages) + \
-                    sandbox.data_entries(self.cs.data)
+                packages = installation.package_entries(self.cs.packages) + \
+                    installation.data_entries(self.cs.data)
             except RuntimeError as err:
                 raise RunnerDied(str(err)) from None
         if self.pool is not None:

@@ -56,7 +56,7 @@ class CourseSet:
     @property
     def packages(self) -> tuple[str, ...]:
         """The installed top-level packages besides numpy and torch that the set's answers may
-        import (what the sandbox shows of site-packages: :func:`~.sandbox.package_entries`)."""
+        import (what the sandbox shows of site-packages: :func:`~.installation.package_entries`)."""
         return tuple(sorted({m.split(".")[0] for m in self.allowed
                              if not m.startswith("txlearn")} - {"numpy", "torch"}))
 
