@@ -106,7 +106,7 @@ def canvas_rows(rows: list[NotebookRow], course: Course, *, policy: str = "lates
               else course.title(s) for s in sets]
     out = [CANVAS_COLUMNS + titles, ["Points Possible", "", "", "", ""] + [maxima[s] for s in sets]]
     for student in students:
-        ident = course.roster.get(student, {})
+        ident = course.identity(student) or {}
         out.append([ident.get("name", student), ident.get("canvas_id", ""),
                     ident.get("sis_user_id", ""), ident.get("sis_login_id", student),
                     ident.get("section", "")] + [_score(counted.get((student, s))) for s in sets])
@@ -127,7 +127,7 @@ def moodle_rows(rows: list[NotebookRow], course: Course, *, policy: str = "lates
     counted, students, sets, _ = _table(rows, policy)
     out = [MOODLE_COLUMNS + [course.title(s) for s in sets]]
     for student in students:
-        ident = course.roster.get(student, {})
+        ident = course.identity(student) or {}
         first, last = _names(ident.get("name", ""))
         out.append([first, last, ident.get("id_number", student), ident.get("email", "")]
                    + [_score(counted.get((student, s))) for s in sets])
