@@ -47,7 +47,7 @@ import json
 from pathlib import Path
 
 from txlearn.course.gradebook.course import Course
-from txlearn.course.gradebook.store import NotebookRow, counting
+from txlearn.course.gradebook.store import NotebookRow, counting, readable
 
 __all__ = ["wide_rows", "canvas_rows", "moodle_rows", "gradescope_results", "write_csv_rows",
            "write_export", "FORMATS", "CANVAS_COLUMNS", "MOODLE_COLUMNS", "HIDDEN_VISIBILITY"]
@@ -69,7 +69,7 @@ def write_csv_rows(rows: list[list], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         for row in rows:
-            writer.writerow([_cell(v) for v in row])
+            writer.writerow([_cell(readable(v) if isinstance(v, str) else v) for v in row])
 
 
 def _table(rows: list[NotebookRow], policy: str):
