@@ -3,6 +3,7 @@ arithmetic: lateness across a change of daylight saving time (elapsed time, not 
 deadline given as a date alone (the end of that day, compared exactly), and names saved in
 another Unicode normalisation form (NFD as macOS archives write them, NFC in the course file)."""
 
+import os
 import unicodedata
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -100,7 +101,11 @@ roster: {{"{in_file}": {{name: "Garc\u00eda, {in_file}", email: jose@uni.example
 """, [(in_file, "01_softmax", "2026-10-06T12:00:00Z")])
     assert folder != in_file and unicodedata.normalize("NFC", folder) == \
         unicodedata.normalize("NFC", in_file)                          # two spellings, one name
-    timing = course.lateness(folder, "01_softmax", tmp_path / "no such file")   # never stat'ed
+    notebook = tmp_path / folder / "01_softmax.ipynb"                 # copied long after
+    notebook.parent.mkdir()
+    notebook.write_text("{}")
+    os.utime(notebook, (2e9, 2e9))                                     # 2033: the maximum
+    timing = course.lateness(folder, "01_softmax", notebook)
     assert (timing.submitted_from, timing.submitted_at) == ("manifest", "2026-10-06T12:00:00Z")
     assert timing.deadline == "2026-10-07T12:00:00Z"                   # the extension found
     assert (timing.late_seconds, timing.penalty) == (0.0, 0.0)
