@@ -51,11 +51,14 @@ def test_any_text_round_trips_through_its_stored_form():
 
 def test_a_class_with_an_undecodable_name_and_answer_is_recorded_whole(tmp_path):
     """The class: alice, a folder named by the byte 0xE9 whose answer cell holds a lone surrogate,
-    and bob, whose Result the gradebook cannot store (points not a number): all three are
-    recorded, José's name and answer exactly, bob's notebook as not graded with the reason."""
+    bob, whose Result the gradebook cannot store (points not a number), and a folder named in
+    NFD (as macOS archives write names): all four are recorded, José's name and answer exactly,
+    bob's notebook as not graded with the reason, the NFD name in NFC (as the course file's
+    names are compared)."""
     subs = [_submission(tmp_path / "s" / "alice", "def softmax(x, axis=-1):\n    return x\n"),
             _submission(tmp_path / "s" / JOSE),
-            _submission(tmp_path / "s" / "bob", points=float("nan"))]
+            _submission(tmp_path / "s" / "bob", points=float("nan")),
+            _submission(tmp_path / "s" / "Zoe\u0308")]
     (tmp_path / "course.yaml").write_text("sets: {01_softmax: 2030-01-01}\n")
     with open_gradebook(tmp_path / "class.db") as gb:
         recorder = Recorder(gb, load_course(tmp_path / "course.yaml"),
@@ -65,7 +68,7 @@ def test_a_class_with_an_undecodable_name_and_answer_is_recorded_whole(tmp_path)
         recorder.finish()
         rows = {r.student: r for r in gb.notebooks()}
         runs = gb.runs()
-    assert recorder.recorded == 3 and sorted(rows) == sorted(["alice", "bob", JOSE])
+    assert recorder.recorded == 4 and sorted(rows) == sorted(["alice", "bob", JOSE, "Zo\u00eb"])
     jose = rows[JOSE]
     assert (jose.status, jose.path, jose.points) == ("GRADED", str(subs[1].path), 1)
     assert jose.answers == {"stable_softmax": ANSWER}            # lossless
