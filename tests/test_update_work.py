@@ -133,7 +133,8 @@ def test_a_copy_saved_as_nbformat_4_4_stays_valid_with_one_introduction(tmp_path
     student = LAYOUT.student / "01_softmax.ipynb"
     course = nbformat.read(student, as_version=4)
     names = [n for n, _ in update.exercise_blocks(course)]
-    answers = {n: f"def mine_{i}():\n    return {i}\n" for i, n in enumerate(names) if n != names[1]}
+    answers = {n: f"def mine_{i}():\n    return {i}\n"
+               for i, n in enumerate(names) if n != names[1]}
     old = _learner_copy(student, names[1], answers)
     intro = next(c for c in course.cells if c.get("id") == "set-intro")
     stale = nbformat.v4.new_markdown_cell(intro.source.replace("exercises", "exercise(s)", 1))

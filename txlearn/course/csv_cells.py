@@ -23,13 +23,14 @@ _EXPOSED = re.compile(rf"(?<=[{re.escape(CSV_SEPARATORS)}])(?=[{re.escape(_FORMU
 def csv_cell(value) -> str:
     """A value as a CSV cell that a spreadsheet reads as what it is.
 
-    Numbers (Python's and NumPy's) are written exactly: an integer as it is, a float as its shortest round-trip form
-    (``repr``: 1047552.0 -> ``1047552``, 0.063417250592446794 as it is, -0.5 -> ``-0.5``, never
-    ``:g``'s ``1.04755e+06`` or ``0.0634173``), and never guarded. Text is guarded against
-    formulas: a text whose first character (after spaces, tabs or line breaks, which an import
-    that trims cells drops) is ``=``, ``+``, ``-`` or ``@`` gets a leading apostrophe (a
-    student folder named ``=HYPERLINK(...)`` from an LMS export, say), and so does each such
-    character right after one of :data:`CSV_SEPARATORS` inside the text, because a
+    Numbers (Python's and NumPy's) are written exactly: an integer as it is, a float as its
+    shortest round-trip form (``repr``, an integral one without ``.0``: 1047552.0 ->
+    ``1047552``, 0.063417250592446794 -> ``0.0634172505924468``, the same float; -0.5 ->
+    ``-0.5``; never ``:g``'s ``1.04755e+06`` or ``0.0634173``), and never guarded. Text is
+    guarded against formulas: a text whose first character (after spaces, tabs or line breaks,
+    which an import that trims cells drops) is ``=``, ``+``, ``-`` or ``@`` gets a leading
+    apostrophe (a student folder named ``=HYPERLINK(...)`` from an LMS export, say), and so does
+    each such character right after one of :data:`CSV_SEPARATORS` inside the text, because a
     spreadsheet told to split on semicolons (Excel's separator in German, French or Dutch
     locales), tabs, bars or spaces makes a cell of each part (``x;=1+1;`` is written
     ``x;'=1+1;``); a sign that begins a plain number there (``got -0.5``) is a number and is
