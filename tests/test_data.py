@@ -61,6 +61,18 @@ def test_vocab_round_trip_and_unknown_characters():
         vocab.encode("hello z!")
 
 
+@pytest.mark.parametrize("ids, bad", [([-1], -1), ([0, -3], -3), (torch.tensor([1, -1]), -1),
+                                      ([2, 8], 8), (torch.tensor([9]), 9)])
+def test_an_id_outside_the_vocabulary_is_refused_naming_it(ids, bad):
+    """The report: ``CharVocab.decode([-1])`` returned the last character (Python's negative
+    indexing), and so did ``[0, -3]`` and ``tensor([1, -1])``. Expected: an id outside
+    0 .. len - 1 raises, naming the id; ids inside decode as before."""
+    vocab = CharVocab.from_text("hello world")                  # 8 characters: ids 0 to 7
+    with pytest.raises(UserError, match=rf"^id {bad} is not in the model's vocabulary of 8 "):
+        vocab.decode(ids)
+    assert vocab.decode(torch.tensor([7, 0])) == "w " and vocab.decode([]) == ""
+
+
 def test_min_chars_and_split_by_position():
     assert min_chars(128, 0.1) == 1290          # ceil(129 / 0.1)
     assert min_chars(8, 0.5) == 18

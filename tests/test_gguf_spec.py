@@ -8,14 +8,19 @@ model does not use GQA"; llama.cpp defaults it to the head count) and does not r
 ``[llm].vocab_size`` (the embedding's shape holds it); ``[llm].rope.scaling.type`` and
 ``.factor`` must be honoured by executors: ``linear`` is position interpolation (Chen et al.
 2023, eq. 4: position m is rotated as m / factor), and a type the course does not implement is
-refused by name rather than ignored.
+refused by name rather than ignored. The file's byte order is the writer's choice too (the spec:
+"big-endian files are allowed"), and a file replaced at the same path is a new file.
 """
 
+import os
+
 import gguf
+import numpy as np
 import pytest
 import torch
 
 from txlearn.masks import causal_mask
+from txlearn.models.gguf_files import read_tensor
 from txlearn.models.gguf import load_decoder, read_config, read_rope_scaling, weight_table
 from txlearn.models.llama import LlamaConfig, LlamaDecoder
 
@@ -35,11 +40,12 @@ def _model(config=CONFIG, seed=0):
     return model
 
 
-def _write(path, model, *, omit=(), rope_scaling=None):
+def _write(path, model, *, omit=(), rope_scaling=None, endianess=gguf.GGUFEndian.LITTLE):
     """``model`` as a GGUF file at ``path`` (float32 tensors, llama.cpp's names, ``(d_out, d_in)``
-    matrices), its metadata without the keys in ``omit``; ``rope_scaling``: (type, factor)."""
+    matrices), its metadata without the keys in ``omit``; ``rope_scaling``: (type, factor);
+    ``endianess``: the file's byte order."""
     c = model.config
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), "llama", endianess=endianess)
     keys = {"block_count": lambda: w.add_block_count(c.n_layers),
             "context_length": lambda: w.add_context_length(c.context),
             "embedding_length": lambda: w.add_embedding_length(c.d_model),
@@ -150,3 +156,47 @@ def test_other_scaling_types_are_refused_by_name(kind, tmp_path):
     with pytest.raises(ValueError, match=f"rope.scaling.type = '{kind}'.*'linear'"):
         load_decoder(path)
 
+
+
+def test_a_big_endian_file_reads_its_values_in_its_byte_order(tmp_path):
+    """The report: a big-endian GGUF file (the format allows them; llama.cpp reads them) gave its
+    metadata and shapes right and its tensor values byte-swapped (``[[1.17e-41, 6.91e-41, ...]]``
+    for ``[[-2.5, -1.5, ...]]``): the dequantising view dropped the byte order. Expected: F32 and
+    F16 values right (the loaded model gives the written one's logits); a quantised tensor of
+    such a file refused, naming it."""
+    model = _model(seed=6)
+    path = _write(tmp_path / "big.gguf", model, endianess=gguf.GGUFEndian.BIG)
+    assert gguf.GGUFReader(str(path)).endianess == gguf.GGUFEndian.BIG      # really big-endian
+    assert read_config(path) == CONFIG
+    embedding = model.embed.W_E.detach().numpy()
+    assert (read_tensor("token_embd.weight", path) == embedding).all()
+    with torch.no_grad():
+        torch.testing.assert_close(load_decoder(path)(IDS), model(IDS))
+    ramp = np.arange(-2.5, 2.5, 1.0, dtype=np.float32).reshape(1, 5)   # [[-2.5, -1.5, ...]]
+    w = gguf.GGUFWriter(str(tmp_path / "mixed.gguf"), "llama", endianess=gguf.GGUFEndian.BIG)
+    w.add_tensor("ramp.f16", ramp.astype(np.float16))
+    q8 = np.linspace(-1, 1, 64, dtype=np.float32).reshape(2, 32)
+    w.add_tensor("blocks.q8_0", gguf.quants.quantize(q8, gguf.GGMLQuantizationType.Q8_0),
+                 raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert read_tensor("ramp.f16", tmp_path / "mixed.gguf").tolist() == ramp.tolist()
+    with pytest.raises(ValueError, match="'blocks.q8_0'.*Q8_0.*big-endian"):
+        read_tensor("blocks.q8_0", tmp_path / "mixed.gguf")
+
+
+def test_a_file_replaced_at_the_same_path_is_read_again(tmp_path):
+    """The report: a GGUF file replaced at the same path was not read again (the reader was
+    cached on the path alone), so the old values came back. Expected: the reader is kept per
+    path, size and modification time, like the file-digest helper beside it."""
+    path = _write(tmp_path / "model.gguf", _model(seed=7))
+    first = read_tensor("token_embd.weight", path)
+    newer = _model(seed=8)
+    _write(tmp_path / "new.gguf", newer)                 # the same shapes: the same size
+    os.replace(tmp_path / "new.gguf", path)
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))   # a later time, surely
+    again = read_tensor("token_embd.weight", path)
+    assert (again == newer.embed.W_E.detach().numpy()).all() and not (again == first).all()

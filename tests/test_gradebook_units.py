@@ -85,7 +85,8 @@ def test_the_course_file_gives_deadlines_extensions_and_the_penalty(tmp_path):
     course = load_course(tmp_path / "course.yaml")
     berlin = course.deadlines["01_softmax"]
     assert berlin.astimezone(timezone.utc) == datetime(2026, 10, 5, 21, 59, tzinfo=timezone.utc)
-    assert course.deadlines["02_attention"].hour == 23            # a date: the end of that day
+    assert course.deadlines["02_attention"] == datetime(2026, 10, 13, tzinfo=berlin.tzinfo)
+    # a date alone: the end of that day, the midnight that starts the next
     assert course.deadline("ann", "01_softmax") == berlin + timedelta(hours=36)
     assert course.deadline("ben", "02_attention") == datetime(2026, 11, 1, 12,
                                                               tzinfo=timezone.utc)

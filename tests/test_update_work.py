@@ -122,3 +122,41 @@ def test_a_set_whose_exercises_were_all_replaced_keeps_old_answers_and_runs_new_
     gelu = earlier.load("05_ffn", "gelu")
     with pytest.raises(NotImplementedError, match="exercise gelu"):
         gelu(torch.zeros(2))                          # the new stub, not the retired NumPy answer
+
+
+def test_a_copy_saved_as_nbformat_4_4_stays_valid_with_one_introduction(tmp_path):
+    """The report: ``update-work`` on a copy saved as nbformat 4.4 (no cell ids, as some editors
+    save) inserted the new exercise's cells with their ids into a notebook that still declared
+    minor version 4, so the result failed ``nbformat.validate`` ("'id' was unexpected"), and the
+    introduction was inserted a second time because it was found by its cell id. Expected: a
+    valid notebook, the introduction refreshed once, the answers kept, the course's ids back."""
+    student = LAYOUT.student / "01_softmax.ipynb"
+    course = nbformat.read(student, as_version=4)
+    names = [n for n, _ in update.exercise_blocks(course)]
+    answers = {n: f"def mine_{i}():\n    return {i}\n"
+               for i, n in enumerate(names) if n != names[1]}
+    old = _learner_copy(student, names[1], answers)
+    intro = next(c for c in course.cells if c.get("id") == "set-intro")
+    stale = nbformat.v4.new_markdown_cell(intro.source.replace("exercises", "exercise(s)", 1))
+    old.cells.insert(1, stale)                     # an introduction of an earlier release
+    data = json.loads(nbformat.writes(old))
+    data["nbformat_minor"] = 4
+    for cell in data["cells"]:
+        del cell["id"]                             # as an editor saving 4.4 writes it
+    nbformat.validate(nbformat.from_dict(data))
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / student.name).write_text(json.dumps(data), encoding="utf-8")
+
+    done = [u for u in update.update_work(work) if u.path.name == student.name]
+    assert done and done[0].added == [names[1]]
+    merged = nbformat.read(work / student.name, as_version=4)
+    nbformat.validate(merged)                                          # raises when invalid
+    assert (merged.nbformat, merged.nbformat_minor) == (4, 5)
+    title = intro.source.split("\n", 1)[0]
+    assert [c.source.split("\n", 1)[0] for c in merged.cells].count(title) == 1
+    assert next(c for c in merged.cells if c.get("id") == "set-intro").source == intro.source
+    mine = {c.metadata["exercise"]: c for c in merged.cells if build.is_answer(c)}
+    assert {n: mine[n].source for n in answers} == answers             # answers unchanged
+    ours = {c.metadata["exercise"]: c.id for c in course.cells if build.is_answer(c)}
+    assert {n: mine[n].id for n in names} == ours                      # the course's ids again

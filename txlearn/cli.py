@@ -205,9 +205,13 @@ def _cmd_grade(args) -> int:
         print(f"wrote {args.json}")
     if recorder is not None:
         recorder.finish()
+        for problem in recorder.unrecordable:
+            print(clean(f"txlearn: error: recorded as not graded: {problem}", 600),
+                  file=sys.stderr)
         print(f"recorded {recorder.recorded} notebook(s) in the gradebook {args.gradebook}"
               + (f" (run {recorder.run[:8]})" if recorder.run else ""))
-    return 1 if any(s.error for s in subs) or unmatched else 0
+    unrecorded = recorder is not None and recorder.unrecordable
+    return 1 if any(s.error for s in subs) or unmatched or unrecorded else 0
 
 
 def parser(with_training: bool = True) -> argparse.ArgumentParser:

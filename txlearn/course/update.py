@@ -13,7 +13,18 @@
   every existing cell, answers included, keeps its exact source, metadata and outputs. Before the first change the copy is saved to ``work/.backups/<name>.<stamp>.ipynb``.
 
 Exercises the course removed stay in the copy (the learner's work); grading reports them as
-retired. Source: issue "Exercise checks ... and course updates that reach learners' copies".
+retired.
+
+A copy saved as nbformat 4.4 or older (some editors save so, dropping every cell id) is
+upgraded to the course's 4.5 before anything is inserted (:func:`upgrade_copy`, with
+``nbformat.v4.upgrade``): its cells get the ids of the course cells they were copied from (the
+introduction found by its title, answers and checks by their exercise, other cells by their
+text), the rest fresh ones, so the inserted cells, which carry ids, make a valid notebook and
+the introduction is refreshed, not inserted a second time. A copy that needs no change is left
+as it was saved.
+
+Sources: issue "Exercise checks ... and course updates that reach learners' copies"; the public
+report on ``update-work`` and copies saved as nbformat 4.4.
 """
 
 from __future__ import annotations
@@ -120,6 +131,37 @@ def _fresh_cells(cells, work) -> list:
     return out
 
 
+def _origin(cell, intro_title: str | None):
+    """What identifies a cell as the copy of a course cell: its exercise and role for answers
+    and checks, the set's title line for the introduction, else its type and text."""
+    if build.is_check(cell) or build.is_answer(cell):
+        return ("check" if build.is_check(cell) else "answer", cell.metadata.get("exercise"))
+    if cell.cell_type == "markdown" and intro_title and \
+            cell.source.split("\n", 1)[0].strip() == intro_title:
+        return ("intro",)
+    return (cell.cell_type, cell.source)
+
+
+def upgrade_copy(work, course) -> bool:
+    """Bring a copy saved as nbformat 4.4 or older (no cell ids) to the course's minor version,
+    in place, with ``nbformat.v4.upgrade``; each cell then takes the id of the course cell it
+    was copied from (:func:`_origin`, each id once), the others keep the fresh ids the upgrade
+    gave them. False (nothing changed) for a copy that already has cell ids."""
+    if work.nbformat_minor >= 5:
+        return False
+    nbformat.v4.upgrade(work)               # minor 5, a random id per cell
+    intro = next((c for c in course.cells if c.get("id") == "set-intro"), None)
+    title = intro.source.split("\n", 1)[0].strip() if intro is not None else None
+    ids: dict = {}
+    for cell in course.cells:
+        ids.setdefault(_origin(cell, title), []).append(cell.get("id"))
+    for cell in work.cells:
+        free = ids.get(_origin(cell, title))
+        if free:
+            cell["id"] = free.pop(0)
+    return True
+
+
 def refresh_intro(work, course) -> bool:
     """Make the copy's generated set introduction (cell id ``set-intro``) match the course's
     (it counts and lists the exercises); True when it changed. Learners' cells are not touched."""
@@ -160,6 +202,7 @@ def update_work(work_dir: Path, layout: build.Layout = build.Layout(),
         except Exception:  # nbformat raises several types for a broken file: leave it alone
             done.append(Update(target, added=["<unreadable>"]))
             continue
+        upgrade_copy(work, course)             # in memory: saved only with a change below
         added = merge_new_exercises(work, course)
         if not refresh_intro(work, course) and not added:
             continue

@@ -13,7 +13,15 @@ the file through ``importlib.metadata``. The tensors are read with the ``gguf`` 
 embedding, F32 norms) into float32 arrays, shaped as NumPy reads them: matrices ``(d_out, d_in)``.
 Building a model from them is :mod:`txlearn.models.gguf`'s job (and the learner's in set 10).
 
-Source: the GGUF format (ggml project, ``docs/gguf.md``); lesson 10.
+A file is read once per version: the reader, like the digest, is kept per path, size and
+modification time, so a file replaced at the same path is read again. A big-endian file (the
+format allows one; ``GGUFReader`` reads its header and metadata in its byte order) gives its
+F32 and F16 tensors in the right byte order; its other tensors (quantised blocks, whose scales
+are stored in the file's byte order too) are refused by name, never returned byte-swapped.
+
+Sources: the GGUF format (ggml project, ``docs/gguf.md``); lesson 10; the public reports on
+big-endian GGUF files (values byte-swapped) and on a file replaced at the same path (not read
+again).
 """
 
 from __future__ import annotations
@@ -69,10 +77,16 @@ def file_digest(path: str | Path | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=2)
-def _reader(path: str):
+def _cached_reader(path: str, size: int, mtime_ns: int):
     import gguf  # lazily: only lesson 10 and set 10 need it
 
     return gguf.GGUFReader(path)
+
+
+def _reader(path: str):
+    """The file's ``GGUFReader``, made once per version of the file (path, size, mtime)."""
+    st = os.stat(path)
+    return _cached_reader(path, st.st_size, st.st_mtime_ns)
 
 
 def read_field(key: str, path: str | Path | None = None):
@@ -118,13 +132,22 @@ def tensor_types(path: str | Path | None = None) -> dict[str, str]:
 def read_tensor(name: str, path: str | Path | None = None) -> np.ndarray:
     """One tensor of the file, dequantised with ``gguf.quants.dequantize``: a new, writeable
     float32 array shaped as :func:`tensor_shapes` says (matrices ``(d_out, d_in)``). Raises
-    ``KeyError`` naming the tensor when the file has none of that name."""
+    ``KeyError`` naming the tensor when the file has none of that name, and ``ValueError``
+    naming it and its type for a tensor of a big-endian file that is neither F32 nor F16."""
     import gguf
 
     info = _tensor_info(path)
     if name not in info:
         raise KeyError(f"the GGUF file has no tensor {name!r}")
     t = info[name]
+    if _reader(str(path or gguf_path())).byte_order == "S":   # not this machine's byte order
+        # dequantize views the bytes in this machine's order: convert a plain tensor (its dtype
+        # carries the file's order), refuse blocks whose scales would need swapping
+        if t.tensor_type not in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16):
+            raise ValueError(f"tensor {name!r} of the GGUF file is {t.tensor_type.name} in the "
+                             f"other byte order (a big-endian file): txlearn reads only its "
+                             f"F32 and F16 tensors")
+        return t.data.astype(np.float32).reshape(tensor_shapes(path)[name])
     values = np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
     if not values.flags.writeable:            # F32 tensors come as views of the read-only file
         values = values.copy()

@@ -101,8 +101,17 @@ class CharVocab:
         return torch.tensor([index[c] for c in text], dtype=torch.long)
 
     def decode(self, ids) -> str:
-        """int ids (any 1-D sequence or tensor) -> text."""
-        return "".join(self.chars[int(i)] for i in ids)
+        """int ids (any 1-D sequence or tensor) -> text.
+
+        Raises ``UserError`` naming the first id outside ``0 .. len(self) - 1``: a negative id
+        is no character (Python's indexing would give ``chars[-1]``, the last one). Source: the
+        public report on ``decode([-1])`` returning the last character."""
+        ids = [int(i) for i in ids]
+        bad = next((i for i in ids if not 0 <= i < len(self.chars)), None)
+        if bad is not None:
+            raise UserError(f"id {bad} is not in the model's vocabulary of {len(self)} "
+                            f"(ids 0 to {len(self) - 1})")
+        return "".join(self.chars[i] for i in ids)
 
 
 def min_chars(block_size: int, val_fraction: float = 0.1) -> int:

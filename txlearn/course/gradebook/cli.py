@@ -131,11 +131,14 @@ def _cmd_export(args) -> int:
         print(f"txlearn: warning: {ungraded} notebook(s) that count were not graded: their "
               f"cells are blank (txlearn report lists them; re-grade them)", file=sys.stderr)
     if args.format in ("canvas", "moodle"):
-        missing = sorted({s for s, _ in counted} - set(course.roster))
+        from txlearn.course.gradebook.store import readable
+
+        missing = sorted(s for s in {s for s, _ in counted} if course.identity(s) is None)
         if missing:
+            shown = readable(", ".join(missing[:3]))
             print(f"txlearn: note: {len(missing)} student folder(s) have no roster entry in the "
                   f"course file; their folder name stands in for the LMS login "
-                  f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})",
+                  f"({shown}{', ...' if len(missing) > 3 else ''})",
                   file=sys.stderr)
     for path in written[:5]:
         print(f"wrote {path}")

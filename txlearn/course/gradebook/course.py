@@ -31,9 +31,24 @@ deadline, extensions included) and the penalty (a fraction of the raw score) are
 notebook is graded and kept apart from its raw score. A roster CSV has a ``student`` column and
 any of the roster's keys as the others.
 
+**Time** is elapsed time: deadlines, extensions and submission times are compared and added in
+UTC and converted to the course's zone only to be shown, so a deadline just before the clocks
+change is 15 minutes away from a submission 15 minutes after it, and a 36-hour extension is 36
+hours (Python adds and subtracts two datetimes of one zone on the wall clock: across a change
+of daylight saving time that is an hour off). A deadline written as a **date alone**
+(``2026-10-05``) is the end of that day: the midnight that starts the next one. Lateness is
+exact: a notebook submitted at its deadline is on time, one submitted any time after it is late
+(by the seconds, fractions kept, that it is past it).
+
+**Names** (student folders and the course file's keys for them: extensions, roster, manifest)
+are compared in Unicode's composed form (NFC, :func:`name_key`): a folder an archive of macOS
+names in the decomposed form (NFD, ``e`` + U+0301) is the student the course file names
+``\\u00e9``, whichever form each was saved in.
+
 Raises :class:`CourseFileError` naming the file and the key on anything it does not understand
 (an unknown key, a deadline that is not a date, a penalty outside [0, 1]).
-Source: issue 24 ("Deadlines").
+Sources: issue 24 ("Deadlines"); the public reports on deadlines across daylight saving, a
+deadline given as a date alone and names in another normalisation form.
 """
 
 from __future__ import annotations
@@ -43,13 +58,15 @@ import difflib
 import math
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = ["Course", "Penalty", "Lateness", "CourseFileError", "load_course", "find_course_file",
-           "COURSE_FILE", "MANIFEST_FILE", "POLICIES", "ROSTER_KEYS", "utc_iso", "parse_time"]
+           "COURSE_FILE", "MANIFEST_FILE", "POLICIES", "ROSTER_KEYS", "utc_iso", "parse_time",
+           "name_key"]
 
 COURSE_FILE = "course.yaml"
 MANIFEST_FILE = "manifest.csv"
@@ -66,6 +83,13 @@ class CourseFileError(Exception):
     """The course file (or its manifest or roster) says something txlearn cannot use."""
 
 
+def name_key(name) -> str:
+    """The form in which names (student folders, the course file's keys for them) are compared:
+    Unicode NFC. ``name_key("Jose\\u0301") == name_key("Jos\\u00e9") == "Jos\\u00e9"``; a lone
+    surrogate (an undecodable byte of a folder name) is kept as it is."""
+    return unicodedata.normalize("NFC", str(name))
+
+
 def utc_iso(moment: datetime) -> str:
     """An aware datetime as ISO 8601 in UTC, to the second: ``2026-10-05T21:59:00Z``."""
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -73,19 +97,26 @@ def utc_iso(moment: datetime) -> str:
 
 def parse_time(value, zone: timezone | ZoneInfo = timezone.utc) -> datetime:
     """A date or time (a YAML datetime or date, or ISO 8601 text) as an aware datetime; one
-    without an offset is in ``zone``, a date alone means the end of that day. Raises ValueError."""
+    without an offset is in ``zone``. A date alone means the end of that day: the midnight that
+    starts the next day in ``zone`` (``2026-10-05`` -> ``2026-10-06 00:00``). Raises ValueError."""
     if isinstance(value, datetime):
         moment = value
     elif isinstance(value, date):
-        moment = datetime(value.year, value.month, value.day, 23, 59, 59)
+        moment = _end_of_day(value)
     else:
         text = str(value).strip()
         if text.endswith("Z"):
             text = text[:-1] + "+00:00"
-        moment = datetime.fromisoformat(text)
         if len(text) == 10:   # a date alone
-            moment = moment.replace(hour=23, minute=59, second=59)
+            moment = _end_of_day(date.fromisoformat(text))
+        else:
+            moment = datetime.fromisoformat(text)
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=zone)
+
+
+def _end_of_day(day: date) -> datetime:
+    """The end of ``day`` (naive): the midnight that starts the next day."""
+    return datetime.combine(day + timedelta(days=1), datetime.min.time())
 
 
 @dataclass
@@ -131,19 +162,23 @@ class Course:
     roster: dict = field(default_factory=dict)          # student -> {key: text}
 
     def deadline(self, student: str, set_name: str) -> datetime | None:
-        """The set's deadline for this student, extensions included (None without one)."""
+        """The set's deadline for this student, extensions included (None without one), in UTC:
+        an extension of hours or days is that much elapsed time, across a change of the clocks
+        too."""
         base = self.deadlines.get(set_name)
-        mine = self.extensions.get(student, {})
+        mine = self.extensions.get(name_key(student), {})
         extra = mine.get(set_name, mine.get("all"))
         if isinstance(extra, datetime):
-            return extra
+            return extra.astimezone(timezone.utc)
         if base is None:
             return None
+        base = base.astimezone(timezone.utc)
         return base + extra if isinstance(extra, timedelta) else base
 
     def lateness(self, student: str, set_name: str, path: Path) -> Lateness:
-        """When ``path`` was submitted (the manifest, else its modification time), and how late."""
-        when = self.manifest.get((student, set_name))
+        """When ``path`` was submitted (the manifest, else its modification time), and how late:
+        the elapsed seconds past the deadline (0 at the deadline itself or before it)."""
+        when = self.manifest.get((name_key(student), set_name))
         source = "manifest"
         if when is None:
             when = datetime.fromtimestamp(os.stat(path).st_mtime, timezone.utc)
@@ -152,9 +187,15 @@ class Course:
         deadline = self.deadline(student, set_name)
         if deadline is not None:
             out.deadline = utc_iso(deadline)
-            out.late_seconds = max(0.0, round((when - deadline).total_seconds(), 3))
+            late = when.astimezone(timezone.utc) - deadline     # in UTC: never on the wall clock
+            out.late_seconds = late.total_seconds() if late > timedelta(0) else 0.0
             out.penalty = self.penalty.fraction(out.late_seconds)
         return out
+
+    def identity(self, student: str) -> dict | None:
+        """The roster's entry for a student folder (None when it has none), the names compared
+        as :func:`name_key` does."""
+        return self.roster.get(name_key(student))
 
     def title(self, set_name: str) -> str:
         return self.titles.get(set_name, set_name)
@@ -224,27 +265,41 @@ def _manifest(path: Path, zone) -> dict:
     out = {}
     for number, row in enumerate(_read_csv(path, ("student", "set", "submitted_at"),
                                            "manifest"), start=2):
-        key = (row["student"].strip(), row["set"].strip())
+        key = (name_key(row["student"].strip()), name_key(row["set"].strip()))
         out[key] = _time(f"manifest {path}, line {number}, submitted_at", row["submitted_at"],
                          zone)
+    return out
+
+
+def _named(where: str, pairs) -> dict:
+    """``{name_key(name): value}`` of (name, value) pairs; two names that differ only in their
+    Unicode form are one student, and the course file may not give them twice."""
+    out, spelled = {}, {}
+    for name, value in pairs:
+        key = name_key(name)
+        if key in spelled and spelled[key] != name:
+            raise CourseFileError(f"{where}: {spelled[key]!r} and {name!r} are one name written "
+                                  f"in two Unicode forms: keep one entry")
+        out[key], spelled[key] = value, name
     return out
 
 
 def _roster(value, base: Path, where: str) -> dict:
     if isinstance(value, str):
         rows = _read_csv(base / value, ("student",), "roster")
-        return {r["student"].strip(): {k: str(v).strip() for k, v in r.items()
-                                       if k in ROSTER_KEYS and v} for r in rows}
+        return _named(f"roster {base / value}", (
+            (r["student"].strip(), {k: str(v).strip() for k, v in r.items()
+                                    if k in ROSTER_KEYS and v}) for r in rows))
     if not isinstance(value, dict):
         raise CourseFileError(f"{where}: roster must map student folders to their identities, "
                               f"or name a CSV file")
-    out = {}
     for student, ident in value.items():
         if not isinstance(ident, dict):
             raise CourseFileError(f"{where}: roster.{student} must be a mapping")
         _unknown(f"{where}: roster.{student}", ident, ROSTER_KEYS)
-        out[str(student)] = {k: str(v) for k, v in ident.items() if v is not None}
-    return out
+    return _named(f"{where}: roster", ((str(student), {k: str(v) for k, v in ident.items()
+                                                       if v is not None})
+                                       for student, ident in value.items()))
 
 
 def load_course(path: Path | None) -> Course:
@@ -306,9 +361,9 @@ def load_course(path: Path | None) -> Course:
         if not isinstance(mine, dict):
             raise CourseFileError(f"{where}: extensions.{student} must map sets (or all) to "
                                   f"extra time")
-        course.extensions[str(student)] = {
-            str(s): _extension(f"{where}: extensions.{student}.{s}", v, course.zone)
-            for s, v in mine.items()}
+    course.extensions = _named(f"{where}: extensions", (
+        (str(student), {str(s): _extension(f"{where}: extensions.{student}.{s}", v, course.zone)
+                        for s, v in mine.items()}) for student, mine in extensions.items()))
     manifest = data.get("manifest")
     manifest_path = path.parent / str(manifest) if manifest else path.parent / MANIFEST_FILE
     if manifest or manifest_path.is_file():

@@ -5,10 +5,12 @@ Every score is the run that counts (the policy, :func:`~txlearn.course.gradebook
 after its late penalty; a set a student has no notebook for, or whose notebook could not be graded
 (ERROR), is left blank (not a zero: the LMS, or the instructor, decides what it scores). Students are identified by the course file's roster
 (:mod:`~txlearn.course.gradebook.course`); without a roster entry the student's folder name stands
-in for the LMS login (Canvas's "SIS Login ID", Moodle's "ID number"). Every CSV cell that starts
-with ``=``, ``+``, ``-`` or ``@`` (after any spaces, tabs or line breaks) gets a leading
-apostrophe (a folder named like a formula would run as one when the file is opened in a
-spreadsheet).
+in for the LMS login (Canvas's "SIS Login ID", Moodle's "ID number"). Every CSV cell is written
+by :func:`~txlearn.course.csv_cells.csv_cell` (as the grader's are): numbers exactly (shortest
+round trip), text with a formula character at its start or after a separator a spreadsheet may
+split on given an apostrophe (a folder named like a formula would run as one when the file is
+opened in a spreadsheet); a name that is not UTF-8 is shown with its escapes
+(:func:`~txlearn.course.gradebook.store.readable`).
 
 Formats, as documented by each system:
 
@@ -46,8 +48,9 @@ import csv
 import json
 from pathlib import Path
 
+from txlearn.course.csv_cells import csv_cell
 from txlearn.course.gradebook.course import Course
-from txlearn.course.gradebook.store import NotebookRow, counting
+from txlearn.course.gradebook.store import NotebookRow, counting, readable
 
 __all__ = ["wide_rows", "canvas_rows", "moodle_rows", "gradescope_results", "write_csv_rows",
            "write_export", "FORMATS", "CANVAS_COLUMNS", "MOODLE_COLUMNS", "HIDDEN_VISIBILITY"]
@@ -58,18 +61,13 @@ MOODLE_COLUMNS = ["First name", "Last name", "ID number", "Email address"]
 HIDDEN_VISIBILITY = ("after_published", "hidden", "after_due_date")
 
 
-def _cell(value) -> str:
-    text = "" if value is None else (f"{value:g}" if isinstance(value, float) else str(value))
-    # after spaces, tabs or line breaks too: an import that trims cells drops them
-    return "'" + text if text.lstrip(" \t\r\n")[:1] in ("=", "+", "-", "@") else text
-
-
 def write_csv_rows(rows: list[list], path: Path) -> None:
-    """Write rows as UTF-8 CSV (RFC 4180 quoting; formula-like cells quoted as text)."""
+    """Write rows as UTF-8 CSV (RFC 4180 quoting; each cell by ``csv_cell``: numbers exact,
+    formula-like text guarded)."""
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         for row in rows:
-            writer.writerow([_cell(v) for v in row])
+            writer.writerow([csv_cell(readable(v) if isinstance(v, str) else v) for v in row])
 
 
 def _table(rows: list[NotebookRow], policy: str):
@@ -106,7 +104,7 @@ def canvas_rows(rows: list[NotebookRow], course: Course, *, policy: str = "lates
               else course.title(s) for s in sets]
     out = [CANVAS_COLUMNS + titles, ["Points Possible", "", "", "", ""] + [maxima[s] for s in sets]]
     for student in students:
-        ident = course.roster.get(student, {})
+        ident = course.identity(student) or {}
         out.append([ident.get("name", student), ident.get("canvas_id", ""),
                     ident.get("sis_user_id", ""), ident.get("sis_login_id", student),
                     ident.get("section", "")] + [_score(counted.get((student, s))) for s in sets])
@@ -127,7 +125,7 @@ def moodle_rows(rows: list[NotebookRow], course: Course, *, policy: str = "lates
     counted, students, sets, _ = _table(rows, policy)
     out = [MOODLE_COLUMNS + [course.title(s) for s in sets]]
     for student in students:
-        ident = course.roster.get(student, {})
+        ident = course.identity(student) or {}
         first, last = _names(ident.get("name", ""))
         out.append([first, last, ident.get("id_number", student), ident.get("email", "")]
                    + [_score(counted.get((student, s))) for s in sets])

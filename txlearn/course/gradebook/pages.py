@@ -15,6 +15,8 @@ import html
 import io
 import re
 
+from txlearn.course.gradebook.store import readable
+
 __all__ = ["esc", "pre", "page", "table", "Raw", "figure", "svg_figure", "badge", "slug",
            "folders", "CSP"]
 
@@ -44,8 +46,9 @@ footer { margin-top: 3em; color: #777; font-size: .85em; }
 
 
 def esc(value) -> str:
-    """Any value as HTML text (``<``, ``>``, ``&`` and both quotes escaped)."""
-    return html.escape(str(value), quote=True)
+    """Any value as HTML text (``<``, ``>``, ``&`` and both quotes escaped; a lone surrogate of
+    a name that is not UTF-8 as its escape, :func:`~txlearn.course.gradebook.store.readable`)."""
+    return html.escape(readable(value), quote=True)
 
 
 def pre(text) -> str:

@@ -12,6 +12,15 @@ Nothing a submission wrote is trusted here either: answer cells are read from th
 grader graded (their SHA-256 must match, else none are kept and an integrity note says so), at
 most :data:`MAX_ANSWER_CHARS` per exercise of the set (cells naming made-up exercises are not
 kept).
+
+One student never stops the class: a notebook whose row cannot be written (anything about it
+the gradebook cannot take) is recorded as not graded, with the reason (:meth:`Recorder.unrecorded`),
+and the run goes on; only a gradebook that cannot be written at all stops it. Names are
+recorded in the form the course file's names are compared in (NFC,
+:func:`~txlearn.course.gradebook.course.name_key`), texts losslessly
+(:func:`~txlearn.course.gradebook.store.stored_text`). Source: the public report on undecodable
+names and the grader's fourth hardening (a lone surrogate in a folder name or an answer cell
+stopped the whole ``txlearn grade --gradebook`` run).
 """
 
 from __future__ import annotations
@@ -24,8 +33,8 @@ import uuid
 from pathlib import Path
 
 from txlearn.course.gradebook import mistakes
-from txlearn.course.gradebook.course import Course
-from txlearn.course.gradebook.store import Gradebook, NotebookRow, ResultRow
+from txlearn.course.gradebook.course import Course, name_key
+from txlearn.course.gradebook.store import Gradebook, NotebookRow, ResultRow, readable
 
 __all__ = ["Recorder", "answer_cells", "hidden_exercises", "now_utc", "MAX_ANSWER_CHARS"]
 
@@ -92,6 +101,7 @@ class Recorder:
         self.gradebook, self.course = gradebook, course
         self.hidden = hidden_exercises(hidden)
         self.recorded = 0
+        self.unrecordable: list[str] = []     # "path: why" of each notebook recorded as ERROR
         self.run = ""          # added with the first notebook (a run that grades none leaves none)
         self._run_values = dict(command=command[:2000], hidden=str(hidden or ""),
                                 course_file=str(course.path or ""), started_at=now_utc(),
@@ -128,7 +138,7 @@ class Recorder:
                 hint=mistakes.hint_text(r.hints), hidden=bool(r.hidden),
                 hidden_cases=r.exercise in self.hidden.get(stem, ()), flagged=r.flagged))
         return NotebookRow(
-            uuid=uuid.uuid4().hex, run_uuid=self.run, student=sub.student,
+            uuid=uuid.uuid4().hex, run_uuid=self.run, student=name_key(sub.student),
             set_name=sub.set_name, notebook=path.name, path=str(path), digest=sub.digest,
             submitted_at=timing.submitted_at, submitted_from=timing.submitted_from,
             graded_at=sub.graded_at or now_utc(), status="ERROR" if sub.error else "GRADED",
@@ -137,10 +147,29 @@ class Recorder:
             late_seconds=timing.late_seconds, penalty=timing.penalty, integrity=integrity,
             results=results, answers=answers)
 
+    def unrecorded(self, sub, err: BaseException) -> NotebookRow:
+        """The row of a notebook whose own row could not be written (``err``): not graded
+        (ERROR), with the reason, its student, set and path, so that the class report and the
+        exports show it and a re-grade replaces it."""
+        path = str(getattr(sub, "path", ""))
+        why = readable(f"{type(err).__name__}: {err}")[:300]
+        return NotebookRow(
+            uuid=uuid.uuid4().hex, run_uuid=self.run, student=name_key(sub.student),
+            set_name=str(sub.set_name or ""), notebook=Path(path).name, path=path,
+            digest=str(sub.digest or ""), submitted_at="", submitted_from="unknown",
+            graded_at=str(sub.graded_at or now_utc()), status="ERROR",
+            error=f"not recorded: the gradebook could not take this notebook ({why}); "
+                  f"grade it again", sandbox=str(sub.mode or ""), points=0, max_points=0,
+            deadline="", late_seconds=0.0, penalty=0.0, integrity=[])
+
     def __call__(self, sub) -> None:
         if not self.run:
             self.run = self.gradebook.start_run(**self._run_values)
-        self.gradebook.add_notebook(self.row(sub))
+        try:
+            self.gradebook.add_notebook(self.row(sub))
+        except Exception as err:   # this notebook's own: recorded as such, the class goes on
+            self.gradebook.add_notebook(self.unrecorded(sub, err))   # raises: the gradebook's
+            self.unrecordable.append(readable(f"{sub.path}: {type(err).__name__}: {err}")[:300])
         self.recorded += 1
 
     def finish(self) -> None:

@@ -25,6 +25,14 @@ Durability and concurrency:
 Identifiers: runs and notebooks carry random UUIDs, so gradebooks written on several machines
 merge without ever counting a run twice (:mod:`txlearn.course.gradebook.merge`).
 
+Text is stored losslessly. SQLite holds UTF-8, which a Python string with a lone surrogate
+cannot be written as: a folder name that is not UTF-8 (``os.fsdecode(b"Jos\\xe9")`` is
+``"Jos\\udce9"``, as ``unzip`` writes raw names) or an answer cell holding ``"\\udcff"``. Such a
+text is stored escaped (:func:`stored_text`: :data:`ESCAPED`, then the text with each backslash
+doubled and each surrogate written ``\\udce9``) and read back exactly as it was
+(:func:`text_of`); every other text is stored as it is. The pages and exports show it with
+:func:`readable` (the surrogate as its escape ``\\udce9``, as the grader's table does).
+
 Schema version 1 (``PRAGMA user_version``; ``PRAGMA application_id`` = 0x54584C42, "TXLB"):
 the four tables below. A later version adds a migration to :data:`MIGRATIONS`.
 """
@@ -32,6 +40,7 @@ the four tables below. A later version adds a migration to :data:`MIGRATIONS`.
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sqlite3
 import uuid
@@ -39,7 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Gradebook", "GradebookError", "NotebookRow", "ResultRow", "open_gradebook",
-           "counting", "attempts", "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_WAIT"]
+           "counting", "attempts", "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_WAIT",
+           "stored_text", "text_of", "readable", "ESCAPED"]
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x54584C42            # "TXLB"
@@ -115,6 +125,36 @@ RESULT_COLUMNS = ("position", "exercise", "status", "points", "max_points", "fee
                   "mistake", "hint", "hidden", "hidden_cases", "flagged")
 RUN_COLUMNS = ("uuid", "machine", "started_at", "finished_at", "txlearn_version", "command",
                "hidden", "course_file")
+
+
+ESCAPED = "\ufffe"       # first character of a stored text that was escaped (a noncharacter)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE = re.compile(r"\\(\\|ud[89a-f][0-9a-f]{2})")
+
+
+def stored_text(value):
+    """``value`` as the gradebook stores it: a text with a lone surrogate (which UTF-8 cannot
+    hold), or one that starts with :data:`ESCAPED`, becomes ``ESCAPED`` + the text with each
+    backslash doubled and each surrogate as ``\\udXXX``; any other value is kept as it is.
+    ``text_of(stored_text(t)) == t`` for every string ``t``."""
+    if not isinstance(value, str) or not (_SURROGATE.search(value) or value.startswith(ESCAPED)):
+        return value
+    body = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", value.replace("\\", "\\\\"))
+    return ESCAPED + body
+
+
+def text_of(value):
+    """The text :func:`stored_text` stored as ``value``, exactly (other values as they are)."""
+    if not isinstance(value, str) or not value.startswith(ESCAPED):
+        return value
+    return _ESCAPE.sub(lambda m: "\\" if m.group(1) == "\\" else chr(int(m.group(1)[1:], 16)),
+                       value[len(ESCAPED):])
+
+
+def readable(text) -> str:
+    """A text as pages and exports show it: valid UTF-8, a lone surrogate written as its
+    backslash escape (``Jos\\udce9``), everything else unchanged."""
+    return str(text).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class GradebookError(Exception):
@@ -245,7 +285,8 @@ class Gradebook:
         self.write(lambda cur: cur.execute(
             "INSERT INTO runs (uuid, machine, started_at, txlearn_version, command, hidden, "
             "course_file) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (run, socket.gethostname(), started_at, version, command, hidden, course_file)))
+            [stored_text(v) for v in (run, socket.gethostname(), started_at, version, command,
+                                      hidden, course_file)]))
         return run
 
     def finish_run(self, run: str, finished_at: str) -> None:
@@ -256,7 +297,7 @@ class Gradebook:
         """Write one notebook, its results and its answers in one transaction (``row.id`` is
         set to its new row id)."""
         def statements(cur):
-            values = [getattr(row, c) for c in NOTEBOOK_COLUMNS]
+            values = [stored_text(getattr(row, c)) for c in NOTEBOOK_COLUMNS]
             values[NOTEBOOK_COLUMNS.index("integrity")] = json.dumps(list(row.integrity))
             cur.execute(f"INSERT INTO notebooks ({', '.join(NOTEBOOK_COLUMNS)}) VALUES "
                         f"({', '.join('?' * len(NOTEBOOK_COLUMNS))})", values)
@@ -266,23 +307,29 @@ class Gradebook:
                 cur.execute(f"INSERT INTO results (notebook_id, {', '.join(RESULT_COLUMNS)}) "
                             f"VALUES (?, {', '.join('?' * len(RESULT_COLUMNS))})",
                             [notebook_id] + [int(getattr(r, c)) if c in ("hidden", "hidden_cases")
-                                             else getattr(r, c) for c in RESULT_COLUMNS])
+                                             else stored_text(getattr(r, c))
+                                             for c in RESULT_COLUMNS])
             cur.executemany("INSERT INTO answers (notebook_id, exercise, source) VALUES (?, ?, ?)",
-                            [(notebook_id, e, s) for e, s in sorted(row.answers.items())])
+                            [(notebook_id, stored_text(e), stored_text(s))
+                             for e, s in sorted(row.answers.items())])
             cur.execute("UPDATE notebooks SET n_results = ? WHERE id = ?", (count, notebook_id))
             row.id, row.n_results = notebook_id, count
         self.write(statements)
 
     # -- reading ------------------------------------------------------------------------
     def read(self, sql: str, params=()) -> list[tuple]:
+        """The rows of a query, as stored (escaped texts still escaped: :func:`text_of`)."""
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.Error as err:
             raise _sqlite_error(self.path, err, self.wait) from None
 
+    def _texts(self, sql: str) -> list[tuple]:
+        return [tuple(text_of(v) for v in r) for r in self.read(sql)]
+
     def runs(self) -> list[dict]:
         """Every run, oldest first."""
-        rows = self.read(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, uuid")
+        rows = self._texts(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, uuid")
         return [dict(zip(RUN_COLUMNS, r)) for r in rows]
 
     def notebooks(self, *, with_answers: bool = True) -> list[NotebookRow]:
@@ -291,10 +338,10 @@ class Gradebook:
         notebook is never seen."""
         try:
             self.conn.execute("BEGIN")
-            rows = self.read(f"SELECT id, {', '.join(NOTEBOOK_COLUMNS)} FROM notebooks")
-            results = self.read(f"SELECT notebook_id, {', '.join(RESULT_COLUMNS)} FROM results "
-                                 f"ORDER BY notebook_id, position")
-            answers = self.read("SELECT notebook_id, exercise, source FROM answers") \
+            rows = self._texts(f"SELECT id, {', '.join(NOTEBOOK_COLUMNS)} FROM notebooks")
+            results = self._texts(f"SELECT notebook_id, {', '.join(RESULT_COLUMNS)} FROM results "
+                                  f"ORDER BY notebook_id, position")
+            answers = self._texts("SELECT notebook_id, exercise, source FROM answers") \
                 if with_answers else []
         finally:
             if self.conn.in_transaction:

@@ -3,8 +3,9 @@ records, the plain-text table (:func:`table`), the CSV (:func:`write_csv`, :data
 and the JSON (:func:`write_json`).
 
 Every piece of text a learner made (student folder names, feedback quoting their exceptions,
-state-dict names) is cleaned before it is shown (one line, no escapes or control characters);
-a CSV cell a spreadsheet would run as a formula gets a leading apostrophe.
+state-dict names) is cleaned before it is shown (one line, no escapes or control characters).
+Every CSV cell (this CSV's and the gradebook's exports') is written by
+:func:`txlearn.course.csv_cells.csv_cell`: numbers exactly, text never read as a formula.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from txlearn.checks import clean
+from txlearn.course.csv_cells import csv_cell
 
 __all__ = ["Result", "Submission", "results", "table", "write_csv", "write_json", "CSV_FIELDS"]
 
@@ -113,17 +115,10 @@ def write_csv(subs: list[Submission], path: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
         for r in results(subs):   # learner-made text cleaned: one line each, printable UTF-8
-            writer.writerow({k: _no_formula(clean(v, 2000) if k != "feedback" else
-                                            "\n".join(clean(x, 2000) for x in v.splitlines()))
-                             if isinstance(v, str) else v
+            writer.writerow({k: csv_cell(clean(v, 2000) if k != "feedback" else
+                                         "\n".join(clean(x, 2000) for x in v.splitlines()))
+                             if isinstance(v, str) else csv_cell(v)
                              for k, v in asdict(r).items() if k in CSV_FIELDS})
-
-
-def _no_formula(text: str) -> str:
-    """A CSV cell that a spreadsheet shows as text: one starting with =, +, - or @ (a student
-    folder named ``=HYPERLINK(...)`` from an LMS export, say), after any spaces, tabs or line
-    breaks (which an import that trims cells drops), gets a leading apostrophe."""
-    return "'" + text if text.lstrip(" \t\r\n")[:1] in ("=", "+", "-", "@") else text
 
 
 def write_json(subs: list[Submission], path: Path) -> None:
