@@ -7,13 +7,15 @@ objects, a kernel key, a lower priority or a pinned CPU for the server, a ptrace
 next submission of the same server (one job: they follow each other) looks for all of it. Run as
 root (CI is), so the runners have uids of their own; the ordinary user's case is in
 tests/test_grading_attacks.py (``..._as_an_ordinary_user``), which grades through the servers.
+What a runner writes into the kernel's counters (pids, inode numbers, access times, extended
+attributes) is read back by a reader graded before and one graded after it, as root and as an
+ordinary user (each runner has a pid namespace and tmpfs folders of its own).
 """
 
 import json
 import os
 import platform
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -59,6 +61,7 @@ _R["mq_open"] = _call("mq_open", b"txlearn-left", 0o102, 0o666, None)
 _R["add_key"] = _call("add_key", b"user", b"txlearn-left", b"x", 1, -3)
 _R["ptrace"] = _call("ptrace", 16, os.getppid(), None, None)
 _R["draw"] = __import__("numpy").random.random()
+_R["ppid"] = os.getppid()
 for what, change in (("nice", lambda: os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)),
                      ("pin", lambda: os.sched_setaffinity(os.getppid(), {{0}}))):
     try:
@@ -149,9 +152,9 @@ def test_what_a_submission_tries_to_leave_behind_is_refused(graded):
     eperm = 1
     for call in ("msgget", "semget", "mq_open", "add_key", "ptrace"):
         assert left[call] == [-1, eperm], (call, left[call])
-    # the server runs as root, the runner as a uid of its own: neither the server's priority
-    # nor its CPUs are the runner's to change
-    assert left["nice"] == left["pin"] == "PermissionError", left
+    # the runner is pid 1 of a pid namespace of its own: it cannot name its server (getppid
+    # is 0), so the priority and CPUs it changed were its own (the next one's are checked below)
+    assert left["ppid"] == 0, left
 
 
 def test_the_next_submission_of_the_same_server_finds_nothing(graded):
@@ -167,47 +170,6 @@ def test_a_set_that_uses_torch_is_served_with_torch_imported():
     cs = load_set(build.find_source("03_heads"))
     assert runner_pool.preload(cs) == ("numpy", "torch", "torch.nn", "torch.nn.functional")
     assert runner_pool.preload(load_set(build.find_source("01_softmax"))) == ("numpy",)
-
-
-def test_emptying_a_folder_the_learner_closed(tmp_path):
-    folder = tmp_path / "home"
-    (folder / "a" / "b").mkdir(parents=True)
-    (folder / "a" / "b" / "f").write_text("x")
-    (folder / "g").write_text("y")
-    os.symlink("/etc", folder / "link")
-    os.chmod(folder / "a" / "b", 0o500)
-    os.chmod(folder / "a", 0o000)
-    os.chmod(folder, 0o1777)
-    assert forkserver._clean([str(folder)], None) is None
-    assert os.listdir(folder) == [] and os.path.isdir("/etc")
-    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o1777
-    assert "no such" in forkserver._clean([str(tmp_path / "gone")], None).lower()
-
-
-def test_emptying_removes_what_was_set_on_the_folder_itself(tmp_path):
-    # as an ordinary user the runner owns its home, /tmp and /dev/shm: a default ACL it set on
-    # them made every file of the next submission mode 000 (written, then not readable), and a
-    # user.* attribute carried a note to it; both are removed with the folder's entries
-    import struct
-    folder = tmp_path / "tmp"
-    folder.mkdir()
-    os.chmod(folder, 0o1777)
-    nothing = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", tag, 0, 0xFFFFFFFF)
-                                              for tag in (1, 4, 0x20))   # user, group, other
-    os.setxattr(folder, "system.posix_acl_default", nothing)
-    os.setxattr(folder, "user.note", b"from the one before")
-    (folder / "before").write_text("x")
-    assert stat.S_IMODE(os.stat(folder / "before").st_mode) == 0
-    assert forkserver._clean([str(folder)], None) is None
-    assert os.listxattr(folder) == []
-    (folder / "next").write_text("y")
-    assert stat.S_IMODE(os.stat(folder / "next").st_mode) == 0o644 & ~_umask()
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def test_a_server_that_was_changed_notices(tmp_path):
@@ -283,11 +245,10 @@ def test_runners_started_one_by_one_grade_alike(tmp_path, monkeypatch):
     assert [s.points for s in forked] == [4, 3]
 
 
-def test_a_python_installed_under_tmp_is_spared_by_the_cleaning(tmp_path, monkeypatch):
-    # a clone under /tmp binds its venv at /tmp/<clone>/.venv inside the sandbox: the cleaner
-    # could not remove that mount point, called the server dirty after every runner and started
-    # a new one each time (a fresh clone's make test failed on it); now it spares the mount
-    # points and the folders leading to them, and empties and checks everything else
+def test_a_python_installed_under_tmp_is_put_back_in_each_runners_tmp(tmp_path, monkeypatch):
+    # a clone under /tmp binds its venv at /tmp/<clone>/.venv inside the sandbox: each runner's
+    # new /tmp holds that mount point again (cloned, read-only) in new folders of mode 0755,
+    # and nothing else of the one before
     clone = Path(tempfile.mkdtemp(prefix="clone-", dir="/tmp"))
     venv = clone / ".venv"
     try:
@@ -325,19 +286,136 @@ def test_mount_points_below_the_writable_folders():
             "/tmp/c/.venv", "--tmpfs", "/tmp/c/.venv/lib/site", "--ro-bind", "/usr", "/usr",
             "--setenv", "HOME", "/home/learner", "--file", "7", "/home/learner/a.ipynb",
             "--chmod", "0755", "/tmp/c", "--", "/tmp/not-an-option"]
+    # a --file is a copy, not a mount: only binds and tmpfs mounts are put back in a runner's
+    # new folders (the clone of the first takes the second with it)
     assert runner_pool.mount_points(argv, ["/home/learner", "/tmp", "/dev/shm"]) == [
-        "/home/learner/a.ipynb", "/tmp/c/.venv", "/tmp/c/.venv/lib/site"]
+        "/tmp/c/.venv", "/tmp/c/.venv/lib/site"]
+    assert forkserver._tops(["/tmp/c/.venv/lib/site", "/tmp/c/.venv"]) == ["/tmp/c/.venv"]
 
 
-def test_the_cleaning_spares_mount_points_and_restores_the_folders_to_them(tmp_path):
-    folder = tmp_path / "tmp"
-    (folder / "c" / ".venv").mkdir(parents=True)
-    (folder / "c" / ".venv" / "kept").write_text("x")
-    (folder / "c" / "left").write_text("y")
-    (folder / "other").write_text("z")
-    os.chmod(folder / "c", 0o700)
-    os.chmod(folder, 0o1777)
-    assert forkserver._clean([str(folder)], None, [str(folder / "c" / ".venv")]) is None
-    assert sorted(os.listdir(folder)) == ["c"] and os.listdir(folder / "c") == [".venv"]
-    assert (folder / "c" / ".venv" / "kept").read_text() == "x"
-    assert stat.S_IMODE(os.stat(folder / "c").st_mode) == 0o755
+# ---- what one runner writes into the kernel's counters, and the next one reads -----------------
+
+# a default ACL that gives nobody anything (user, group, other: ---), as setfacl -d writes it
+_NOTHING_ACL = "b'\\x02\\x00\\x00\\x00' + b''.join(bytes([t, 0, 0, 0]) + b'\\xff' * 4 for t in (1, 4, 32))"
+
+WRITE = '''
+import json, os, threading
+_W = {{}}
+for _ in range(200):      # each thread takes a pid: the next one's pids told 7-8 bits
+    _t = threading.Thread(target=lambda: None)
+    _t.start()
+    _t.join()
+for _folder in {folders!r}:
+    _W[_folder] = {{"files": 0}}
+    for _i in range(64):  # each file takes an inode number of the folder's file system
+        try:
+            open(_folder + "/n", "w").close()
+            os.unlink(_folder + "/n")
+            _W[_folder]["files"] += 1
+        except OSError:
+            pass
+    for _what, _act in (("utime", lambda: os.utime(_folder, (4102444800, 4102444800))),
+                        ("note", lambda: os.setxattr(_folder, "user.note", b"7.25,-3.5,11.0")),
+                        ("acl", lambda: os.setxattr(_folder, "system.posix_acl_default",
+                                                    {acl}))):
+        try:
+            _act()
+            _W[_folder][_what] = "done"
+        except OSError as _err:
+            _W[_folder][_what] = _err.errno
+def softmax(x, axis=-1):
+    raise ValueError("WROTE " + json.dumps(_W))
+'''
+
+READ = '''
+import json, os, threading, time
+_R = {{"pid": os.getpid()}}
+_t = threading.Thread(target=lambda: None)
+_t.start()
+_R["tid"] = _t.native_id
+_t.join()
+for _folder in {folders!r}:
+    _st = os.stat(_folder)
+    _R[_folder] = {{"future": max(_st.st_atime, _st.st_mtime) > time.time() + 60,
+                    "xattrs": sorted(os.listxattr(_folder)), "ino": _st.st_ino}}
+    try:
+        open(_folder + "/probe", "w").close()
+        _R[_folder]["next_ino"] = os.stat(_folder + "/probe").st_ino
+        os.unlink(_folder + "/probe")
+    except OSError as _err:
+        _R[_folder]["next_ino"] = _err.errno
+def softmax(x, axis=-1):
+    raise ValueError("READ " + json.dumps(_R))
+'''
+
+
+def _writer_between_readers(folder, clone):
+    """A reader, a writer and a reader of one set in ``folder`` (graded in this order, in one
+    job, so by one fork server); the folders written and read: the writable ones and ``clone``,
+    the folder leading to a venv under /tmp."""
+    folders = [sandbox.HOME, "/tmp", "/dev/shm", str(clone)]
+    os.chmod(folder, 0o755)
+    write = WRITE.format(folders=folders, acl=_NOTHING_ACL)
+    return [_notebook(SOLUTION, folder / "a_reader" / "01_softmax.ipynb",
+                      answers={"stable_softmax": READ.format(folders=folders)}),
+            _notebook(SOLUTION, folder / "b_writer" / "01_softmax.ipynb",
+                      answers={"stable_softmax": write}),
+            _notebook(SOLUTION, folder / "c_reader" / "01_softmax.ipynb",
+                      answers={"stable_softmax": READ.format(folders=folders)})]
+
+
+def _assert_nothing_crossed(feedback, clone):
+    """The writer wrote (threads, files) and could set no attribute; both readers saw the same
+    pids, inode numbers, times and attributes, none of them the writer's."""
+    wrote = json.loads(feedback["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
+    first, second = (json.loads(feedback[r].split("READ ", 1)[1].splitlines()[0])
+                     for r in ("a_reader", "c_reader"))
+    for folder in (sandbox.HOME, "/tmp", "/dev/shm"):
+        assert wrote[folder]["files"] == 64, wrote
+    assert first == second, (first, second)
+    assert first["pid"] == 1, first      # pid 1 of a pid namespace of its own
+    for folder in (sandbox.HOME, "/tmp", "/dev/shm", str(clone)):
+        assert not first[folder]["future"] and first[folder]["xattrs"] == [], first
+    enotsup = 95
+    for folder in wrote:
+        assert wrote[folder]["note"] == wrote[folder]["acl"] == enotsup, wrote
+
+
+def _venv_under_tmp():
+    clone = Path(tempfile.mkdtemp(prefix="clone-", dir="/tmp"))
+    (clone / ".venv").mkdir()
+    os.chmod(clone, 0o755)
+    return clone
+
+
+def test_what_one_runner_writes_in_the_kernels_counters_no_later_runner_reads(tmp_path,
+                                                                               monkeypatch):
+    # the runners of one server shared a pid namespace and the same home, /tmp and /dev/shm:
+    # threads started until the next pid was the one wanted, files made until each folder's
+    # next inode number was, handed 15 + 3 x 16 bits of a hidden input to the next student
+    # graded (and as an ordinary user: access times, user.* notes and default ACLs on the
+    # folders leading to a venv under /tmp). Each runner now has a pid namespace and tmpfs
+    # folders of its own: a reader before the writer and one after it see the same.
+    clone = _venv_under_tmp()
+    try:
+        exe, roots, path, masks = sandbox.python_layout()
+        monkeypatch.setattr(sandbox, "python_layout",
+                            lambda: (exe, roots + (str(clone / ".venv"),), path, masks))
+        graded = _grade_counting(_writer_between_readers(tmp_path, clone))
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
+    assert len(graded["started"]) == 1 and len(graded["spawned"]) == 3, graded["started"]
+    _assert_nothing_crossed({s: r["stable_softmax"].feedback for s, r in graded["by"].items()},
+                            clone)
+
+
+def test_what_one_runner_writes_in_the_kernels_counters_no_later_runner_reads_as_a_user():
+    from tests.test_grading_attacks import _as_ordinary_user
+    folder = Path(tempfile.mkdtemp(prefix="txlearn-as-user-", dir="/tmp"))
+    clone = _venv_under_tmp()
+    try:
+        rows = _as_ordinary_user(_writer_between_readers(folder, clone), LIMITS,
+                                 jobs=1, roots=[str(clone / ".venv")])
+    finally:
+        subprocess.run(["rm", "-rf", str(folder), str(clone)], check=False)
+    _assert_nothing_crossed({r[0]: r[3]["stable_softmax"] for r in rows}, clone)

@@ -1354,16 +1354,22 @@ os.setresgid(65534, 65534, 65534)
 os.setresuid(65534, 65534, 65534)
 os.environ["HOME"] = os.environ["TMPDIR"] = "/tmp"
 from txlearn.course import grading
-subs = grading.grade(json.loads(sys.argv[1]), jobs=2, limits=json.loads(sys.argv[2]))
+from txlearn.course.grading import sandbox
+jobs, roots = json.loads(sys.argv[3])
+if roots:   # a Python installed under /tmp, as a clone there has it
+    exe, have, path, masks = sandbox.python_layout()
+    sandbox.python_layout = lambda: (exe, have + tuple(roots), path, masks)
+subs = grading.grade(json.loads(sys.argv[1]), jobs=jobs, limits=json.loads(sys.argv[2]))
 print("RESULT " + json.dumps([[s.student, s.points, s.error,
                                {r.exercise: r.feedback for r in s.results}] for s in subs]))
 '''
 
 
-def _as_ordinary_user(paths, limits):
+def _as_ordinary_user(paths, limits, jobs=2, roots=()):
     """Grade ``paths`` as uid 65534 (nobody), the grader itself unprivileged: in a mount
     namespace (bubblewrap, as root) where folders the interpreter needs but nobody may enter
-    (``/root`` holding pyenv's Python) are replaced by a tmpfs holding just those binds."""
+    (``/root`` holding pyenv's Python) are replaced by a tmpfs holding just those binds.
+    ``roots``: folders added to the Python installation's (a venv under /tmp)."""
     ok, bwrap = sandbox.available()
     assert ok, bwrap
     needed = sorted({os.path.realpath(p) for p in (*sandbox.python_layout()[1], ROOT,
@@ -1385,7 +1391,7 @@ def _as_ordinary_user(paths, limits):
                             str(made) == n or str(made).startswith(n + "/") for n in needed):
                         argv += ["--chmod", "0755", str(made)]
     argv += ["--", sys.executable, "-c", _AS_USER, json.dumps([str(p) for p in paths]),
-             json.dumps(limits)]
+             json.dumps(limits), json.dumps([jobs, list(roots)])]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     assert line, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])

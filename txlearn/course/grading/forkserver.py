@@ -39,12 +39,10 @@ the filter. ``BOOTSTRAP`` is the whole command line, as the runner's is.
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
 import socket
-import stat
 
 __all__ = ["BOOTSTRAP", "serve", "MAX_REQUEST_BYTES"]
 
@@ -90,99 +88,20 @@ def _state() -> tuple:
             _scheduling())
 
 
-def _empty(folder: str, keep: frozenset = frozenset(), passes: frozenset = frozenset()) -> None:
-    """Remove what ``folder`` holds (making folders writable first: the learner may have closed
-    them), except the sandbox's own mount points in ``keep`` and the folders leading to them in
-    ``passes`` (a venv under /tmp is bound at its own path: /tmp/clone/.venv), which are emptied
-    of anything else and given back their mode 0755; errors are left for the check that
-    follows."""
-    def retry(function, path, _):
-        try:
-            os.chmod(os.path.dirname(path), 0o700)
-            function(path)
-        except OSError:
-            pass
-    try:
-        entries = list(os.scandir(folder))
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.path in keep:
-                continue
-            if entry.path in passes:
-                os.chmod(entry.path, 0o755)
-                _empty(entry.path, keep, passes)
-            elif entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, 0o700)
-                shutil.rmtree(entry.path, onerror=retry)
-            else:
-                os.unlink(entry.path)
-        except (OSError, RecursionError):
-            pass
+_CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
+_OPEN_TREE_CLONE, _AT_RECURSIVE, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, 4
+_OPEN_TREE, _MOVE_MOUNT = 428, 429   # the same numbers on x86-64 and aarch64
+_PR_SET_CHILD_SUBREAPER, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
+_CAP_SYS_ADMIN = 21
 
 
-def _left(folder: str, keep: frozenset, passes: frozenset) -> list[str]:
-    """What ``folder`` still holds besides ``keep`` and ``passes`` (and a folder of ``passes``
-    whose mode is no longer 0755)."""
-    out = []
-    for entry in os.scandir(folder):
-        if entry.path in keep:
-            continue
-        if entry.path in passes:
-            if stat.S_IMODE(os.stat(entry.path, follow_symlinks=False).st_mode) != 0o755:
-                out.append(f"{entry.path} (mode)")
-            out += _left(entry.path, keep, passes)
-        else:
-            out.append(entry.path)
-    return out
-
-
-def _clean(folders: list[str], uid: int | None, keep=()) -> str | None:
-    """Empty ``folders`` (as ``uid`` in a child of its own when given, then as the server),
-    sparing the sandbox's mount points ``keep`` below them; None when nothing else is left,
-    else what is."""
-    keep = frozenset(os.path.normpath(k) for k in keep)
-    passes = frozenset(str(p) for k in keep for p in _parents(k)
-                       if any(_below(str(p), f) for f in folders))
-    pid = os.fork()
-    if pid == 0:
-        try:
-            if uid is not None:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-            for folder in folders:
-                _empty(folder, keep, passes)
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
-    for folder in folders:
-        _empty(folder, keep, passes)
-    left = []
-    for folder in folders:
-        try:
-            names = _left(folder, keep, passes)
-            mode = os.stat(folder).st_mode
-        except OSError as err:
-            left.append(f"{folder}: {err.strerror}")
-            continue
-        if names:
-            left.append(f"{folder} holds {len(names)} entries")
-        try:     # a default ACL (the next runner's files made mode 000) or a user.* note
-            for attr in os.listxattr(folder):
-                os.removexattr(folder, attr)
-            if os.listxattr(folder):
-                left.append(f"{folder} keeps extended attributes")
-        except OSError as err:
-            if err.errno not in (errno.ENOTSUP, errno.EOPNOTSUPP):
-                left.append(f"{folder}'s extended attributes: {err.strerror}")
-        if stat.S_IMODE(mode) != 0o1777:
-            try:
-                os.chmod(folder, 0o1777)
-            except OSError:
-                left.append(f"{folder} has mode {oct(stat.S_IMODE(mode))}")
-    return "; ".join(left) or None
+def _check(libc, done: int, what: str) -> int:
+    import ctypes
+    if done < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return done
 
 
 def _below(path: str, folder: str) -> bool:
@@ -195,6 +114,55 @@ def _parents(path: str) -> list[str]:
         out.append(path)
         path = os.path.dirname(path)
     return out
+
+
+def _tops(keep) -> list[str]:
+    """The mount points of ``keep`` that no other one holds (a clone of each takes the rest)."""
+    keep = sorted({os.path.normpath(k) for k in keep})
+    return [k for k in keep if not any(_below(k, other) for other in keep)]
+
+
+def _isolate(libc, sizes: dict, keep) -> None:
+    """Give the calling process (the runner's parent, forked from the server) a mount namespace
+    of its own holding a new tmpfs at each writable folder of ``sizes`` (``{folder: (bytes,
+    inodes)}``), with the sandbox's mount points ``keep`` below them (a venv under /tmp) put
+    back, read-only as they were, in new folders of mode 0755; and a new pid namespace for its
+    next child. Nothing the runner writes, sets or counts there (entries, inode numbers, access
+    times, extended attributes, pids) exists once it is dead, so the next runner starts from
+    what the first one found."""
+    _check(libc, libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID), "unshare")
+    _check(libc, libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "private mounts")
+    clones = [(top, _check(libc, libc.syscall(_OPEN_TREE, -100, top.encode(),
+                                              _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC),
+                           f"open_tree {top}"))
+              for top in _tops(keep) if any(_below(top, f) for f in sizes)]
+    for folder, (size, inodes) in sizes.items():
+        options = f"size={size},nr_inodes={inodes},mode=1777".encode()
+        _check(libc, libc.mount(b"tmpfs", folder.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                                options), f"tmpfs {folder}")
+    for top, fd in clones:
+        for parent in reversed(_parents(top)):
+            if any(_below(parent, f) for f in sizes) and not os.path.isdir(parent):
+                os.mkdir(parent)
+                os.chmod(parent, 0o755)
+        os.mkdir(top)
+        _check(libc, libc.syscall(_MOVE_MOUNT, fd, b"", -100, top.encode(),
+                                  _MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {top}")
+        os.close(fd)
+
+
+def _drop_sys_admin(libc) -> None:
+    """Remove CAP_SYS_ADMIN (the server's, for :func:`_isolate`) from the calling process's
+    effective, permitted and inheritable sets, and clear its ambient set."""
+    import ctypes
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)           # _LINUX_CAPABILITY_VERSION_3
+    data = (ctypes.c_uint32 * 6)()                          # 2 x (effective, permitted, inh.)
+    _check(libc, libc.capget(header, data), "capget")
+    for i in range(3):
+        data[i] &= ~(1 << _CAP_SYS_ADMIN)
+    _check(libc, libc.capset(header, data), "capset")
+    libc.prctl(_PR_CAP_AMBIENT, ctypes.c_ulong(_PR_CAP_AMBIENT_CLEAR_ALL), ctypes.c_ulong(0),
+               ctypes.c_ulong(0), ctypes.c_ulong(0))
 
 
 def _install_filter(libc, program: bytes) -> None:
@@ -214,9 +182,10 @@ def _install_filter(libc, program: bytes) -> None:
 
 def _child(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
            home: str) -> None:
-    """The forked runner (never returns)."""
+    """The forked runner, pid 1 of its own pid namespace (never returns)."""
     try:
         ctl.close()
+        _drop_sys_admin(libc)
         req_r, rep_w, out_w, *file_fds = fds
         for name, fd in zip(request["files"], file_fds):
             if os.path.basename(name) != name or name in ("", ".", ".."):
@@ -252,17 +221,57 @@ def _child(request: dict, fds: list[int], ctl: socket.socket, libc, program: byt
         os._exit(70)
 
 
+def _runner_parent(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
+                   config: dict, said: int) -> None:
+    """The runner's parent (never returns): makes the runner's namespaces (:func:`_isolate`),
+    forks the runner into them, writes its pid (as the server sees it) or what failed on
+    ``said``, and exits; the runner, orphaned, is the server's child then (the server is a
+    subreaper)."""
+    try:
+        sizes = {folder: tuple(size) for folder, size in config["sizes"].items()}
+        _isolate(libc, sizes, config.get("keep", ()))
+        pid = os.fork()
+        if pid == 0:
+            os.close(said)
+            _child(request, fds, ctl, libc, program, config["folders"][0])
+        os.write(said, str(pid).encode())
+    except BaseException as err:  # noqa: BLE001 - said to the server, which stops
+        try:
+            os.write(said, f"{type(err).__name__}: {err}".encode()[:500])
+        except OSError:
+            pass
+    finally:
+        os._exit(0)
+
+
+def _fork_runner(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
+                 config: dict) -> int | str:
+    """Fork the runner of ``request`` through its parent (:func:`_runner_parent`): its pid, or
+    why it could not be started."""
+    said_r, said_w = os.pipe()
+    parent = os.fork()
+    if parent == 0:
+        os.close(said_r)
+        _runner_parent(request, fds, ctl, libc, program, config, said_w)
+    os.close(said_w)
+    os.waitpid(parent, 0)
+    with os.fdopen(said_r, "rb") as said:
+        text = said.read(600).decode("utf-8", "replace")
+    return int(text) if text.isdigit() else (text or "its parent died")
+
+
 def serve(config: dict) -> None:
     """The server's entry point (``BOOTSTRAP``); ``config``: ``control_fd``, ``preload``
     (modules), ``seccomp`` (the filter, hex), ``folders`` (the writable folders, the home
-    first), ``keep`` (the sandbox's mount points below them, spared by the cleaning)."""
+    first), ``sizes`` (``{folder: [bytes, inodes]}``, each runner's new tmpfs there), ``keep``
+    (the sandbox's mount points below them, put back in each runner's)."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
-               ctypes.c_ulong(0))
+    for option, value in ((_PR_SET_DUMPABLE, 0), (_PR_SET_CHILD_SUBREAPER, 1)):
+        libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                   ctypes.c_ulong(0))
     ctl = socket.socket(fileno=int(config["control_fd"]))
     program = bytes.fromhex(config["seccomp"])
-    folders = list(config["folders"])
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -280,22 +289,20 @@ def serve(config: dict) -> None:
         if not data:
             break            # the grader closed its end
         request = json.loads(data)
-        pid = os.fork()
-        if pid == 0:
-            _child(request, fds, ctl, libc, program, folders[0])
+        pid = _fork_runner(request, fds, ctl, libc, program, config)
         for fd in fds:
             os.close(fd)
+        if isinstance(pid, str):
+            _send(ctl, {"dirty": f"the runner's namespaces could not be made ({pid})"})
+            break
         pidfd = os.pidfd_open(pid)
         _send(ctl, {"pid": pid}, [pidfd])
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
         _send(ctl, {"exit": status})
-        problem = _clean(folders, request["config"].get("uid"), config.get("keep", ()))
-        if problem is None and _state() != baseline:
-            problem = ("the server's priority, scheduling, I/O priority, CPU affinity or "
-                       "limits were changed")
-        if problem is not None:
-            _send(ctl, {"dirty": problem})
+        if _state() != baseline:
+            _send(ctl, {"dirty": "the server's priority, scheduling, I/O priority, CPU "
+                                 "affinity or limits were changed"})
             break
         _send(ctl, {"ready": True})
     os._exit(0)

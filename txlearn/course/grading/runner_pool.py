@@ -73,14 +73,15 @@ def preload(cs) -> tuple[str, ...]:
     return tuple(out)
 
 
-_TWO_PATHS = ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind", "--symlink",
-              "--file")
-_ONE_PATH = ("--tmpfs", "--dir", "--proc", "--dev", "--mqueue")
+_TWO_PATHS = ("--bind", "--bind-try", "--ro-bind", "--ro-bind-try", "--dev-bind")
+_ONE_PATH = ("--tmpfs", "--proc", "--dev", "--mqueue")
+_SKIP = {"--symlink": 3, "--file": 3, "--dir": 2}
 
 
 def mount_points(argv: list[str], folders: list[str]) -> list[str]:
-    """The places a bubblewrap command line makes below the writable ``folders`` (the binds of
-    a Python installed under /tmp, say): the fork server's cleaning must leave them."""
+    """The mount points a bubblewrap command line makes below the writable ``folders`` (the
+    binds of a Python installed under /tmp, say): the fork server puts them back in each
+    runner's new folders."""
     out, i = set(), 0
     while i < len(argv) and argv[i] != "--":
         arg = argv[i]
@@ -88,6 +89,9 @@ def mount_points(argv: list[str], folders: list[str]) -> list[str]:
             dest, i = argv[i + 2], i + 3
         elif arg in _ONE_PATH:
             dest, i = argv[i + 1], i + 2
+        elif arg in _SKIP:
+            i += _SKIP[arg]
+            continue
         else:
             i += 1
             continue
@@ -110,10 +114,12 @@ class ForkServer:
         cpuinfo = sandbox._cpuinfo_fd()
         config = {"sys_path": [sandbox.VIEW] + list(sys_path), "control_fd": theirs.fileno(),
                   "preload": list(preloaded), "seccomp": program().hex(),
-                  "folders": list(sandbox.writable_mb(limits))}
+                  "folders": list(sandbox.writable_mb(limits)),
+                  "sizes": {folder: [mb << 20, sandbox.WRITABLE_INODES]
+                            for folder, mb in sandbox.writable_mb(limits).items()}}
         options = dict(view_dir=view_dir, files=[], limits=limits, packages=packages,
                        view_files=view, seccomp_fd=None, hide=tuple(hide) + (view_dir,),
-                       cpuinfo_fd=cpuinfo)
+                       cpuinfo_fd=cpuinfo, caps=("CAP_SYS_ADMIN",))
         bwrap = sandbox.available()[1]
         config["keep"] = mount_points(sandbox.bwrap_argv(bwrap, tail=[], **options),
                                       config["folders"])

@@ -21,6 +21,13 @@ address-space limit counts (issue 25):
 - no ``io_uring`` (``io_uring_setup``, ``_enter``, ``_register``: EPERM): its operations are
   the system calls above made by the kernel for the process, past this filter
   (``IORING_OP_SOCKET`` made the socket that ``socket`` may not);
+- no extended attribute or ACL (``setxattr``, ``lsetxattr``, ``fsetxattr``, ``setxattrat``
+  fail with ENOTSUP, as on a file system without them): tmpfs keeps them in kernel memory that
+  its ``size`` does not count (65,000-byte ``user.*`` notes on empty files held 9.1 GB under a
+  4 GB limit);
+- no watch of the files it sees (``inotify_init``, ``inotify_init1``, ``inotify_add_watch``,
+  ``fanotify_init``, ``fanotify_mark``: EPERM): on the read-only binds a watch shows the
+  grader's and the other runners' file activity, and each one is kernel memory;
 - no namespace or mount of its own: ``unshare``, ``setns``, ``mount``, ``umount2``,
   ``pivot_root``, ``chroot`` and the new mount API (``fsopen`` ... ``mount_setattr``) fail (an
   unprivileged user namespace would let the code mount a tmpfs of unbounded size);
@@ -61,7 +68,9 @@ ARCHES = {
         "mount_setattr": 442, "msgget": 68, "semget": 64, "mq_open": 240, "add_key": 248,
         "request_key": 249, "keyctl": 250, "ptrace": 101, "process_vm_readv": 310,
         "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
-        "io_uring_register": 427}),
+        "io_uring_register": 427, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
+        "setxattrat": 463, "inotify_init": 253, "inotify_add_watch": 254,
+        "inotify_init1": 294, "fanotify_init": 300, "fanotify_mark": 301}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -69,10 +78,15 @@ ARCHES = {
         "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
         "msgget": 186, "semget": 190, "mq_open": 180, "add_key": 217, "request_key": 218,
         "keyctl": 219, "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271,
-        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427}),
+        "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+        "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "setxattrat": 463,
+        "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
+        "fanotify_mark": 263}),
 }
 # what each refused call returns
-BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS}
+BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
+           **{name: errno.ENOTSUP for name in ("setxattr", "lsetxattr", "fsetxattr",
+                                               "setxattrat")}}
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
