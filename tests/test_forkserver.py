@@ -300,50 +300,70 @@ _NOTHING_ACL = "b'\\x02\\x00\\x00\\x00' + b''.join(bytes([t, 0, 0, 0]) + b'\\xff
 
 WRITE = '''
 import json, os, threading
-_W = {{}}
+_W = {{"set": [], "fill": []}}    # per folder: [files made, utime, user.* note, default ACL]
 for _ in range(200):      # each thread takes a pid: the next one's pids told 7-8 bits
     _t = threading.Thread(target=lambda: None)
     _t.start()
     _t.join()
 for _folder in {folders!r}:
-    _W[_folder] = {{"files": 0}}
+    _made = 0
     for _i in range(64):  # each file takes an inode number of the folder's file system
         try:
             open(_folder + "/n", "w").close()
             os.unlink(_folder + "/n")
-            _W[_folder]["files"] += 1
+            _made += 1
         except OSError:
             pass
-    for _what, _act in (("utime", lambda: os.utime(_folder, (4102444800, 4102444800))),
-                        ("note", lambda: os.setxattr(_folder, "user.note", b"7.25,-3.5,11.0")),
-                        ("acl", lambda: os.setxattr(_folder, "system.posix_acl_default",
-                                                    {acl}))):
+    _W["set"].append([_made])
+    for _act in (lambda: os.utime(_folder, (4102444800, 4102444800)),
+                 lambda: os.setxattr(_folder, "user.note", b"7.25,-3.5,11.0"),
+                 lambda: os.setxattr(_folder, "system.posix_acl_default", {acl})):
         try:
             _act()
-            _W[_folder][_what] = "done"
+            _W["set"][-1].append(0)
         except OSError as _err:
-            _W[_folder][_what] = _err.errno
+            _W["set"][-1].append(_err.errno)
+_libc = __import__("ctypes").CDLL(None, use_errno=True)
+for _folder in {folders!r}[:3]:   # kernel memory: inodes until refused, attributes on a file
+    _n, _f = 0, open(_folder + "/x", "w")
+    try:
+        while _n < 100_000:
+            open(_folder + "/f%d" % _n, "w").close()
+            _n += 1
+        _W["fill"].append([_n, 0])
+    except OSError as _err:
+        _W["fill"].append([_n, _err.errno])
+    with _f:
+        for _set in (lambda: os.setxattr(_f.name, "user.a", b"x" * 65000),
+                     lambda: os.setxattr(_f.name, "user.a", b"x" * 65000, follow_symlinks=False),
+                     lambda: os.setxattr(_f.fileno(), "user.a", b"x" * 65000)):
+            try:
+                _set()
+                _W["fill"][-1].append(0)
+            except OSError as _err:
+                _W["fill"][-1].append(_err.errno)
+_W["inotify"] = [_libc.inotify_init1(0), __import__("ctypes").get_errno()]
 def softmax(x, axis=-1):
     raise ValueError("WROTE " + json.dumps(_W))
 '''
 
 READ = '''
 import json, os, threading, time
-_R = {{"pid": os.getpid()}}
+_R = [os.getpid()]        # then a thread's pid; per folder [future time, attributes, inodes]
 _t = threading.Thread(target=lambda: None)
 _t.start()
-_R["tid"] = _t.native_id
+_R.append(_t.native_id)
 _t.join()
 for _folder in {folders!r}:
     _st = os.stat(_folder)
-    _R[_folder] = {{"future": max(_st.st_atime, _st.st_mtime) > time.time() + 60,
-                    "xattrs": sorted(os.listxattr(_folder)), "ino": _st.st_ino}}
+    _R.append([max(_st.st_atime, _st.st_mtime) > time.time() + 60, os.listxattr(_folder),
+               _st.st_ino])
     try:
         open(_folder + "/probe", "w").close()
-        _R[_folder]["next_ino"] = os.stat(_folder + "/probe").st_ino
+        _R[-1].append(os.stat(_folder + "/probe").st_ino)
         os.unlink(_folder + "/probe")
     except OSError as _err:
-        _R[_folder]["next_ino"] = _err.errno
+        _R[-1].append(_err.errno)
 def softmax(x, axis=-1):
     raise ValueError("READ " + json.dumps(_R))
 '''
@@ -365,20 +385,19 @@ def _writer_between_readers(folder, clone):
 
 
 def _assert_nothing_crossed(feedback, clone):
-    """The writer wrote (threads, files) and could set no attribute; both readers saw the same
-    pids, inode numbers, times and attributes, none of them the writer's."""
+    """The writer wrote (threads, files); both readers saw the same pids, inode numbers, times
+    and attributes, none of them the writer's; and the writer could set no attribute."""
     wrote = json.loads(feedback["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
     first, second = (json.loads(feedback[r].split("READ ", 1)[1].splitlines()[0])
                      for r in ("a_reader", "c_reader"))
-    for folder in (sandbox.HOME, "/tmp", "/dev/shm"):
-        assert wrote[folder]["files"] == 64, wrote
+    assert [made for made, *_ in wrote["set"]][:3] == [64, 64, 64], wrote
     assert first == second, (first, second)
-    assert first["pid"] == 1, first      # pid 1 of a pid namespace of its own
-    for folder in (sandbox.HOME, "/tmp", "/dev/shm", str(clone)):
-        assert not first[folder]["future"] and first[folder]["xattrs"] == [], first
+    assert first[0] == 1, first          # pid 1 of a pid namespace of its own
+    for future, attributes, *_ in first[2:]:   # home, /tmp, /dev/shm, the folder to the venv
+        assert not future and attributes == [], first
     enotsup = 95
-    for folder in wrote:
-        assert wrote[folder]["note"] == wrote[folder]["acl"] == enotsup, wrote
+    for _, _, note, acl in wrote["set"]:
+        assert note == acl == enotsup, wrote
 
 
 def _venv_under_tmp():
@@ -388,34 +407,57 @@ def _venv_under_tmp():
     return clone
 
 
-def test_what_one_runner_writes_in_the_kernels_counters_no_later_runner_reads(tmp_path,
-                                                                               monkeypatch):
+@pytest.fixture(scope="module", params=["root", "an ordinary user"])
+def counters(request, tmp_path_factory):
+    """The feedback of a reader, a writer and a reader graded by one fork server (a venv under
+    /tmp, so that folders lead to it), as root and as an ordinary user; and the folder leading
+    to that venv."""
+    folder = Path(tempfile.mkdtemp(prefix="txlearn-counters-", dir="/tmp"))
+    clone = _venv_under_tmp()
+    try:
+        paths = _writer_between_readers(folder, clone)
+        if request.param == "root":
+            exe, roots, path, masks = sandbox.python_layout()
+            mp = pytest.MonkeyPatch()
+            mp.setattr(sandbox, "python_layout",
+                       lambda: (exe, roots + (str(clone / ".venv"),), path, masks))
+            try:
+                graded = _grade_counting(paths)
+            finally:
+                mp.undo()
+            assert len(graded["started"]) == 1 and len(graded["spawned"]) == 3, graded
+            feedback = {s: r["stable_softmax"].feedback for s, r in graded["by"].items()}
+        else:
+            from tests.test_grading_attacks import _as_ordinary_user
+            rows = _as_ordinary_user(paths, LIMITS, jobs=1, roots=[str(clone / ".venv")])
+            feedback = {r[0]: r[3]["stable_softmax"] for r in rows}
+    finally:
+        subprocess.run(["rm", "-rf", str(folder), str(clone)], check=False)
+    return feedback, clone
+
+
+def test_what_one_runner_writes_in_the_kernels_counters_no_later_runner_reads(counters):
     # the runners of one server shared a pid namespace and the same home, /tmp and /dev/shm:
     # threads started until the next pid was the one wanted, files made until each folder's
     # next inode number was, handed 15 + 3 x 16 bits of a hidden input to the next student
     # graded (and as an ordinary user: access times, user.* notes and default ACLs on the
     # folders leading to a venv under /tmp). Each runner now has a pid namespace and tmpfs
     # folders of its own: a reader before the writer and one after it see the same.
-    clone = _venv_under_tmp()
-    try:
-        exe, roots, path, masks = sandbox.python_layout()
-        monkeypatch.setattr(sandbox, "python_layout",
-                            lambda: (exe, roots + (str(clone / ".venv"),), path, masks))
-        graded = _grade_counting(_writer_between_readers(tmp_path, clone))
-    finally:
-        shutil.rmtree(clone, ignore_errors=True)
-    assert len(graded["started"]) == 1 and len(graded["spawned"]) == 3, graded["started"]
-    _assert_nothing_crossed({s: r["stable_softmax"].feedback for s, r in graded["by"].items()},
-                            clone)
+    _assert_nothing_crossed(*counters)
 
 
-def test_what_one_runner_writes_in_the_kernels_counters_no_later_runner_reads_as_a_user():
-    from tests.test_grading_attacks import _as_ordinary_user
-    folder = Path(tempfile.mkdtemp(prefix="txlearn-as-user-", dir="/tmp"))
-    clone = _venv_under_tmp()
-    try:
-        rows = _as_ordinary_user(_writer_between_readers(folder, clone), LIMITS,
-                                 jobs=1, roots=[str(clone / ".venv")])
-    finally:
-        subprocess.run(["rm", "-rf", str(folder), str(clone)], check=False)
-    _assert_nothing_crossed({r[0]: r[3]["stable_softmax"] for r in rows}, clone)
+def test_a_runners_kernel_memory_is_bounded(counters):
+    # the tmpfs folders were sized in data blocks only: 65,000-byte user.* attributes on empty
+    # files held 9.1 GB of the host's slab under a 4096 MB limit, a million empty folders 1 GB.
+    # Now each folder holds at most WRITABLE_INODES inodes (about 1.4 KiB of slab each with a
+    # 250-character name, measured: at most 3 x 4096 x 1.4 KiB = 17 MiB a runner) and no
+    # attribute can be set; nor can a file be watched (inotify: kernel memory, and the
+    # grader's file activity on the read-only binds)
+    wrote = json.loads(counters[0]["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
+    enospc, enotsup, eperm = 28, 95, 1
+    assert len(wrote["fill"]) == 3, wrote      # home, /tmp, /dev/shm
+    for made, err, *setxattr in wrote["fill"]:
+        assert err == enospc and sandbox.WRITABLE_INODES - 8 < made < sandbox.WRITABLE_INODES, \
+            wrote["fill"]
+        assert setxattr == [enotsup] * 3, wrote["fill"]      # setxattr, lsetxattr, fsetxattr
+    assert wrote["inotify"] == [-1, eperm], wrote["inotify"]

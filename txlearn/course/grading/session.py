@@ -71,7 +71,8 @@ def over_budget(err: dict, limits: dict) -> dict:
     elif kind in ("OSError", "IOError") and ("No space left on device" in message
                                              or "File too large" in message):
         text = (f"your code's files outgrew their space (each at most {limits.get('file_mb')} "
-                f"MB; all of them count against the {memory} MB memory limit)")
+                f"MB, at most {sandbox.WRITABLE_INODES} files and folders in each writable folder; all "
+                f"of them count against the {memory} MB memory limit)")
     else:
         return err
     return dict(err, message=text)
