@@ -11,27 +11,39 @@ view, packages and sized writable folders a runner gets) whose command is this s
    sandbox's environment), so that a fork copies one thread;
 2. for each request on its control socket (an ``AF_UNIX`` ``SOCK_SEQPACKET`` pair; the request
    carries the runner's configuration, and as passed descriptors its two protocol pipes, its
-   output pipe and the sibling notebooks to copy into its home), forks a child that
-   - copies the sibling notebooks into the (empty) home, read-only to the job's uid,
+   output pipe and the sibling notebooks to copy into its home), forks the runner's parent,
+   which
+   - makes a mount namespace and a pid namespace of its own (``unshare``, with the
+     CAP_SYS_ADMIN the server's sandbox keeps for this alone), mounts a new tmpfs at the home,
+     ``/tmp`` and ``/dev/shm`` (sized in bytes as before, and in inodes: ``nr_inodes``) and puts
+     the sandbox's mount points below them back (a venv under /tmp: a recursive clone of its
+     bind, read-only as it was, in new folders of mode 0755),
+   - forks the runner, pid 1 of the new pid namespace, writes its pid to the server and exits
+     (the server, a subreaper, is the runner's parent from then on);
+3. the runner
+   - drops CAP_SYS_ADMIN, copies the sibling notebooks into its (new, empty) home, read-only to
+     the job's uid,
    - puts its output pipe on fd 1 and 2 and its protocol pipes on fd 3 and 4, and closes every
      other descriptor (the control socket included),
    - installs the seccomp filter (:mod:`~.seccomp`; one process, no namespace, no IPC, no
-     keyring, no ptrace), which the server itself runs without, since it has to fork,
+     keyring, no ptrace, no extended attribute, no inotify), which the server itself runs
+     without, since it has to fork,
    - runs :func:`txlearn.course.grading.runner.main`, which applies the limits, drops to the
      job's uid when the grader is root, and serves the grader;
-3. sends the child's ``pidfd`` back (the grader kills the child through it), waits for the child,
-   sends its exit status, and empties the home, ``/tmp`` and ``/dev/shm`` (first as the job's
-   uid, then as itself) before it says it is ready again.
+4. the server sends the runner's ``pidfd`` (the grader kills it through it), waits for it,
+   sends its exit status, and says it is ready again.
 
 What the next submission could find of the previous one is therefore what survives in the
-sandbox after its only process died: nothing in the writable folders (emptied, and checked
-empty, of mode 1777 and without extended attributes: a default ACL or a note in ``user.*`` on
-the folder itself, which an ordinary user's runner owns, would reach the next; otherwise
-the server says ``dirty`` and the grader replaces it), no process (the filter forbids fork), no
-System V or POSIX IPC object and no key (forbidden too), and the server's own state (priority,
-scheduling policy, I/O priority, CPU affinity, resource limits: compared with what they were at
-start; changed, the server refuses to go on). The server is never ptraced (it is not dumpable,
-and ptrace is forbidden).
+sandbox after its only process died, and its namespaces with it: nothing in the writable
+folders, which were its own file systems (their entries, inode numbers, access times and
+attributes went with them; the server's own folders beneath them were never the runner's to
+reach), no pid counter (its pids were those of its own namespace: a runner is always pid 1 and
+its first thread pid 2), no process (the filter forbids fork), no System V or POSIX IPC object
+and no key (forbidden too), and the server's own state (priority, scheduling policy, I/O
+priority, CPU affinity, resource limits: compared with what they were at start; changed, the
+server says ``dirty`` and the grader replaces it; a runner cannot name its server anyway: its
+parent is outside its pid namespace). The server is never ptraced (it is not dumpable, and
+ptrace is forbidden).
 
 Only trusted code runs here before the fork; the learner's code runs only in the child, after
 the filter. ``BOOTSTRAP`` is the whole command line, as the runner's is.
@@ -44,12 +56,13 @@ import os
 import shutil
 import socket
 
-__all__ = ["BOOTSTRAP", "serve", "MAX_REQUEST_BYTES"]
+__all__ = ["BOOTSTRAP", "serve", "MAX_REQUEST_BYTES", "WRITABLE_INODES"]
 
 BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:] = c['sys_path']; "
              "from txlearn.course.grading.forkserver import serve; serve(c)")
 
 MAX_REQUEST_BYTES = 1 << 20
+WRITABLE_INODES = 4096   # the files and folders each of a runner's writable folders may hold
 _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 4, 38, 22, 2
 _FIRST_FREE_FD = 5   # 0-2: stdin, output; 3, 4: the protocol pipes
 

@@ -9,7 +9,7 @@ runner's (:func:`~.sandbox.bwrap_argv`: the set's file view and packages, the si
 a :class:`~.session.Session` uses as it uses a :class:`~.sandbox.Process` (the protocol channel,
 the capped output, ``kill`` and ``why_dead``). Concurrent submissions never share a server (one
 per worker thread), and one server's submissions follow each other: the next is forked only
-after the last one's process is dead and the writable folders are empty again
+after the last one's process is dead, into a pid namespace and writable folders of its own
 (:mod:`~.forkserver` says what else is checked).
 
 Used when the sandbox is bubblewrap, the seccomp filter exists for this machine (a forked runner
@@ -30,7 +30,7 @@ import time
 from functools import lru_cache
 
 from txlearn.course.grading import sandbox
-from txlearn.course.grading.forkserver import BOOTSTRAP
+from txlearn.course.grading.forkserver import BOOTSTRAP, WRITABLE_INODES
 from txlearn.course.grading.protocol import MAX_REPLY_JSON_BYTES, Channel
 
 __all__ = ["Pool", "ForkServer", "Forked", "ServerGone", "supported", "preload", "mount_points",
@@ -115,7 +115,7 @@ class ForkServer:
         config = {"sys_path": [sandbox.VIEW] + list(sys_path), "control_fd": theirs.fileno(),
                   "preload": list(preloaded), "seccomp": program().hex(),
                   "folders": list(sandbox.writable_mb(limits)),
-                  "sizes": {folder: [mb << 20, sandbox.WRITABLE_INODES]
+                  "sizes": {folder: [mb << 20, WRITABLE_INODES]
                             for folder, mb in sandbox.writable_mb(limits).items()}}
         options = dict(view_dir=view_dir, files=[], limits=limits, packages=packages,
                        view_files=view, seccomp_fd=None, hide=tuple(hide) + (view_dir,),

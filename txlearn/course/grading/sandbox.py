@@ -58,13 +58,12 @@ from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
            "exit_meaning", "kill_group", "close_channel", "runner_config", "UidLease", "NO_SANDBOX_RISKS", "VIEW",
-           "HOME", "FIRST_UID", "WRITABLE_INODES"]
+           "HOME", "FIRST_UID"]
 
 VIEW = "/opt/txlearn-view"     # the synthetic txlearn inside the sandbox
 HOME = "/home/learner"         # the runner's private working folder inside the sandbox
 FIRST_UID = 61000              # the uids leased to jobs when the grader is root
 LAST_UID = 61999
-WRITABLE_INODES = 4096         # files and folders each writable folder may hold (a forked runner)
 
 NO_SANDBOX_RISKS = (
     "--no-sandbox: each submission's code runs as you ({user}), in a separate process with a "
@@ -165,8 +164,7 @@ def sensitive_paths(extra=()) -> list[str]:
 def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limits: dict,
                tail: list[str], packages: tuple[str, ...] | None = None,
                view_files: list[tuple[str, int]] | None = None, seccomp_fd: int | None = None,
-               hide: tuple[str, ...] = (), cpuinfo_fd: int | None = None,
-               caps: tuple[str, ...] = ()) -> list[str]:
+               hide: tuple[str, ...] = (), cpuinfo_fd: int | None = None, caps=()) -> list[str]:
     """The bubblewrap command line that runs ``tail`` (the runner's command) in the sandbox.
 
     ``files``: ``(name, fd)`` of files to copy into the private working folder (the sibling
@@ -177,10 +175,9 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
     :data:`VIEW` (so that no host path of the view shows); without them ``view_dir`` is bound
     there. ``seccomp_fd``: a file holding :func:`txlearn.course.grading.seccomp.program`;
     ``cpuinfo_fd``: a copy of the host's ``/proc/cpuinfo`` (the one file of ``/proc`` shown).
-    ``hide``: more folders to mask (:func:`sensitive_paths`). ``caps``: capabilities the
-    command keeps (the fork server's CAP_SYS_ADMIN, which makes each runner's namespaces and
-    which the runner drops). No ``/proc`` is mounted (its mountinfo and pid 1's command line
-    would show host paths and this command line).
+    ``hide``: more folders to mask (:func:`sensitive_paths`); ``caps``: capabilities kept (the
+    fork server's CAP_SYS_ADMIN). No ``/proc`` is mounted (its mountinfo and pid 1's command
+    line would show host paths and this command line).
     """
     python, roots, _, masks = python_layout()
     argv = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
@@ -189,8 +186,7 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
         argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         argv += ["--unshare-user", "--disable-userns"]
-    for cap in caps:
-        argv += ["--cap-add", cap]
+    argv += [a for cap in caps for a in ("--cap-add", cap)]
     argv += ["--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         host = f"/{name}"

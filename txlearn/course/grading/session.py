@@ -17,6 +17,7 @@ import time
 from txlearn.checks import (LearnerChangedInput, LearnerError, LearnerObject, LearnerTimeout,
                             clean)
 from txlearn.course.grading import installation, protocol, sandbox
+from txlearn.course.grading.forkserver import WRITABLE_INODES
 from txlearn.course.grading.sets import CourseSet
 from txlearn.course.grading.submission import Cell
 from txlearn.course.grading.view import all_txlearn_modules
@@ -71,7 +72,7 @@ def over_budget(err: dict, limits: dict) -> dict:
     elif kind in ("OSError", "IOError") and ("No space left on device" in message
                                              or "File too large" in message):
         text = (f"your code's files outgrew their space (each at most {limits.get('file_mb')} "
-                f"MB, at most {sandbox.WRITABLE_INODES} files and folders in each writable folder; all "
+                f"MB, at most {WRITABLE_INODES} files and folders in each writable folder; all "
                 f"of them count against the {memory} MB memory limit)")
     else:
         return err
