@@ -64,6 +64,21 @@ def test_identical_wrong_answers_rank_above_identical_right_ones_and_common_ones
     assert esc(DISCLAIMER) in html and "# exponentiate every logit" in html   # the originals
 
 
+def test_an_answer_too_deep_for_the_name_binder_still_gets_its_page():
+    # `_pad = 0+0+...+0` parses (the parser builds the sum in a loop) but is 500 to 2,000
+    # BinOp nodes deep: the name binder recursed past the interpreter's limit, outside the guard
+    # of parse and unparse, and `txlearn similarity` died with no page for the class
+    for n in (500, 2000):
+        assert normalise("_pad = " + "+".join(["0"] * n)).startswith("unparsed: _pad = 0 + 0")
+    deep = "_pad = " + "+".join(["0"] * 2000) + "\n" + WRONG
+    answers = {"a": (RIGHT, "PASS"), "b": (RIGHT_RARE, "PASS"), "c": (RIGHT_RARE, "PASS"),
+               "d": (RIGHT, "PASS"), "deep1": (deep, "FAIL"), "deep2": (deep, "FAIL")}
+    pairs = similar_pairs(_class(answers))
+    assert [p["students"] for p in pairs] == [("deep1", "deep2"), ("a", "d"), ("b", "c")]
+    html = similarity_page(pairs, policy="latest", generated="now", source="class.db")
+    assert "_pad = 0+0+0" in html
+
+
 def test_stubs_are_never_paired():
     stub = "def softmax(x, axis=-1):\n    raise NotImplementedError\n"
     rows = _class({f"s{i}": (stub, "FAIL") for i in range(4)} | {"a": (WRONG, "FAIL")})
