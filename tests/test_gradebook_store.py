@@ -297,3 +297,62 @@ def test_a_gradebook_another_run_makes_between_two_reads_of_its_header(tmp_path,
     again = open_gradebook(path)
     assert again.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     again.close()
+
+
+def _graded(path: Path, student: str, points: int):
+    from txlearn.course.grading.reports import Result, Submission
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+    return Submission(path=path, student=student, set_name="01_softmax", mode="plain",
+                      results=[Result(student, path.name, "stable_softmax", "PASS" if points
+                                      else "FAIL", points, 1)],
+                      graded_at=f"2026-10-02T10:00:0{points}Z")
+
+
+def test_one_student_recorded_from_two_folders_or_machines_is_a_warning(tmp_path):
+    # a later run of late/alice/ (not alice's folder), or a merged gradebook of another
+    # machine with its own alice, replaced alice's score under policy latest without a word
+    from txlearn.course.gradebook import Course, Recorder, class_report
+    from txlearn.course.gradebook.report import report_page
+    from txlearn.course.gradebook.store import identity_clashes
+    with open_gradebook(tmp_path / "class.db") as gb:
+        for folder, points in (("submissions", 1), ("late", 0)):
+            recorder = Recorder(gb, Course())
+            recorder(_graded(tmp_path / folder / "alice" / "01_softmax.ipynb", "alice", points))
+        assert recorder.warnings and "'alice', 01_softmax: recorded before from " \
+            f"{tmp_path / 'submissions' / 'alice'}" in recorder.warnings[0], recorder.warnings
+        rows = gb.notebooks()
+    assert len(identity_clashes(rows)) == 1 and "2 places" in identity_clashes(rows)[0]
+    data = class_report(rows)
+    assert data["identity_warnings"] == identity_clashes(rows)
+    assert "Warning: &#x27;alice&#x27;, 01_softmax: recorded from 2 places" in report_page(data)
+    other = tmp_path / "lab2.db"        # another machine's alice, merged in
+    with open_gradebook(other) as gb:
+        run = gb.start_run(command="t", started_at="2026-10-03T10:00:00Z", version="0")
+        gb.add_notebook(row(run, "bob", 9))
+        gb.add_notebook(row(run, "carol", 8))
+        gb.write(lambda cur: cur.execute("UPDATE runs SET machine = 'lab2'"))
+    merged, = merge_gradebooks(tmp_path / "lab1.db", [other])
+    assert merged.warnings == []                      # nothing of theirs clashes yet
+    with open_gradebook(tmp_path / "lab1.db") as gb:
+        run = gb.start_run(command="t", started_at="2026-10-03T10:00:00Z", version="0")
+        gb.add_notebook(row(run, "carol", 7))
+    merged, = merge_gradebooks(tmp_path / "class2.db", [tmp_path / "lab1.db"])
+    assert len(merged.warnings) == 1 and "'carol'" in merged.warnings[0], merged.warnings
+    assert " on lab2" in merged.warnings[0], merged.warnings
+
+
+def test_the_rosters_student_is_the_folder_beside_the_course_file(tmp_path):
+    from txlearn.course.gradebook import Course, Recorder
+    course = Course(path=tmp_path / "submissions" / "course.yaml",
+                    roster={"alice": {"email": "alice@uni.example"}})
+    with open_gradebook(tmp_path / "class.db") as gb:
+        recorder = Recorder(gb, course)
+        recorder(_graded(tmp_path / "submissions" / "alice" / "01_softmax.ipynb", "alice", 1))
+        recorder(_graded(tmp_path / "late" / "alice" / "01_softmax.ipynb", "alice", 0))
+        recorder(_graded(tmp_path / "late" / "bob" / "01_softmax.ipynb", "bob", 0))
+        students = [(r.student, r.points) for r in gb.notebooks()]
+    # bob has no roster entry: his folder's name stays his identity, wherever it is
+    assert sorted(students) == [("alice", 1), ("bob", 0), ("late/alice", 0)], students
+    assert len(recorder.warnings) == 1 and "recorded as student 'late/alice'" in \
+        recorder.warnings[0], recorder.warnings

@@ -210,6 +210,8 @@ def _cmd_grade(args) -> int:
                   file=sys.stderr)
         print(f"recorded {recorder.recorded} notebook(s) in the gradebook {args.gradebook}"
               + (f" (run {recorder.run[:8]})" if recorder.run else ""))
+        for warning in recorder.warnings:
+            print(f"txlearn: warning: {warning}", file=sys.stderr)
     unrecorded = recorder is not None and recorder.unrecordable
     return 1 if any(s.error for s in subs) or unmatched or unrecorded else 0
 

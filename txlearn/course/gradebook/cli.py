@@ -60,9 +60,13 @@ def _open(args):
     from txlearn.course.gradebook.course import load_course
     from txlearn.course.gradebook.store import open_gradebook
 
+    from txlearn.course.gradebook.store import identity_clashes
+
     with open_gradebook(Path(args.gradebook), readonly=True) as gb:
         rows = gb.notebooks()
         runs = gb.runs()
+    for warning in identity_clashes(rows):
+        print(f"txlearn: warning: {warning}", file=sys.stderr)
     course_file = getattr(args, "course", None)
     if not course_file:
         recorded = next((r["course_file"] for r in reversed(runs) if r["course_file"]), "")
@@ -167,6 +171,8 @@ def _cmd_merge(args) -> int:
         print(f"{m.source}: {m.runs} new run(s), {m.notebooks} new notebook(s) "
               f"({m.known_runs} run(s) and {m.known_notebooks} notebook(s) already in "
               f"{args.target})")
+        for warning in m.warnings:
+            print(f"txlearn: warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -6,16 +6,19 @@ UUIDs they were given when graded (:mod:`~txlearn.course.gradebook.store`), so m
 file twice, merging A into B and then B into A, or merging copies of copies adds each one once.
 Each source is merged in one transaction (all of its new rows or none); a source is opened
 read-only and checked like any gradebook (not a gradebook, corrupt, newer schema: an error naming
-it, and nothing merged from it).
+it, and nothing merged from it). A student and set the merge leaves recorded from two folders or
+machines (another machine's ``alice``) is a warning of :attr:`Merged.warnings`
+(:func:`~txlearn.course.gradebook.store.identity_clashes`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from txlearn.course.gradebook.store import (NOTEBOOK_COLUMNS, RESULT_COLUMNS, RUN_COLUMNS,
-                                            Gradebook, GradebookError, open_gradebook)
+                                            Gradebook, GradebookError, identity_clashes,
+                                            open_gradebook)
 
 __all__ = ["merge_gradebooks", "Merged"]
 
@@ -29,6 +32,7 @@ class Merged:
     notebooks: int = 0
     known_runs: int = 0
     known_notebooks: int = 0
+    warnings: list = field(default_factory=list)    # identities in doubt after the merge
 
 
 def _merge_one(target: Gradebook, source: Gradebook) -> Merged:
@@ -74,6 +78,10 @@ def _merge_one(target: Gradebook, source: Gradebook) -> Merged:
             cur.executemany("INSERT INTO answers (notebook_id, exercise, source) VALUES (?, ?, ?)",
                             [(new_id, *a) for a in answers_of.get(old_id, [])])
     target.write(statements)
+    column = NOTEBOOK_COLUMNS.index
+    theirs = {(n[1 + column("student")], n[1 + column("set_name")]) for n in notebooks}
+    out.warnings = [w for w in identity_clashes(target.notebooks(with_answers=False))
+                    if any(w.startswith(f"{s!r}, {t}:") for s, t in theirs)]
     return out
 
 

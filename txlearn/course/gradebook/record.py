@@ -21,6 +21,12 @@ recorded in the form the course file's names are compared in (NFC,
 (:func:`~txlearn.course.gradebook.store.stored_text`). Source: the public report on undecodable
 names and the grader's fourth hardening (a lone surrogate in a folder name or an answer cell
 stopped the whole ``txlearn grade --gradebook`` run).
+
+Who a notebook is: its student folder's name, as the grader says; but where the course file has
+a roster naming that student, only the folder of that name beside the course file is them
+(``late/alice/`` is recorded as ``late/alice``, with a warning). A (student, set) already
+recorded from another folder or machine gets a warning too (:attr:`Recorder.warnings`): the
+run that counts might be someone else's.
 """
 
 from __future__ import annotations
@@ -28,13 +34,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import time
 import uuid
 from pathlib import Path
 
 from txlearn.course.gradebook import mistakes
 from txlearn.course.gradebook.course import Course, name_key
-from txlearn.course.gradebook.store import Gradebook, NotebookRow, ResultRow, readable
+from txlearn.course.gradebook.store import (Gradebook, NotebookRow, ResultRow, readable,
+                                            stored_text, text_of)
 
 __all__ = ["Recorder", "answer_cells", "hidden_exercises", "now_utc", "MAX_ANSWER_CHARS"]
 
@@ -102,6 +110,7 @@ class Recorder:
         self.hidden = hidden_exercises(hidden)
         self.recorded = 0
         self.unrecordable: list[str] = []     # "path: why" of each notebook recorded as ERROR
+        self.warnings: list[str] = []   # identities in doubt, for the grader to print
         self.run = ""          # added with the first notebook (a run that grades none leaves none)
         self._run_values = dict(command=command[:2000], hidden=str(hidden or ""),
                                 course_file=str(course.path or ""), started_at=now_utc(),
@@ -138,7 +147,8 @@ class Recorder:
                 hint=mistakes.hint_text(r.hints), hidden=bool(r.hidden),
                 hidden_cases=r.exercise in self.hidden.get(stem, ()), flagged=r.flagged))
         return NotebookRow(
-            uuid=uuid.uuid4().hex, run_uuid=self.run, student=name_key(sub.student),
+            uuid=uuid.uuid4().hex, run_uuid=self.run,
+            student=self._student(name_key(sub.student), path),
             set_name=sub.set_name, notebook=path.name, path=str(path), digest=sub.digest,
             submitted_at=timing.submitted_at, submitted_from=timing.submitted_from,
             graded_at=sub.graded_at or now_utc(), status="ERROR" if sub.error else "GRADED",
@@ -162,11 +172,43 @@ class Recorder:
                   f"grade it again", sandbox=str(sub.mode or ""), points=0, max_points=0,
             deadline="", late_seconds=0.0, penalty=0.0, integrity=[])
 
+    def _student(self, student: str, path: Path) -> str:
+        """Whom the notebook at ``path`` is recorded as (see the module docstring)."""
+        if student not in self.course.roster or not self.course.path:
+            return student
+        beside = Path(self.course.path).resolve().parent
+        folder = path.absolute().parent
+        if folder.parent == beside:
+            return student
+        name = f"{folder.parent.name}/{folder.name}"
+        self.warnings.append(readable(
+            f"{path}: recorded as student {name!r}: the course file's roster names "
+            f"{student!r}, whose folder is {beside / student}"))
+        return name
+
+    def _elsewhere(self, row: NotebookRow) -> None:
+        """A warning when ``row``'s student and set were recorded before from another folder
+        or machine."""
+        before = self.gradebook.read(
+            "SELECT n.path, r.machine FROM notebooks n JOIN runs r ON r.uuid = n.run_uuid "
+            "WHERE n.student = ? AND n.set_name = ? AND n.run_uuid != ?",
+            (stored_text(row.student), stored_text(row.set_name), self.run))
+        machine = self.gradebook.read("SELECT machine FROM runs WHERE uuid = ?", (self.run,))
+        here = (os.path.dirname(row.path), machine[0][0] if machine else "")
+        elsewhere = sorted({(os.path.dirname(text_of(p)), m) for p, m in before} - {here})
+        if elsewhere and row.set_name:
+            self.warnings.append(readable(
+                f"{row.student!r}, {row.set_name}: recorded before from {elsewhere[0][0]} on "
+                f"{elsewhere[0][1]}, now from {here[0]} on {here[1]}: both count as the same "
+                f"student (give each its own folder name, or a roster in the course file)"))
+
     def __call__(self, sub) -> None:
         if not self.run:
             self.run = self.gradebook.start_run(**self._run_values)
         try:
-            self.gradebook.add_notebook(self.row(sub))
+            row = self.row(sub)
+            self._elsewhere(row)
+            self.gradebook.add_notebook(row)
         except Exception as err:   # this notebook's own: recorded as such, the class goes on
             self.gradebook.add_notebook(self.unrecorded(sub, err))   # raises: the gradebook's
             self.unrecordable.append(readable(f"{sub.path}: {type(err).__name__}: {err}")[:300])

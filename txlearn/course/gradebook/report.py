@@ -29,7 +29,7 @@ from pathlib import Path
 
 from txlearn.course.gradebook import mistakes as mistake_ids
 from txlearn.course.gradebook.pages import esc, figure, page, svg_figure, table
-from txlearn.course.gradebook.store import NotebookRow, attempts, counting
+from txlearn.course.gradebook.store import NotebookRow, attempts, counting, identity_clashes
 
 __all__ = ["class_report", "write_report", "report_page"]
 
@@ -124,7 +124,8 @@ def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: 
         })
     return {"generated": generated, "gradebook": source, "policy": policy,
             "students": len({student for student, _ in counted}),
-            "notebooks_recorded": len(rows), "sets": out_sets}
+            "notebooks_recorded": len(rows), "identity_warnings": identity_clashes(rows),
+            "sets": out_sets}
 
 
 # ---- the page ---------------------------------------------------------------------------------
@@ -221,6 +222,7 @@ def report_page(data: dict, *, plots: bool = True) -> str:
             f"recorded; the run that counts: {esc(data['policy'])}. A mistake is the identifier "
             f"of the hint that fired (<code>module.CONSTANT</code> of the check module; "
             f"<code>module.hint-xxxxxxxx</code> for an inline hint).</p>"]
+    body += [f'<p class="note">Warning: {esc(w)}</p>' for w in data.get("identity_warnings", [])]
     body += [_set_section(s, plots) for s in data["sets"]]
     return page("What the class got wrong", "\n".join(body),
                 subtitle=f"from {data['gradebook']}", footer=f"Written by txlearn report on "

@@ -40,6 +40,7 @@ the four tables below. A later version adds a migration to :data:`MIGRATIONS`.
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import sqlite3
@@ -48,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Gradebook", "GradebookError", "NotebookRow", "ResultRow", "open_gradebook",
-           "counting", "attempts", "SCHEMA_VERSION", "APPLICATION_ID", "DEFAULT_WAIT",
-           "stored_text", "text_of", "readable", "ESCAPED"]
+           "counting", "identity_clashes", "attempts", "SCHEMA_VERSION", "APPLICATION_ID",
+           "DEFAULT_WAIT", "stored_text", "text_of", "readable", "ESCAPED"]
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x54584C42            # "TXLB"
@@ -206,6 +207,7 @@ class NotebookRow:
     results: list = field(default_factory=list)
     answers: dict = field(default_factory=dict)
     id: int = 0
+    machine: str = ""               # its run's (read with the row; not a column of its own)
 
     @property
     def score(self) -> float:
@@ -338,7 +340,8 @@ class Gradebook:
         notebook is never seen."""
         try:
             self.conn.execute("BEGIN")
-            rows = self._texts(f"SELECT id, {', '.join(NOTEBOOK_COLUMNS)} FROM notebooks")
+            rows = self._texts(f"SELECT n.id, {', '.join('n.' + c for c in NOTEBOOK_COLUMNS)}, "
+                               f"r.machine FROM notebooks n LEFT JOIN runs r ON r.uuid = n.run_uuid")
             results = self._texts(f"SELECT notebook_id, {', '.join(RESULT_COLUMNS)} FROM results "
                                   f"ORDER BY notebook_id, position")
             answers = self._texts("SELECT notebook_id, exercise, source FROM answers") \
@@ -348,9 +351,9 @@ class Gradebook:
                 self.conn.execute("COMMIT")
         out = {}
         for r in rows:
-            data = dict(zip(NOTEBOOK_COLUMNS, r[1:]))
+            data = dict(zip(NOTEBOOK_COLUMNS, r[1:-1]))
             data["integrity"] = json.loads(data["integrity"] or "[]")
-            out[r[0]] = NotebookRow(id=r[0], **data)
+            out[r[0]] = NotebookRow(id=r[0], machine=r[-1] or "", **data)
         for r in results:
             values = dict(zip(RESULT_COLUMNS, r[1:]))
             values["hidden"], values["hidden_cases"] = bool(values["hidden"]), \
@@ -486,6 +489,23 @@ def counting(rows: list[NotebookRow], policy: str = "latest") -> dict[tuple[str,
         if policy == "latest" or key not in out or row.score >= out[key].score:
             out[key] = row
     return out
+
+
+def identity_clashes(rows: list[NotebookRow]) -> list[str]:
+    """One warning per (student, set) recorded from more than one student folder or machine
+    (``late/alice/`` and ``alice/``, or another machine's ``alice`` merged in): the student is
+    only its folder's name, so the run that counts may be another student's notebook."""
+    places: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    for row in rows:
+        if row.set_name:
+            places.setdefault((row.student, row.set_name), set()).add(
+                (os.path.dirname(row.path), row.machine))
+    return [readable(f"{student!r}, {set_name}: recorded from {len(where)} places ("
+            + "; ".join(f"{folder} on {machine or 'an unknown machine'}"
+                        for folder, machine in sorted(where)[:3])
+            + f"{'; ...' if len(where) > 3 else ''}): each counts as the same student (give "
+              f"each its own folder name, or a roster in the course file)")
+            for (student, set_name), where in sorted(places.items()) if len(where) > 1]
 
 
 def attempts(rows: list[NotebookRow]) -> dict[tuple[str, str], list[NotebookRow]]:
