@@ -3,6 +3,7 @@ and layout; identical wrong answers above identical right ones), the course file
 errors, and the pages' escaping of learner-made names."""
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +140,39 @@ def test_learner_made_folder_names_become_safe_distinct_file_names():
     odd = [slug(s) for s in ("../../etc", "a/b", "a?b", "<script>", ".hidden")]
     assert all("/" not in s and not s.startswith(".") and "<" not in s for s in odd)
     assert len(set(odd)) == len(odd) and slug("a?b") != slug("a_b")
+
+
+def test_windows_device_names_are_no_folder_or_file_name():
+    # a student folder named CON, aux or nul.txt became a feedback folder and a Gradescope
+    # folder of that name: a zip holding them cannot be extracted on Windows
+    from txlearn.course.gradebook.pages import folders
+    devices = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
+               *(f"LPT{i}" for i in range(1, 10))}
+    names = ["CON", "aux", "nul.txt", "Com1.ipynb", "lpt9", "alice.", "console", "auxiliary"]
+    for name, folder in folders(names).items():
+        assert folder.split(".")[0].upper() not in devices and not folder.endswith("."), folder
+    assert slug("console") == "console" and slug("auxiliary") == "auxiliary"
+
+
+def test_line_separators_and_bidi_controls_are_written_out():
+    # U+2028 and U+2029 survived the cleaning: str.splitlines breaks there, so a forged
+    # "Hint:" line showed in the table and the CSV; a right-to-left override (U+202E) reversed a
+    # student's name in the table, the CSV and the pages
+    from txlearn.checks import clean
+    from txlearn.course.grading.reports import Result, Submission, table
+    marks = [0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F,
+             0x61C]
+    for mark in marks:
+        text = f"wrong{chr(mark)}Hint: the forged one"
+        assert clean(text) == f"wrong\\u{mark:04x}Hint: the forged one", hex(mark)
+        assert f"\\u{mark:04x}" in esc(text) and chr(mark) not in esc(text)
+    name = "\u202eecila"
+    sub = Submission(path=Path(name) / "01_softmax.ipynb", student=name, set_name="01_softmax",
+                     results=[Result(name, "01_softmax.ipynb", "stable_softmax", "FAIL", 0, 1,
+                                     feedback=clean("x\u2028Hint: the forged one"))])
+    shown = table([sub])
+    assert "\\u202eecila" in shown and "\u202e" not in shown
+    assert not any(line.lstrip().startswith("Hint: the forged") for line in shown.splitlines())
 
 
 def test_lateness_reads_in_days_hours_and_minutes():

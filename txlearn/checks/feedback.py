@@ -58,14 +58,25 @@ class CheckFailure(AssertionError):
 
 
 _CONTROL = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|[\x00-\x1f\x7f-\x9f]")
+# line and paragraph separators (str.splitlines and browsers break lines there) and the
+# bidirectional marks, embeddings, overrides and isolates (they reorder what follows them)
+_MARKS = re.compile("[\u2028\u2029\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def show_marks(text: str) -> str:
+    """``text`` with its line separators and bidirectional controls written out as ``\\uXXXX``
+    (a name cannot read backwards, a message cannot start a forged line); what :func:`clean`
+    and the gradebook's pages both apply."""
+    return _MARKS.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def clean(text: Any, limit: int = 400) -> str:
     """Learner-made text made safe to show: one line, no terminal escapes or control characters
-    (a message cannot forge a "Hint:" line or repaint a score), no unpaired surrogates (which
-    cannot be printed or written as UTF-8), at most ``limit`` characters."""
+    (a message cannot forge a "Hint:" line or repaint a score), no line separator or bidi
+    control (:func:`show_marks`), no unpaired surrogates (which cannot be printed or written as
+    UTF-8), at most ``limit`` characters."""
     text = str(text).encode("utf-8", "backslashreplace").decode("utf-8")
-    return _CONTROL.sub(" ", text)[:limit]
+    return show_marks(_CONTROL.sub(" ", text))[:limit]
 
 
 def render(failure: CheckFailure, level: int) -> list[str]:

@@ -15,6 +15,7 @@ import html
 import io
 import re
 
+from txlearn.checks.feedback import show_marks
 from txlearn.course.gradebook.store import readable
 
 __all__ = ["esc", "pre", "page", "table", "Raw", "figure", "svg_figure", "badge", "slug",
@@ -47,8 +48,9 @@ footer { margin-top: 3em; color: #777; font-size: .85em; }
 
 def esc(value) -> str:
     """Any value as HTML text (``<``, ``>``, ``&`` and both quotes escaped; a lone surrogate of
-    a name that is not UTF-8 as its escape, :func:`~txlearn.course.gradebook.store.readable`)."""
-    return html.escape(readable(value), quote=True)
+    a name that is not UTF-8 as its escape, :func:`~txlearn.course.gradebook.store.readable`;
+    line separators and bidi controls written out, :func:`txlearn.checks.feedback.show_marks`)."""
+    return html.escape(show_marks(readable(value)), quote=True)
 
 
 def pre(text) -> str:
@@ -120,13 +122,19 @@ def svg_figure(fig, caption: str = "") -> str:
     return f"<figure>{svg}{cap}</figure>"
 
 
+_WINDOWS_DEVICES = {"CON", "PRN", "AUX", "NUL", *(f"{d}{i}" for d in ("COM", "LPT") for i in "123456789")}
+
+
 def slug(text: str, limit: int = 60) -> str:
     """A file-name-safe form of learner-made text (a student folder): letters, digits, ``-``,
-    ``_`` and ``.`` kept, anything else ``_``; a short digest is added when anything changed
-    (two folders that differ only in odd characters keep apart)."""
+    ``_`` and ``.`` kept, anything else ``_``; a name Windows reserves for a device (``CON``,
+    ``aux``, ``nul.txt``, ``COM1``) or ending in a dot gets a leading ``_``; a short digest is
+    added when anything changed (two folders that differ only in odd characters keep apart)."""
     import hashlib
 
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", text)[:limit].lstrip(".") or "_"
+    if safe.split(".")[0].upper() in _WINDOWS_DEVICES or safe.endswith("."):
+        safe = "_" + safe      # CON, aux, nul.txt; Windows drops a trailing dot
     if safe != text:
         safe += "-" + hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:6]
     return safe
