@@ -152,9 +152,10 @@ def test_what_a_submission_tries_to_leave_behind_is_refused(graded):
     eperm = 1
     for call in ("msgget", "semget", "mq_open", "add_key", "ptrace"):
         assert left[call] == [-1, eperm], (call, left[call])
-    # the runner is pid 1 of a pid namespace of its own: it cannot name its server (getppid
-    # is 0), so the priority and CPUs it changed were its own (the next one's are checked below)
-    assert left["ppid"] == 0, left
+    # the runner is pid 2 of a pid namespace of its own, whose init (pid 1) is its parent: it
+    # cannot name its server, so the priority and CPUs it changed were not the server's (the
+    # next one's are checked below)
+    assert left["ppid"] == 1, left
 
 
 def test_the_next_submission_of_the_same_server_finds_nothing(graded):
@@ -381,7 +382,10 @@ def _writer_between_readers(folder, clone):
             _notebook(SOLUTION, folder / "b_writer" / "01_softmax.ipynb",
                       answers={"stable_softmax": write}),
             _notebook(SOLUTION, folder / "c_reader" / "01_softmax.ipynb",
-                      answers={"stable_softmax": READ.format(folders=folders)})]
+                      answers={"stable_softmax": READ.format(folders=folders)}),
+            _notebook(SOLUTION, folder / "d_aborter" / "01_softmax.ipynb",   # signals itself
+                      answers={"stable_softmax": "import os\ntry:\n    os.kill(1, 9)\n"
+                                                 "except OSError:\n    pass\nos.abort()\n"})]
 
 
 def _assert_nothing_crossed(feedback, clone):
@@ -392,7 +396,7 @@ def _assert_nothing_crossed(feedback, clone):
                      for r in ("a_reader", "c_reader"))
     assert [made for made, *_ in wrote["set"]][:3] == [64, 64, 64], wrote
     assert first == second, (first, second)
-    assert first[0] == 1, first          # pid 1 of a pid namespace of its own
+    assert first[0] == 2, first          # pid 2 of a pid namespace of its own
     for future, attributes, *_ in first[2:]:   # home, /tmp, /dev/shm, the folder to the venv
         assert not future and attributes == [], first
     enotsup = 95
@@ -425,12 +429,14 @@ def counters(request, tmp_path_factory):
                 graded = _grade_counting(paths)
             finally:
                 mp.undo()
-            assert len(graded["started"]) == 1 and len(graded["spawned"]) == 3, graded
+            assert len(graded["started"]) == 1 and len(graded["spawned"]) >= 4, graded
             feedback = {s: r["stable_softmax"].feedback for s, r in graded["by"].items()}
+            feedback["errors"] = {s.student: s.error for s in graded["subs"]}
         else:
             from tests.test_grading_attacks import _as_ordinary_user
             rows = _as_ordinary_user(paths, LIMITS, jobs=1, roots=[str(clone / ".venv")])
             feedback = {r[0]: r[3]["stable_softmax"] for r in rows}
+            feedback["errors"] = {r[0]: r[2] for r in rows}
     finally:
         subprocess.run(["rm", "-rf", str(folder), str(clone)], check=False)
     return feedback, clone
@@ -444,6 +450,13 @@ def test_what_one_runner_writes_in_the_kernels_counters_no_later_runner_reads(co
     # folders leading to a venv under /tmp). Each runner now has a pid namespace and tmpfs
     # folders of its own: a reader before the writer and one after it see the same.
     _assert_nothing_crossed(*counters)
+
+
+def test_a_runner_in_its_own_pid_namespace_still_dies_of_its_own_signals(counters):
+    # pid 1 of a namespace ignores the signals it sends itself: a runner that was pid 1 outlived
+    # abort() (reported as a segmentation fault) and SIGXCPU (killed at the hard limit); the
+    # runner is pid 2 under an init of its own, which its SIGKILL (sent to pid 1) leaves alone
+    assert "aborted" in counters[0]["errors"]["d_aborter"], counters[0]["errors"]
 
 
 def test_a_runners_kernel_memory_is_bounded(counters):

@@ -18,8 +18,10 @@ view, packages and sized writable folders a runner gets) whose command is this s
      ``/tmp`` and ``/dev/shm`` (sized in bytes as before, and in inodes: ``nr_inodes``) and puts
      the sandbox's mount points below them back (a venv under /tmp: a recursive clone of its
      bind, read-only as it was, in new folders of mode 0755),
-   - forks the runner, pid 1 of the new pid namespace, writes its pid to the server and exits
-     (the server, a subreaper, is the runner's parent from then on);
+   - forks the namespace's init, which forks the runner (pid 2: signals it sends itself act as
+     in any process, where an init ignores them), waits for it and writes its wait status to
+     the server; writes the init's pid to the server and exits (the server, a subreaper, is
+     the init's parent from then on; killing the init kills the runner);
 3. the runner
    - drops CAP_SYS_ADMIN, copies the sibling notebooks into its (new, empty) home, read-only to
      the job's uid,
@@ -30,19 +32,19 @@ view, packages and sized writable folders a runner gets) whose command is this s
      without, since it has to fork,
    - runs :func:`txlearn.course.grading.runner.main`, which applies the limits, drops to the
      job's uid when the grader is root, and serves the grader;
-4. the server sends the runner's ``pidfd`` (the grader kills it through it), waits for it,
-   sends its exit status, and says it is ready again.
+4. the server sends the init's ``pidfd`` (the grader kills the runner through it), waits for
+   it, sends the runner's exit status, and says it is ready again.
 
 What the next submission could find of the previous one is therefore what survives in the
 sandbox after its only process died, and its namespaces with it: nothing in the writable
 folders, which were its own file systems (their entries, inode numbers, access times and
 attributes went with them; the server's own folders beneath them were never the runner's to
-reach), no pid counter (its pids were those of its own namespace: a runner is always pid 1 and
-its first thread pid 2), no process (the filter forbids fork), no System V or POSIX IPC object
+reach), no pid counter (its pids were those of its own namespace: a runner is always pid 2 and
+its first thread pid 3), no process (the filter forbids fork), no System V or POSIX IPC object
 and no key (forbidden too), and the server's own state (priority, scheduling policy, I/O
 priority, CPU affinity, resource limits: compared with what they were at start; changed, the
-server says ``dirty`` and the grader replaces it; a runner cannot name its server anyway: its
-parent is outside its pid namespace). The server is never ptraced (it is not dumpable, and
+server says ``dirty`` and the grader replaces it; a runner cannot name its server anyway: it
+is outside its pid namespace). The server is never ptraced (it is not dumpable, and
 ptrace is forbidden).
 
 Only trusted code runs here before the fork; the learner's code runs only in the child, after
@@ -195,7 +197,7 @@ def _install_filter(libc, program: bytes) -> None:
 
 def _child(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
            home: str) -> None:
-    """The forked runner, pid 1 of its own pid namespace (never returns)."""
+    """The forked runner, pid 2 of its own pid namespace (never returns)."""
     try:
         ctl.close()
         _drop_sys_admin(libc)
@@ -235,18 +237,18 @@ def _child(request: dict, fds: list[int], ctl: socket.socket, libc, program: byt
 
 
 def _runner_parent(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
-                   config: dict, said: int) -> None:
+                   config: dict, said: int, status: int) -> None:
     """The runner's parent (never returns): makes the runner's namespaces (:func:`_isolate`),
-    forks the runner into them, writes its pid (as the server sees it) or what failed on
-    ``said``, and exits; the runner, orphaned, is the server's child then (the server is a
-    subreaper)."""
+    forks their init (:func:`_init`, which forks the runner), writes the init's pid (as the
+    server sees it) or what failed on ``said``, and exits; the init, orphaned, is the server's
+    child then (the server is a subreaper)."""
     try:
         sizes = {folder: tuple(size) for folder, size in config["sizes"].items()}
         _isolate(libc, sizes, config.get("keep", ()))
         pid = os.fork()
         if pid == 0:
             os.close(said)
-            _child(request, fds, ctl, libc, program, config["folders"][0])
+            _init(request, fds, ctl, libc, program, config, status)
         os.write(said, str(pid).encode())
     except BaseException as err:  # noqa: BLE001 - said to the server, which stops
         try:
@@ -257,20 +259,49 @@ def _runner_parent(request: dict, fds: list[int], ctl: socket.socket, libc, prog
         os._exit(0)
 
 
+def _init(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
+          config: dict, status: int) -> None:
+    """Pid 1 of the runner's pid namespace (never returns): forks the runner (pid 2, so that
+    the signals it sends itself, ``abort()``'s included, act as in any process: a namespace's
+    init ignores them), holds nothing of it (every other descriptor closed), waits for it and
+    writes its wait status on ``status``. Killed (the grader's SIGKILL through its pidfd), it
+    takes the runner with it."""
+    import signal
+    try:
+        runner = os.fork()
+        if runner == 0:
+            os.close(status)
+            _child(request, fds, ctl, libc, program, config["folders"][0])
+        signal.signal(signal.SIGINT, signal.SIG_DFL)   # ignored from inside, as init
+        os.closerange(3, status)
+        os.closerange(status + 1, 1 << 16)
+        _, code = os.waitpid(runner, 0)
+        os.write(status, str(code).encode())
+    finally:
+        os._exit(0)
+
+
 def _fork_runner(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
-                 config: dict) -> int | str:
-    """Fork the runner of ``request`` through its parent (:func:`_runner_parent`): its pid, or
+                 config: dict) -> tuple[int, int] | str:
+    """Fork the runner of ``request`` through its parent (:func:`_runner_parent`): the pid of
+    its namespace's init and the pipe on which that init writes the runner's wait status, or
     why it could not be started."""
     said_r, said_w = os.pipe()
+    status_r, status_w = os.pipe()
     parent = os.fork()
     if parent == 0:
         os.close(said_r)
-        _runner_parent(request, fds, ctl, libc, program, config, said_w)
+        os.close(status_r)
+        _runner_parent(request, fds, ctl, libc, program, config, said_w, status_w)
     os.close(said_w)
+    os.close(status_w)
     os.waitpid(parent, 0)
     with os.fdopen(said_r, "rb") as said:
         text = said.read(600).decode("utf-8", "replace")
-    return int(text) if text.isdigit() else (text or "its parent died")
+    if not text.isdigit():
+        os.close(status_r)
+        return text or "its parent died"
+    return int(text), status_r
 
 
 def serve(config: dict) -> None:
@@ -302,17 +333,20 @@ def serve(config: dict) -> None:
         if not data:
             break            # the grader closed its end
         request = json.loads(data)
-        pid = _fork_runner(request, fds, ctl, libc, program, config)
+        forked = _fork_runner(request, fds, ctl, libc, program, config)
         for fd in fds:
             os.close(fd)
-        if isinstance(pid, str):
-            _send(ctl, {"dirty": f"the runner's namespaces could not be made ({pid})"})
+        if isinstance(forked, str):
+            _send(ctl, {"dirty": f"the runner's namespaces could not be made ({forked})"})
             break
+        pid, said = forked      # the init's: killing it kills the runner
         pidfd = os.pidfd_open(pid)
         _send(ctl, {"pid": pid}, [pidfd])
         os.close(pidfd)
         _, status = os.waitpid(pid, 0)
-        _send(ctl, {"exit": status})
+        with os.fdopen(said, "rb") as runner_status:
+            text = runner_status.read(32).decode("ascii", "replace")
+        _send(ctl, {"exit": int(text) if text.isdigit() else status})
         if _state() != baseline:
             _send(ctl, {"dirty": "the server's priority, scheduling, I/O priority, CPU "
                                  "affinity or limits were changed"})
