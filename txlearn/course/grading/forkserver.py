@@ -273,6 +273,7 @@ def _init(request: dict, fds: list[int], ctl: socket.socket, libc, program: byte
             os.close(status)
             _child(request, fds, ctl, libc, program, config["folders"][0])
         signal.signal(signal.SIGINT, signal.SIG_DFL)   # ignored from inside, as init
+        _drop_sys_admin(libc)
         os.closerange(3, status)
         os.closerange(status + 1, 1 << 16)
         _, code = os.waitpid(runner, 0)
