@@ -85,6 +85,27 @@ def att_with_vjp(vjp):
 
 att_ref = att()
 
+
+def att_full_transpose(Q, K, V, dO, mask=None):  # K.T, V.T: every axis of a batch reversed
+    d_k = Q.shape[-1]
+    scores = Q @ K.T / np.sqrt(d_k)   # (2, 4, 3) @ (3, 4, 2): raises on a batch
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    P = e / e.sum(axis=-1, keepdims=True)
+    dS = vjp_ref(P, dO @ V.T)
+    return dS @ K / np.sqrt(d_k), dS.T @ Q / np.sqrt(d_k), P.T @ dO
+
+
+def att_one_key_empty(Q, K, V, dO, mask=None):  # a row with one visible key treated as empty
+    d_k = Q.shape[-1]
+    P = _weights(Q, K, mask)
+    if mask is not None:
+        P = np.where(np.broadcast_to(mask, P.shape).sum(axis=-1, keepdims=True) <= 1, 0.0, P)
+    dS = vjp_ref(P, dO @ np.swapaxes(V, -1, -2))
+    return (dS @ K / np.sqrt(d_k), np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d_k),
+            np.swapaxes(P, -1, -2) @ dO)
+
 # ------------------------------------------------------------------ layer_norm_backward
 
 
@@ -174,7 +195,7 @@ layer_ref = layer()
 
 
 def flash_fwd(*, rescale="both", own_max=False, lse="right", scale=True, guard=True,
-              use_mask=True):
+              use_mask=True, global_max=False):
     def flash_forward(Q, K, V, mask=None, block_size=4):
         S, d_k = K.shape[-2], Q.shape[-1]
         m, l = np.full(Q.shape[:-1], -np.inf), np.zeros(Q.shape[:-1])
@@ -186,7 +207,7 @@ def flash_fwd(*, rescale="both", own_max=False, lse="right", scale=True, guard=T
                 s = s / np.sqrt(d_k) if scale else s
                 if mask is not None and use_mask:
                     s = np.where(mask[..., start:stop], s, -np.inf)
-                m_new = np.maximum(m, s.max(axis=-1))
+                m_new = np.maximum(m, s.max() if global_max else s.max(axis=-1))
                 shift = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
                 alpha = np.exp(m - shift)
                 own = s.max(axis=-1)
@@ -272,6 +293,9 @@ WRONG = {
         ("the mask ignored when P is recomputed", (att(use_mask=False),), "recompute p with the mask"),
         ("-1e9 added instead of hiding keys", (att(additive=True),), "adding -1e9"),
         ("NaN on a row that sees no key", (att(guard=False),), "never divide by its empty sum"),
+        ("K.T and V.T on batched arrays", (att_full_transpose,), "a full transpose k.t reverses"),
+        ("a row with one visible key treated as empty", (att_one_key_empty,),
+         "only a row with no visible key"),
     ],
     "layer_norm_backward": [
         ("the mean term missing", (ln(mean=False),), "the path through mu"),
@@ -302,6 +326,8 @@ WRONG = {
         ("no 1/sqrt(d_k)", (flash_fwd(scale=False),), "divide each block's scores by sqrt(d_k)"),
         ("the mask ignored", (flash_fwd(use_mask=False),), "scores of hidden keys to -inf"),
         ("NaN on a row that sees no key", (flash_fwd(guard=False),), "shift by 0"),
+        ("one max for the whole block", (flash_fwd(global_max=True),),
+         "not the max of the whole block"),
     ],
     "flash_backward": [
         ("each block normalised by its own maximum and sum", (flash_bwd(block_softmax=True),),

@@ -108,7 +108,7 @@ WRONG = {
     "kv_cache_from_metadata": [
         ("no factor 2", (kv_no_two,), "a factor 2"),
         ("query heads", (kv_query_heads,), "only the key/value heads are cached"),
-        ("d_k from the KV heads", (kv_d_k_from_kv_heads,), "d_k comes from the query heads"),
+        ("d_k from the KV heads", (kv_d_k_from_kv_heads,), "dividing by head_count_kv"),
         ("trained context", (kv_trained_context,), "context` argument"),
         ("bits", (kv_bits,), "do not multiply by 8"),
         ("MiB", (kv_mib,), "not MiB"),

@@ -121,12 +121,21 @@ ATT_MINUS_1E9 = ("what does adding -1e9 do to a row with no visible key?",
 ATT_NAN = ("what should a query that sees no key get?",
            "a row whose keys are all hidden has no distribution: its P is 0 and its gradients 0; "
            "never divide by its empty sum (NaN)")
+ATT_FULL_T = ("which axes does each transpose swap?",
+              "these arrays are batched, (B, L, d_k): a full transpose K.T reverses every axis, "
+              "(2, 4, 3) -> (3, 4, 2), and the product fails; swap only the last two axes, in the "
+              "scores as in every product of the backward pass (as in set 01's scaled_scores)",
+              "with L != S, check which side of each product is transposed")
+ATT_ONE_KEY = ("how much weight does a query with one visible key give it?",
+               "all of it: the softmax over one score is 1, so that key receives the query's whole "
+               "dO in dV; only a row with no visible key at all gets P = 0 (test "
+               "mask.any(axis=-1), not a count above 1)")
 ATT_DEFAULT = ("dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(d_k), "
                "dK = dS^T Q / sqrt(d_k)",)
 
 
 def _att_variant(Q, K, V, dO, mask, *, scale=1.0, p_t=True, inner=True, dk_t=True, use_mask=True,
-                 additive=False):
+                 additive=False, one_key_empty=False):
     """What attention's backward computes with one catalogued mistake (NumPy float64)."""
     d_k = Q.shape[-1]
     scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)
@@ -134,6 +143,8 @@ def _att_variant(Q, K, V, dO, mask, *, scale=1.0, p_t=True, inner=True, dk_t=Tru
         P = masked_softmax_np(scores + np.where(mask, 0.0, -1e9))
     else:
         P = masked_softmax_np(scores, mask if use_mask else None)
+    if one_key_empty and mask is not None:   # a row with one visible key treated as empty
+        P = np.where(np.broadcast_to(mask, P.shape).sum(axis=-1, keepdims=True) <= 1, 0.0, P)
     dV = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
     dP = dO @ np.swapaxes(V, -1, -2)
     dS = softmax_vjp_np(P, dP) if inner else P * dP
@@ -147,7 +158,8 @@ def _att_wrongs(Q, K, V, dO, mask):
     variants = [(dict(scale=math.sqrt(d_k)), ATT_NO_SCALE),
                 (dict(scale=1 / math.sqrt(d_k)), ATT_DOUBLE_SCALE), (dict(p_t=False), ATT_P_NOT_T),
                 (dict(inner=False), ATT_NO_INNER), (dict(dk_t=False), ATT_DK_NOT_T),
-                (dict(use_mask=False), ATT_MASK_IGNORED), (dict(additive=True), ATT_MINUS_1E9)]
+                (dict(use_mask=False), ATT_MASK_IGNORED), (dict(additive=True), ATT_MINUS_1E9),
+                (dict(one_key_empty=True), ATT_ONE_KEY)]
     return _variants(lambda *a, **kw: np.concatenate([g.ravel() for g in _att_variant(*a, **kw)]),
                      variants, Q, K, V, dO, mask)
 
@@ -174,8 +186,7 @@ def attention_backward(attention_backward):
         m = None if mask is None else torch.tensor(mask)
         right = _grad(lambda q, k, v: scaled_dot_product_attention(q, k, v, m), [Q, K, V], dO)
         got = call(attention_backward, Q.copy(), K.copy(), V.copy(), dO.copy(),
-                   None if mask is None else mask.copy(), case=case, hint=ATT_P_NOT_T[:1] +
-                   ("with L != S, check which side of each product is transposed",))
+                   None if mask is None else mask.copy(), case=case, hint=ATT_FULL_T)
         _expect_tuple(got, 3, case=case, names=names)
         hint = ATT_DEFAULT
         if all(as_array(g) is not None and as_array(g).shape == r.shape for g, r in zip(got, right)):
@@ -405,6 +416,10 @@ FF_RESCALE_L_ONLY = ("both accumulators were summed against the old maximum",
 FF_OWN_MAX = ("against which maximum are a block's exponentials taken?",
               "exp(s - m') with m' the new *running* maximum, the one acc and l are rescaled to; "
               "you shifted the block by its own maximum")
+FF_GLOBAL_MAX = ("each query's row keeps its own running maximum: whose maximum do you take?",
+                 "take each block's max along the keys (axis=-1), one per query, not the max of "
+                 "the whole block: with one maximum for every row, a query whose scores are far "
+                 "below another's underflows to exp(-1000) = 0 and loses its output")
 FF_LSE_M = ("lse = log sum_j exp(s_j): what is left after the shift?",
             "lse = m + log l; you returned the running maximum m alone")
 FF_LSE_LOG_L = ("l was summed after subtracting m",
@@ -430,8 +445,9 @@ def _ff_variant(Q, K, V, mask, block, *, rescale="both", shift="running", lse="r
         s = Q @ np.swapaxes(K[..., start:stop, :], -1, -2) / (math.sqrt(d_k) if scale else 1.0)
         if mask is not None and use_mask:
             s = np.where(mask[..., start:stop], s, -np.inf)
-        m_new = np.maximum(m, s.max(axis=-1))
-        base = m_new if shift == "running" else s.max(axis=-1)
+        m_new = np.maximum(m, s.max(axis=-1) if shift != "global" else
+                           np.max(s, axis=None, initial=-np.inf))
+        base = s.max(axis=-1) if shift == "own" else m_new
         base = np.where(np.isfinite(base), base, 0.0) if guard else base
         alpha = np.exp(m - (np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new))
         p = np.exp(s - base[..., None])
@@ -454,7 +470,8 @@ def _ff_wrongs(Q, K, V, mask, block):
     variants = [(dict(rescale="none"), FF_NO_RESCALE), (dict(rescale="l"), FF_RESCALE_L_ONLY),
                 (dict(shift="own"), FF_OWN_MAX), (dict(lse="m"), FF_LSE_M),
                 (dict(lse="log_l"), FF_LSE_LOG_L), (dict(scale=False), FF_NO_SCALE),
-                (dict(use_mask=False), FF_MASK), (dict(guard=False), FF_NAN)]
+                (dict(use_mask=False), FF_MASK), (dict(shift="global"), FF_GLOBAL_MAX),
+                (dict(shift="global", guard=False), FF_GLOBAL_MAX), (dict(guard=False), FF_NAN)]
     return _variants(_ff_variant, variants, Q, K, V, mask, block)
 
 
@@ -485,7 +502,10 @@ def _masked_lse(Q, K, mask):
 def flash_forward(flash_forward):
     """Check `flash_forward(Q, K, V, mask=None, block_size=4)` -> (O, lse) against attention_np
     and torch.logsumexp of the masked scores."""
-    for case, Q, K, V, mask, block in _flash_cases():
+    scale_case = ("rows of very different scale: query 0's scores [0, 0, 0], query 1's [0, 500, "
+                  "1000], blocks of 2", np.array([[0.0], [1000.0]]),
+                  np.array([[0.0], [0.5], [1.0]]), np.eye(3), None, 2)
+    for case, Q, K, V, mask, block in (*_flash_cases(), scale_case):
         right = (attention_np(Q, K, V, mask), _masked_lse(Q, K, mask))
         got = call(flash_forward, Q.copy(), K.copy(), V.copy(), None if mask is None else mask.copy(),
                    block, case=case)

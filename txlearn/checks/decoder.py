@@ -108,9 +108,12 @@ def rope_pairing_permutation(to_half_pairing):
 # ---------------------------------------------------------------- exercise: kv_cache_from_metadata
 
 KV_NO_TWO = ("what does a KV cache hold?", "cache both keys and values: a factor 2")
-KV_QUERY_HEADS = ("how many heads have keys and values in this model?",
-                  "only the key/value heads are cached: llama.attention.head_count_kv of them, each "
-                  "d_k = embedding_length / head_count wide (d_k comes from the query heads)")
+KV_QUERY_HEADS = ("how many heads have keys and values, and how wide is each?",
+                  "your total caches embedding_length numbers per token and layer, as if every "
+                  "query head had its own keys and values: only the key/value heads are cached "
+                  "(llama.attention.head_count_kv of them), each d_k = embedding_length / head_count wide (d_k comes from the "
+                  "query heads: dividing by head_count_kv makes each cached head head_count / "
+                  "head_count_kv times too wide)")
 KV_TRAINED_CONTEXT = ("how many tokens are cached?",
                       "use the `context` argument (the tokens actually cached), not the longest "
                       "context the model was trained for (llama.context_length)")
