@@ -141,6 +141,8 @@ def lm_class(*, head="tied", final_norm=True, norm_first=True, masked=True, outp
                 mask = mask_ref(T, T)
             elif mask_kind == "top-left":
                 mask = torch.ones(T, s + T, dtype=torch.bool).tril()
+            elif mask_kind == "first call only":      # no mask once something is cached
+                mask = mask_ref(T, T) if s == 0 else None
             else:
                 mask = mask_ref(T, s + T)
             for layer in self.layers:
@@ -241,6 +243,8 @@ WRONG = {
         ("W_E detached", (embedding_class(scale="detached"),), "no gradient reached w_e"),
     ],
     "language_model": [
+        ("no mask on cached steps", (lm_class(mask_kind="first call only"),),
+         "your cached step attended without a mask"),
         ("untied W_U", (lm_class(head="untied"),), "remove the separate head"),
         ("nn.Linear head sharing the weight", (lm_class(head="linear"),), "remove the separate head"),
         ("head uses W_E.detach()", (lm_class(head="detached"),), "misses the part"),

@@ -365,6 +365,11 @@ LM_NO_MASK = (
     "a language model must not see the future",
     "pass causal_mask(T, start + T) to every layer",
     "your layers attended without the causal mask")
+LM_CACHED_NO_MASK = (
+    "does a cached step of several tokens need a mask?",
+    "yes: the new tokens must not see each other's future either; pass causal_mask(T, start + T) "
+    "on every call (with one new token it hides nothing), not only on the first",
+    "your cached step attended without a mask")
 LM_PROBABILITIES = (
     "the model returns logits",
     "the loss of set 09 applies the softmax itself",
@@ -424,7 +429,8 @@ class _ReferenceLM(nn.Module):
         for ids in chunks:
             T = ids.shape[-1]
             x = _embed(self.embed.W_E, ids, 0 if variant == "start ignored" else start, d)
-            mask = None if variant == "no mask" else mask_ref(T, start + T)
+            mask = None if variant == "no mask" or (variant == "no cached mask" and start) \
+                else mask_ref(T, start + T)
             if variant == "top-left":
                 mask = torch.ones(T, start + T, dtype=torch.bool).tril()
             for layer, cache in zip(self.layers, caches):
@@ -441,7 +447,8 @@ class _ReferenceLM(nn.Module):
 
 _LM_VARIANTS = [("no final norm", LM_NO_FINAL_NORM), ("post-LN", LM_POST_LN),
                 ("no mask", LM_NO_MASK), ("probabilities", LM_PROBABILITIES),
-                ("start ignored", LM_START), ("top-left", LM_TOP_LEFT)]
+                ("start ignored", LM_START), ("top-left", LM_TOP_LEFT),
+                ("no cached mask", LM_CACHED_NO_MASK)]
 
 
 def _lm_state(ref, seed):
