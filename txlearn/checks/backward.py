@@ -63,6 +63,9 @@ VJP_KEEPDIMS = ("check how the per-row sums broadcast back",
                 "from column i")
 VJP_AXIS = ("along which axis did the softmax normalise?",
             "take the inner product <s, g> along `axis`, the axis the softmax summed over")
+VJP_GLOBAL_INNER = ("one inner product per what?",
+                    "<s, g> is one number per slice along `axis` (sum with keepdims): you summed "
+                    "s * g over the whole array, mixing every row's distribution")
 VJP_DEFAULT = ("dx = s * (g - <s, g>), the inner product along `axis`",)
 
 
@@ -73,7 +76,8 @@ def _vjp_wrongs(s, g, axis):
             (lambda: s * (g - g.sum(axis=axis, keepdims=True)), VJP_SUM_G),
             (lambda: g - inner, VJP_NO_S), (lambda: s * (1 - s) * g, VJP_DIAG),
             (lambda: s * (g - (s * g).sum(axis=axis)), VJP_KEEPDIMS),
-            (lambda: s * (g - (s * g).sum(axis=other, keepdims=True)), VJP_AXIS)]
+            (lambda: s * (g - (s * g).sum(axis=other, keepdims=True)), VJP_AXIS),
+            (lambda: s * (g - (s * g).sum()), VJP_GLOBAL_INNER)]
 
 
 @exercise("softmax_vjp")
@@ -130,14 +134,20 @@ ATT_ONE_KEY = ("how much weight does a query with one visible key give it?",
                "all of it: the softmax over one score is 1, so that key receives the query's whole "
                "dO in dV; only a row with no visible key at all gets P = 0 (test "
                "mask.any(axis=-1), not a count above 1)")
+ATT_D_V = ("which width is d_k?",
+           "d_k is the width of a query and a key (Q's last axis): you scaled the scores, dQ and "
+           "dK by the square root of V's width d_v")
+ATT_DQ_T = ("dQ has one row per query",
+            "dQ = dS K / sqrt(d_k): dS (L, S) times K (S, d_k); you transposed dS (dS^T K), "
+            "which only has the right shape when L = S")
 ATT_DEFAULT = ("dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(d_k), "
                "dK = dS^T Q / sqrt(d_k)",)
 
 
 def _att_variant(Q, K, V, dO, mask, *, scale=1.0, p_t=True, inner=True, dk_t=True, use_mask=True,
-                 additive=False, one_key_empty=False):
+                 additive=False, one_key_empty=False, d_from_V=False, dq_t=False):
     """What attention's backward computes with one catalogued mistake (NumPy float64)."""
-    d_k = Q.shape[-1]
+    d_k = V.shape[-1] if d_from_V else Q.shape[-1]
     scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)
     if additive and mask is not None:
         P = masked_softmax_np(scores + np.where(mask, 0.0, -1e9))
@@ -150,7 +160,8 @@ def _att_variant(Q, K, V, dO, mask, *, scale=1.0, p_t=True, inner=True, dk_t=Tru
     dS = softmax_vjp_np(P, dP) if inner else P * dP
     c = scale / math.sqrt(d_k)
     dK = (np.swapaxes(dS, -1, -2) @ Q if dk_t else dS @ Q) * c
-    return dS @ K * c, dK, dV
+    dQ = (np.swapaxes(dS, -1, -2) if dq_t else dS) @ K * c
+    return dQ, dK, dV
 
 
 def _att_wrongs(Q, K, V, dO, mask):
@@ -159,7 +170,8 @@ def _att_wrongs(Q, K, V, dO, mask):
                 (dict(scale=1 / math.sqrt(d_k)), ATT_DOUBLE_SCALE), (dict(p_t=False), ATT_P_NOT_T),
                 (dict(inner=False), ATT_NO_INNER), (dict(dk_t=False), ATT_DK_NOT_T),
                 (dict(use_mask=False), ATT_MASK_IGNORED), (dict(additive=True), ATT_MINUS_1E9),
-                (dict(one_key_empty=True), ATT_ONE_KEY)]
+                (dict(one_key_empty=True), ATT_ONE_KEY), (dict(d_from_V=True), ATT_D_V),
+                (dict(dq_t=True), ATT_DQ_T)]
     return _variants(lambda *a, **kw: np.concatenate([g.ravel() for g in _att_variant(*a, **kw)]),
                      variants, Q, K, V, dO, mask)
 
@@ -216,6 +228,11 @@ LN_NO_GAMMA = ("y = gamma * xhat + beta: what reaches xhat?", "dxhat = gamma * d
 LN_EPS_OUTSIDE = ("where does eps sit?", "r = 1 / sqrt(var + eps): eps inside the square root")
 LN_PARAM_SUM = ("gamma is shared by every token",
                 "dgamma and dbeta sum over every axis but the last: shape (d_model,)")
+LN_DGAMMA_NO_XHAT = ("y = gamma * xhat + beta: what multiplies gamma?",
+                     "dgamma = sum over tokens of dy * xhat; you summed dy alone (that is dbeta)")
+LN_DGAMMA_X = ("y = gamma * xhat + beta: what multiplies gamma?",
+               "dgamma = sum over tokens of dy * xhat, the normalised x; you used x itself")
+LN_DGAMMA = ("dgamma = sum over tokens of dy * xhat (xhat before gamma)",)
 LN_DEFAULT = ("dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gamma dy, "
               "r = 1/sqrt(var + eps); dgamma = sum dy xhat, dbeta = sum dy",)
 
@@ -259,10 +276,13 @@ def layer_norm_backward(layer_norm_backward):
         expect_shape(got[0], x.shape, case=f"{case}, dx", hint=("dx has the shape of x",))
         hint = diagnose(got[0], _ln_wrongs(x, gamma, dy, eps), LN_DEFAULT, rtol=1e-6, atol=1e-10)
         expect_close(got[0], right[0], case=f"{case}, dx", hint=hint, **TOL)
+        tokens = tuple(range(x.ndim - 1))
+        dgamma_wrongs = [(lambda: dy.sum(axis=tokens), LN_DGAMMA_NO_XHAT),
+                         (lambda: (dy * x).sum(axis=tokens), LN_DGAMMA_X)]
         for name, g, r in zip(("dgamma", "dbeta"), got[1:], right[1:]):
             expect_shape(g, (d,), case=f"{case}, {name}", hint=LN_PARAM_SUM)
             expect_close(g, r, case=f"{case}, {name}", hint=LN_DEFAULT if name == "dbeta" else
-                         ("dgamma = sum over tokens of dy * xhat (xhat before gamma)",), **TOL)
+                         diagnose(g, dgamma_wrongs, LN_DGAMMA, rtol=1e-6, atol=1e-10), **TOL)
 
 
 # ----------------------------------------------------------------------------- layer_backward
@@ -610,7 +630,7 @@ def flash_backward(flash_backward):
 DEFAULTS = {
     "softmax_vjp": [VJP_DEFAULT],
     "attention_backward": [ATT_DEFAULT],
-    "layer_norm_backward": [LN_DEFAULT],
+    "layer_norm_backward": [LN_DEFAULT, LN_DGAMMA],
     "layer_backward": [LAYER_DEFAULT],
     "flash_forward": [FF_DEFAULT],
     "flash_backward": [FB_DEFAULT],
