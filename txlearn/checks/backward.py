@@ -18,6 +18,7 @@ import torch
 from txlearn.attention import (attention_backward_np, attention_np, masked_softmax_np,
                                scaled_dot_product_attention)
 from txlearn.checks import as_array, call, diagnose, exercise, expect_close, expect_shape, expect_true
+from txlearn.checks.flash_references import fb_variant, ff_variant, flash_cases, masked_lse
 from txlearn.flash_attention import flash_attention_forward_np
 from txlearn.layer import TransformerLayer
 from txlearn.norms import layer_norm_backward_np, layer_norm_np
@@ -454,68 +455,13 @@ FF_DEFAULT = ("m' = max(m, max s), alpha = exp(m - m'), l' = alpha l + sum exp(s
               "alpha acc + exp(s - m') V_j; O = acc / l, lse = m + log l",)
 
 
-def _ff_variant(Q, K, V, mask, block, *, rescale="both", shift="running", lse="right",
-                scale=True, guard=True, use_mask=True):
-    """What FlashAttention's forward computes with one catalogued mistake: (O, lse), flattened."""
-    S, d_k = K.shape[-2], Q.shape[-1]
-    m, l = np.full(Q.shape[:-1], -np.inf), np.zeros(Q.shape[:-1])
-    acc = np.zeros(Q.shape[:-1] + V.shape[-1:])
-    for start in range(0, S, block):
-        stop = min(start + block, S)
-        s = Q @ np.swapaxes(K[..., start:stop, :], -1, -2) / (math.sqrt(d_k) if scale else 1.0)
-        if mask is not None and use_mask:
-            s = np.where(mask[..., start:stop], s, -np.inf)
-        m_new = np.maximum(m, s.max(axis=-1) if shift != "global" else
-                           np.max(s, axis=None, initial=-np.inf))
-        base = s.max(axis=-1) if shift == "own" else m_new
-        base = np.where(np.isfinite(base), base, 0.0) if guard else base
-        alpha = np.exp(m - (np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new))
-        p = np.exp(s - base[..., None])
-        l = (alpha if rescale in ("both", "l") else 1.0) * l + p.sum(axis=-1)
-        acc = (alpha[..., None] if rescale == "both" else 1.0) * acc + p @ V[..., start:stop, :]
-        m = m_new
-    seen = l > 0
-    if guard:
-        O = np.where(seen[..., None], acc / np.where(seen, l, 1.0)[..., None], 0.0)
-    else:
-        O = acc / l[..., None]
-    log_l = np.log(np.where(seen, l, 1.0)) if guard else np.log(l)
-    out_lse = {"right": m + log_l, "m": m, "log_l": log_l}[lse]
-    if guard:
-        out_lse = np.where(seen, out_lse, -np.inf)
-    return np.concatenate([O.ravel(), out_lse.ravel()])
-
-
 def _ff_wrongs(Q, K, V, mask, block):
     variants = [(dict(rescale="none"), FF_NO_RESCALE), (dict(rescale="l"), FF_RESCALE_L_ONLY),
                 (dict(shift="own"), FF_OWN_MAX), (dict(lse="m"), FF_LSE_M),
                 (dict(lse="log_l"), FF_LSE_LOG_L), (dict(scale=False), FF_NO_SCALE),
                 (dict(use_mask=False), FF_MASK), (dict(shift="global"), FF_GLOBAL_MAX),
                 (dict(shift="global", guard=False), FF_GLOBAL_MAX), (dict(guard=False), FF_NAN)]
-    return _variants(_ff_variant, variants, Q, K, V, mask, block)
-
-
-def _flash_cases():
-    rng = _rng(15)
-    rising = rng.normal(size=(3, 6, 4)) * np.linspace(0.2, 2.5, 6)[None, :, None]  # maxima grow
-    blind = np.tril(np.ones((4, 7), bool), 3)  # bottom-right causal for L = 4, S = 7
-    blind[1] = False                           # query 1 sees no key
-    blind[:, 6] = False                        # key 6 is padding
-    yield ("L = 3, S = 6 keys in blocks of 3, scores growing from block to block",
-           rng.normal(size=(3, 4)) * 2, rising[0], rng.normal(size=(6, 5)), None, 3)
-    yield ("L = 4, S = 7 in blocks of 3 (the last has 1 key), bottom-right causal, query 1 sees "
-           "no key, key 6 hidden", rng.normal(size=(4, 4)), rng.normal(size=(7, 4)) * 2,
-           rng.normal(size=(7, 3)), blind, 3)
-    yield ("batch (2, 5, 4), causal, blocks of 2", rng.normal(size=(2, 5, 4)),
-           rng.normal(size=(2, 5, 4)) * 2, rng.normal(size=(2, 5, 3)),
-           np.tril(np.ones((5, 5), bool)), 2)
-
-
-def _masked_lse(Q, K, mask):
-    scores = torch.tensor(Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1]))
-    if mask is not None:
-        scores = scores.masked_fill(~torch.tensor(mask), -math.inf)
-    return torch.logsumexp(scores, dim=-1).numpy()
+    return _variants(ff_variant, variants, Q, K, V, mask, block)
 
 
 @exercise("flash_forward")
@@ -525,8 +471,8 @@ def flash_forward(flash_forward):
     scale_case = ("rows of very different scale: query 0's scores [0, 0, 0], query 1's [0, 500, "
                   "1000], blocks of 2", np.array([[0.0], [1000.0]]),
                   np.array([[0.0], [0.5], [1.0]]), np.eye(3), None, 2)
-    for case, Q, K, V, mask, block in (*_flash_cases(), scale_case):
-        right = (attention_np(Q, K, V, mask), _masked_lse(Q, K, mask))
+    for case, Q, K, V, mask, block in (*flash_cases(), scale_case):
+        right = (attention_np(Q, K, V, mask), masked_lse(Q, K, mask))
         got = call(flash_forward, Q.copy(), K.copy(), V.copy(), None if mask is None else mask.copy(),
                    block, case=case)
         _expect_tuple(got, 2, case=case, names=("O", "lse"))
@@ -567,35 +513,13 @@ FB_DEFAULT = ("P_j = exp(S_j - lse), dV_j = P_j^T dO, dS_j = P_j (dO V_j^T - D) 
               "rowsum(dO O), dQ += dS_j K_j / sqrt(d_k), dK_j = dS_j^T Q / sqrt(d_k)",)
 
 
-def _fb_variant(Q, K, V, O, lse, dO, mask, block, *, weights="lse", D_block=False, p_t=True,
-                scale=1.0, s_scaled=True, use_mask=True, guard=True):
-    S, d_k = K.shape[-2], Q.shape[-1]
-    lse_safe = (np.where(np.isfinite(lse), lse, 0.0) if guard else lse)[..., None]
-    D = (dO * O).sum(axis=-1, keepdims=True)
-    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
-    for start in range(0, S, block):
-        stop = min(start + block, S)
-        K_j, V_j = K[..., start:stop, :], V[..., start:stop, :]
-        s = Q @ np.swapaxes(K_j, -1, -2) / (math.sqrt(d_k) if s_scaled else 1.0)
-        if mask is not None and use_mask:
-            s = np.where(mask[..., start:stop], s, -np.inf)
-        P = masked_softmax_np(s, np.isfinite(s)) if weights == "block" else np.exp(s - lse_safe)
-        dP = dO @ np.swapaxes(V_j, -1, -2)
-        dS = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
-        c = scale / math.sqrt(d_k)
-        dQ = dQ + dS @ K_j * c
-        dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q * c
-        dV[..., start:stop, :] = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
-    return np.concatenate([dQ.ravel(), dK.ravel(), dV.ravel()])
-
-
 def _fb_wrongs(Q, K, V, O, lse, dO, mask, block):
     d_k = Q.shape[-1]
     variants = [(dict(weights="block"), FB_BLOCK_SOFTMAX), (dict(D_block=True), FB_BLOCK_D),
                 (dict(p_t=False), FB_P_NOT_T), (dict(scale=math.sqrt(d_k)), FB_NO_SCALE),
                 (dict(s_scaled=False), FB_S_UNSCALED), (dict(use_mask=False), FB_MASK),
                 (dict(guard=False), FB_NAN)]
-    return _variants(_fb_variant, variants, Q, K, V, O, lse, dO, mask, block)
+    return _variants(fb_variant, variants, Q, K, V, O, lse, dO, mask, block)
 
 
 @exercise("flash_backward")
@@ -603,7 +527,7 @@ def flash_backward(flash_backward):
     """Check `flash_backward(Q, K, V, O, lse, dO, mask=None, block_size=4)` -> (dQ, dK, dV)
     against autograd of scaled_dot_product_attention; O and lse from the package's forward."""
     names = ("dQ", "dK", "dV")
-    for case, Q, K, V, mask, block in _flash_cases():
+    for case, Q, K, V, mask, block in flash_cases():
         O, lse = flash_attention_forward_np(Q, K, V, mask, block_size=block)
         dO = _rng(len(case)).normal(size=O.shape)
         m = None if mask is None else torch.tensor(mask)
