@@ -44,6 +44,7 @@ work: venv-lab
 lab: work
 	$(VENV)/bin/jupyter lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) \
 		--ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.app_settings_dir="$(CURDIR)/jupyterlab-settings" \
 		--LabApp.default_url="/lab/tree/$$(ls notebooks/00_*.ipynb | head -n 1)" $(LAB_ARGS)
 
 # Installed only when missing (dpkg knows them), never by `make lab`. Without dpkg (not Debian),

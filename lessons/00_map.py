@@ -135,6 +135,9 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 #   failing case, the first wrong value (got vs expected) and a hint aimed at the likely mistake.
 #   *Public* cases are the ones the course ships; a grader may also run hidden ones, and names a
 #   failed hidden case as hidden.
+#   One rule holds in every set: your code must not change its inputs in place (`x -= m`,
+#   `acc *= alpha`, `out=` on an argument). The checks hand it copies and fail when a copy
+#   comes back changed ("changed its input ... in place"); build new arrays instead.
 # - **Grading**: `txlearn grade work/01_softmax.ipynb` prints a table (exercise, PASS/FAIL, first
 #   line of the feedback) and a score. It never runs the notebook's check cells and never reads
 #   its saved outputs: your setup and answer cells run in a separate process (inside a

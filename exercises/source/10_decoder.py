@@ -323,8 +323,10 @@ check("smollm2_decoder", generate_greedy, load_smollm2)
 # Everything below runs on your code: your decoder answers a question through the model's chat
 # template (read from the same file; `transformers` only turns text into ids and back), then we
 # time your cached generation against `transformers`' own `generate` on the same file, and count
-# your KV cache's bytes against the formula of exercise 2. These cells run in your notebook only;
-# the grader does not run them.
+# your KV cache's bytes against the formula of exercise 2. The answer is shown up to the model's
+# end-of-turn token `<|im_end|>` (what a chat stops at: the greedy tokens after it invent the
+# next turn); the timing generates the same 24 tokens on both sides. These cells run in your
+# notebook only; the grader does not run them.
 
 # %% tags=["demo"]
 import time
@@ -337,9 +339,13 @@ prompt = chat_ids(tokenizer, "What is the capital of France? Answer in one sente
 start = time.perf_counter()
 out = generate_greedy(model, torch.tensor(prompt), 24)
 mine_seconds = time.perf_counter() - start
-answer = tokenizer.decode(out[len(prompt):].tolist(), skip_special_tokens=True)
+new_ids = out[len(prompt):].tolist()
+end_of_turn = read_metadata()["tokenizer.ggml.eos_token_id"]   # <|im_end|>: the turn is over
+if end_of_turn in new_ids:          # what follows it is an invented next turn: not the answer
+    new_ids = new_ids[:new_ids.index(end_of_turn)]
+answer = tokenizer.decode(new_ids, skip_special_tokens=True)
 print(f"prompt: {len(prompt)} tokens (the template adds a system message)")
-print("your decoder says:", answer.strip())
+print(f"your decoder says ({len(new_ids)} tokens, up to its end-of-turn token):", answer.strip())
 assert "Paris" in answer, answer
 
 # %% tags=["demo"]

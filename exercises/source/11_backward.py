@@ -24,7 +24,10 @@
 # 08 (its FlashAttention section).
 #
 # Conventions of the course: a boolean mask is `True` where a query may attend; a query whose
-# keys are all hidden gets output 0 and gradients 0, never NaN.
+# keys are all hidden gets output 0 and gradients 0, never NaN. Never change an input in place:
+# an accumulation such as `dK += ...`, `l *= alpha` or `acc += ...` on an array you were given
+# fails the check ("changed its input ... in place"); start new arrays (`np.zeros_like(K)`) and
+# update those.
 
 # %%
 import numpy as np

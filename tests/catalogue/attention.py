@@ -192,6 +192,42 @@ def attention_scaled_by_sqrt_S(Q, K, V, mask=None):  # the number of keys, not d
     return _finish(_masked_softmax(_scores(Q, K) / np.sqrt(K.shape[-2]), mask), V)
 
 
+def attention_global_max(Q, K, V, mask=None):  # one max-shift for the whole score array
+    s = _scores(Q, K) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    e = np.exp(s - s.max())
+    total = e.sum(axis=-1, keepdims=True)
+    w = np.divide(e, total, out=np.zeros_like(e), where=total > 0)  # empty rows guarded
+    return _finish(w, V)
+
+
+def attention_global_max_nan(Q, K, V, mask=None):  # one max-shift, no guard: 0/0 in row 0
+    s = _scores(Q, K) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    e = np.exp(s - s.max())
+    with np.errstate(invalid="ignore"):
+        return _finish(e / e.sum(axis=-1, keepdims=True), V)
+
+
+def attention_mask_after_softmax(Q, K, V, mask=None):  # weights zeroed, not renormalised
+    w = _masked_softmax(_scores(Q, K) / np.sqrt(Q.shape[-1]), None)
+    if mask is not None:
+        w = np.where(mask, w, 0.0)
+    return _finish(w, V)
+
+
+def attention_d_k_from_V(Q, K, V, mask=None):  # scaled by sqrt(d_v)
+    s = _scores(Q, K) / np.sqrt(V.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    top = s.max(axis=-1, keepdims=True)
+    e = np.exp(s - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    return _finish(np.divide(e, total, out=np.zeros_like(e), where=total > 0), V)
+
+
 REFERENCE = {
     "causal_mask": (causal_ref,),
     "padding_mask": (padding_ref,),
@@ -234,5 +270,12 @@ WRONG = {
         ("default all-True mask, then inverted", (attention_default_all_true_inverted,),
          "your default hides all of them"),
         ("scaled by sqrt(S)", (attention_scaled_by_sqrt_S,), "which width is d_k"),
+        ("mask applied after the softmax, not renormalised", (attention_mask_after_softmax,),
+         "after the softmax"),
+        ("d_k taken from V", (attention_d_k_from_V,), "the width of v"),
+        ("one max-shift for the whole score array, empty rows guarded", (attention_global_max,),
+         "each row's own maximum"),
+        ("one max-shift for the whole score array, no guard", (attention_global_max_nan,),
+         "each row's own maximum"),
     ],
 }

@@ -30,6 +30,10 @@ def vjp_diagonal(s, g, axis=-1):
     return s * (1 - s) * g
 
 
+def vjp_global_inner(s, g, axis=-1):  # one <s, g> for the whole array
+    return s * (g - (s * g).sum())
+
+
 def vjp_no_keepdims(s, g, axis=-1):
     return s * (g - (s * g).sum(axis=axis))
 
@@ -58,7 +62,7 @@ def _weights(Q, K, mask, additive=False, use_mask=True, guard=True):
     return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
 
 
-def att(*, scale=1.0, p_t=True, inner=True, dk_t=True, **weights):
+def att(*, scale=1.0, p_t=True, inner=True, dk_t=True, dq_t=False, **weights):
     def attention_backward(Q, K, V, dO, mask=None):
         d_k = Q.shape[-1]
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -66,7 +70,7 @@ def att(*, scale=1.0, p_t=True, inner=True, dk_t=True, **weights):
         dV = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
         dP = dO @ np.swapaxes(V, -1, -2)
         dS = vjp_ref(P, dP) if inner else P * dP
-        dQ = dS @ K * scale / np.sqrt(d_k)
+        dQ = (np.swapaxes(dS, -1, -2) if dq_t else dS) @ K * scale / np.sqrt(d_k)
         dK = (np.swapaxes(dS, -1, -2) if dk_t else dS) @ Q * scale / np.sqrt(d_k)
         return dQ, dK, dV
     return attention_backward
@@ -84,6 +88,41 @@ def att_with_vjp(vjp):
 
 
 att_ref = att()
+
+
+def att_full_transpose(Q, K, V, dO, mask=None):  # K.T, V.T: every axis of a batch reversed
+    d_k = Q.shape[-1]
+    scores = Q @ K.T / np.sqrt(d_k)   # (2, 4, 3) @ (3, 4, 2): raises on a batch
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    P = e / e.sum(axis=-1, keepdims=True)
+    dS = vjp_ref(P, dO @ V.T)
+    return dS @ K / np.sqrt(d_k), dS.T @ Q / np.sqrt(d_k), P.T @ dO
+
+
+def att_d_k_from_V(Q, K, V, dO, mask=None):  # the scale of V's width d_v, forward and backward
+    d = V.shape[-1]
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(d)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    P = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    dS = vjp_ref(P, dO @ np.swapaxes(V, -1, -2))
+    return (dS @ K / np.sqrt(d), np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d),
+            np.swapaxes(P, -1, -2) @ dO)
+
+
+def att_one_key_empty(Q, K, V, dO, mask=None):  # a row with one visible key treated as empty
+    d_k = Q.shape[-1]
+    P = _weights(Q, K, mask)
+    if mask is not None:
+        P = np.where(np.broadcast_to(mask, P.shape).sum(axis=-1, keepdims=True) <= 1, 0.0, P)
+    dS = vjp_ref(P, dO @ np.swapaxes(V, -1, -2))
+    return (dS @ K / np.sqrt(d_k), np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d_k),
+            np.swapaxes(P, -1, -2) @ dO)
 
 # ------------------------------------------------------------------ layer_norm_backward
 
@@ -107,6 +146,15 @@ def ln(*, mean=True, xhat_term=True, ddof=0, use_gamma=True, eps_inside=True, su
 
 
 ln_ref = ln()
+
+
+def ln_dgamma(kind):
+    """The right dx and dbeta, and dgamma as sum(dy) ("no xhat") or sum(dy * x) ("x")."""
+    def layer_norm_backward(x, gamma, dy, eps=1e-5):
+        dx, _, dbeta = ln_ref(x, gamma, dy, eps)
+        tokens = tuple(range(x.ndim - 1))
+        return dx, (dy if kind == "no xhat" else dy * x).sum(axis=tokens), dbeta
+    return layer_norm_backward
 
 # ------------------------------------------------------------------ layer_backward
 
@@ -174,7 +222,7 @@ layer_ref = layer()
 
 
 def flash_fwd(*, rescale="both", own_max=False, lse="right", scale=True, guard=True,
-              use_mask=True):
+              use_mask=True, global_max=False):
     def flash_forward(Q, K, V, mask=None, block_size=4):
         S, d_k = K.shape[-2], Q.shape[-1]
         m, l = np.full(Q.shape[:-1], -np.inf), np.zeros(Q.shape[:-1])
@@ -186,7 +234,7 @@ def flash_fwd(*, rescale="both", own_max=False, lse="right", scale=True, guard=T
                 s = s / np.sqrt(d_k) if scale else s
                 if mask is not None and use_mask:
                     s = np.where(mask[..., start:stop], s, -np.inf)
-                m_new = np.maximum(m, s.max(axis=-1))
+                m_new = np.maximum(m, s.max() if global_max else s.max(axis=-1))
                 shift = np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new
                 alpha = np.exp(m - shift)
                 own = s.max(axis=-1)
@@ -255,6 +303,7 @@ REFERENCE = {
 
 WRONG = {
     "softmax_vjp": [
+        ("<s, g> summed over the whole array", (vjp_global_inner,), "over the whole array"),
         ("the <s, g> term dropped: s * g", (vjp_no_inner,), "subtract <s, g>"),
         ("the sign flipped", (vjp_sign,), "s * (<s, g> - g)"),
         ("<s, g> taken as the sum of g", (vjp_sum_g,), "you summed g alone"),
@@ -272,8 +321,15 @@ WRONG = {
         ("the mask ignored when P is recomputed", (att(use_mask=False),), "recompute p with the mask"),
         ("-1e9 added instead of hiding keys", (att(additive=True),), "adding -1e9"),
         ("NaN on a row that sees no key", (att(guard=False),), "never divide by its empty sum"),
+        ("K.T and V.T on batched arrays", (att_full_transpose,), "a full transpose k.t reverses"),
+        ("a row with one visible key treated as empty", (att_one_key_empty,),
+         "only a row with no visible key"),
+        ("d_k taken from V", (att_d_k_from_V,), "v's width d_v"),
+        ("dS^T K for dQ", (att(dq_t=True),), "you transposed ds (ds^t k)"),
     ],
     "layer_norm_backward": [
+        ("dgamma as the sum of dy", (ln_dgamma("no xhat"),), "you summed dy alone"),
+        ("dgamma with x, not xhat", (ln_dgamma("x"),), "you used x itself"),
         ("the mean term missing", (ln(mean=False),), "the path through mu"),
         ("the x-hat term missing", (ln(xhat_term=False),), "the path through sigma^2"),
         ("mu and sigma treated as constants", (ln(mean=False, xhat_term=False),), "as constants"),
@@ -302,6 +358,8 @@ WRONG = {
         ("no 1/sqrt(d_k)", (flash_fwd(scale=False),), "divide each block's scores by sqrt(d_k)"),
         ("the mask ignored", (flash_fwd(use_mask=False),), "scores of hidden keys to -inf"),
         ("NaN on a row that sees no key", (flash_fwd(guard=False),), "shift by 0"),
+        ("one max for the whole block", (flash_fwd(global_max=True),),
+         "not the max of the whole block"),
     ],
     "flash_backward": [
         ("each block normalised by its own maximum and sum", (flash_bwd(block_softmax=True),),

@@ -82,6 +82,10 @@ def loss_wrong_axis(logits, ids, mask=None):                  # log-softmax over
     return _masked_mean(nll, w)
 
 
+def loss_in_bits(logits, ids, mask=None):                     # log base 2: bits, not nats
+    return loss_ref(logits, ids, mask) / math.log(2)
+
+
 def loss_per_sequence_mean(logits, ids, mask=None):
     nll = _nll(logits[:, :-1], ids[:, 1:])
     w = torch.ones(nll.shape) if mask is None else mask[:, 1:].to(nll.dtype)
@@ -176,6 +180,10 @@ def probs_k_plus_one(logits, temperature=1.0, top_k=None):
 
 def probs_no_renorm(logits, temperature=1.0, top_k=None):
     return _probs_with(logits, temperature, top_k, renorm=False)
+
+
+def probs_tiny_temperature(logits, temperature=1.0, top_k=None):  # 0 replaced by 1e-8
+    return probs_ref(logits, 1e-8 if temperature == 0 else temperature, top_k)
 
 
 def probs_zero_temperature_divides(logits, temperature=1.0, top_k=None):
@@ -294,6 +302,17 @@ def top_p_before_top_k(logits, temperature=1.0, top_k=None, top_p=None):
 
 def top_p_unsorted(logits, temperature=1.0, top_k=None, top_p=None):
     return _top_p_with(logits, temperature, top_k, top_p, ties="none")
+
+
+def top_p_mask_not_scattered(logits, temperature=1.0, top_k=None, top_p=None):
+    """The keep mask computed on the sorted list, then applied to p in vocabulary order."""
+    p = probs_ref(logits, temperature, top_k)
+    if top_p is None or top_p >= 1:
+        return p
+    sorted_p, _ = torch.sort(p, dim=-1, descending=True, stable=True)
+    keep = (sorted_p.cumsum(-1) - sorted_p) < top_p          # positions of the sorted list
+    p = p * keep
+    return p / p.sum(-1, keepdim=True)
 
 
 def top_p_keeps_tail(logits, temperature=1.0, top_k=None, top_p=None):
@@ -648,11 +667,14 @@ WRONG = {
         ("mask of the inputs, not the targets", (loss_input_mask,), "TARGET is real"),
         ("log-softmax over the positions", (loss_wrong_axis,), "over the vocabulary"),
         ("mean of per-sequence means", (loss_per_sequence_mean,), "per-sequence"),
+        ("in bits", (loss_in_bits,), "yours is in bits"),
         ("log of softmax underflows", (loss_log_of_softmax,), "log_softmax"),
         ("returns .item()", (loss_item,), "0-dimensional tensor"),
     ],
     "sampling_distribution": [
         ("multiplied by the temperature", (probs_times_temperature,), "you multiplied"),
+        ("temperature 0 replaced by a tiny one", (probs_tiny_temperature,),
+         "a tiny temperature in its place"),
         ("temperature divided in float16 (issue 23)", (probs_divided_in_own_dtype,),
          "convert the logits to float64 first"),
         ("softmax in float16, then cast to float64 (learner 23)", (probs_softmax_own_dtype,),
@@ -675,6 +697,8 @@ WRONG = {
         ("ties broken by highest index", (top_p_ties_highest,), "lowest index comes first"),
         ("top-p before top-k", (top_p_before_top_k,), "top-k first"),
         ("mass summed in vocabulary order", (top_p_unsorted,), "vocabulary order"),
+        ("keep mask of the sorted list applied unsorted", (top_p_mask_not_scattered,),
+         "through the sort's indices"),
         ("keeps the tail", (top_p_keeps_tail,), "not the tail"),
         ("keeps a token whose mass before it is exactly p (learner 23)", (top_p_keeps_at_p,),
          "compares with <="),

@@ -108,7 +108,7 @@ WRONG = {
     "kv_cache_from_metadata": [
         ("no factor 2", (kv_no_two,), "a factor 2"),
         ("query heads", (kv_query_heads,), "only the key/value heads are cached"),
-        ("d_k from the KV heads", (kv_d_k_from_kv_heads,), "d_k comes from the query heads"),
+        ("d_k from the KV heads", (kv_d_k_from_kv_heads,), "dividing by head_count_kv"),
         ("trained context", (kv_trained_context,), "context` argument"),
         ("bits", (kv_bits,), "do not multiply by 8"),
         ("MiB", (kv_mib,), "not MiB"),
@@ -277,7 +277,8 @@ def load_with(*, decoder=DECODER_REF, permute=to_half_ref, k_heads="n_kv_heads",
             for ours, (theirs, heads) in block.items():
                 W = read_tensor(f"blk.{N}.{theirs}.weight")
                 if W.ndim == 2 and (transpose == "all" or (transpose == "rectangular"
-                                                           and W.shape[0] != W.shape[1])):
+                                                           and W.shape[0] != W.shape[1])
+                                    or (transpose == "not W_O" and theirs != "attn_output")):
                     W = W.T
                 if heads is not None and permute is not None:
                     W = permute(W, heads)
@@ -365,6 +366,8 @@ WRONG.update({
         ("RoPE base 10000", (GENERATE_REF, load_with(base="default")), "llama.rope.freq_base"),
         ("square matrices not transposed", (GENERATE_REF, load_with(transpose="rectangular")),
          "the square W_Q and W_O too"),
+        ("the square W_O alone not transposed", (GENERATE_REF, load_with(transpose="not W_O")),
+         "your w_o is the only one"),
         ("norm gains swapped", (GENERATE_REF, load_with(norms=("ffn_norm", "attn_norm"))),
          "attn_norm is the gain of norm1"),
         ("nothing transposed", (GENERATE_REF, load_with(transpose="none")), "transpose them"),

@@ -85,6 +85,14 @@ def ffn_class(*, act=gelu_ref, act_out=False, residual=False, b1_after=False, la
     return FeedForward
 
 
+class FeedForwardGeluMoved(ffn_class()):
+    """GELU applied to the output, after W_2, and not to the hidden layer."""
+
+    def forward(self, x):
+        h = x @ self.W_1 + (0.0 if self.b_1 is None else self.b_1)          # no activation here
+        return gelu_ref(h @ self.W_2 + (0.0 if self.b_2 is None else self.b_2))
+
+
 # ------------------------------------------------------------------ swiglu
 
 def swiglu_class(*, mix=lambda gate, up: nn.functional.silu(gate) * up, bias_always=False):
@@ -134,6 +142,8 @@ WRONG = {
         ("tanh GELU", (ffn_class(act=gelu_tanh),), "tanh approximation"),
         ("no activation", (ffn_class(act=lambda z: z),), "collapse into one linear map"),
         ("GELU after W_2 too", (ffn_class(act_out=True),), "after W_2 as well"),
+        ("GELU after W_2 instead of the hidden layer", (FeedForwardGeluMoved,),
+         "instead of to the hidden layer"),
         ("residual inside", (ffn_class(residual=True),), "added x to the output"),
         ("b_1 after the activation", (ffn_class(b1_after=True),), "added b_1 after"),
         ("nn.Linear layout", (ffn_class(layout="out_in"),), "(d_out, d_in)"),

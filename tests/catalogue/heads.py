@@ -161,7 +161,7 @@ def mask_square(L, S):
 def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True, polarity=True,
               softmax_dim=-1, empty="zero", use_W_O=True, add_b_O=True, add_b_in=True,
               share=repeat_ref, kv_width="n_kv", cache="right", grad=True, bias_always=False,
-              start_zero=False):
+              start_zero=False, global_max=False):
     """A learner's MultiHeadAttention, right or with one mistake."""
 
     class MultiHeadAttention(nn.Module):
@@ -230,7 +230,12 @@ def mha_class(*, scale="d_k", split=split_ref, merge=merge_ref, transpose_k=True
                 empty_rows = ~allowed.any(dim=-1, keepdim=True)
                 if empty == "zero":
                     scores = scores.masked_fill(empty_rows, 0.0)
-            weights = torch.softmax(scores, dim=softmax_dim)
+            if global_max:   # its own softmax, one max-shift for the whole score tensor
+                e = torch.exp(scores - scores.max())
+                total = e.sum(dim=-1, keepdim=True)
+                weights = torch.where(total > 0, e / total, torch.zeros_like(e))
+            else:
+                weights = torch.softmax(scores, dim=softmax_dim)
             if mask is not None and empty == "zero":
                 weights = weights.masked_fill(empty_rows, 0.0)
             merged = merge(weights @ V)
@@ -322,6 +327,8 @@ WRONG = {
         ("square mask", (append_ref, mask_square), "not (L, L) or (S, S)"),
     ],
     "multi_head_attention": [
+        ("its own softmax with one max-shift for the whole score tensor",
+         (mha_class(global_max=True),), "each row's own maximum"),
         ("scaled by sqrt(d_model)", (mha_class(scale="d_model"),), "not by sqrt(d_model)"),
         ("not scaled", (mha_class(scale="none"),), "did not scale"),
         ("scaled by d_k", (mha_class(scale="twice"),), "divided by d_k"),

@@ -62,6 +62,23 @@ def layer_class(*, order="right", eps_passed=True, mask_passed=True, cache_passe
 TL_REF = layer_class()
 
 
+def _residual_calls_twice(x, sublayer, norm, norm_first=False):  # set 06's check cannot see it
+    if norm_first:
+        return x + sublayer(norm(x))
+    assert sublayer(x).shape == x.shape                # a shape check that runs the sub-layer
+    return norm(x + sublayer(x))
+
+
+class TLResidualTwice(TL_REF):
+    """Post-LN through a residual that calls its sub-layer twice: a cached step appends twice."""
+
+    def forward(self, x, mask=None, use_cache=False):
+        def attention(h):
+            return self.attn(h, mask=mask, use_cache=use_cache)
+        h = _residual_calls_twice(x, attention, self.norm1, self.norm_first)
+        return _residual_calls_twice(h, self.ffn, self.norm2, self.norm_first)
+
+
 # ------------------------------------------------------------------ token_embedding
 
 def embedding_class(*, scale="sqrt", positions="right", extra=False):
@@ -124,6 +141,8 @@ def lm_class(*, head="tied", final_norm=True, norm_first=True, masked=True, outp
                 mask = mask_ref(T, T)
             elif mask_kind == "top-left":
                 mask = torch.ones(T, s + T, dtype=torch.bool).tril()
+            elif mask_kind == "first call only":      # no mask once something is cached
+                mask = mask_ref(T, T) if s == 0 else None
             else:
                 mask = mask_ref(T, s + T)
             for layer in self.layers:
@@ -192,6 +211,8 @@ REFERENCE = {
 
 WRONG = {
     "transformer_layer": [
+        ("a residual that calls its sub-layer twice (post-LN)", (TLResidualTwice,),
+         "a sub-layer ran twice"),
         ("orders inverted", (layer_class(order="inverted"),), "uses the other order"),
         ("no attention residual", (layer_class(order="no attn residual"),),
          "attention sub-layer is missing its residual"),
@@ -222,6 +243,8 @@ WRONG = {
         ("W_E detached", (embedding_class(scale="detached"),), "no gradient reached w_e"),
     ],
     "language_model": [
+        ("no mask on cached steps", (lm_class(mask_kind="first call only"),),
+         "your cached step attended without a mask"),
         ("untied W_U", (lm_class(head="untied"),), "remove the separate head"),
         ("nn.Linear head sharing the weight", (lm_class(head="linear"),), "remove the separate head"),
         ("head uses W_E.detach()", (lm_class(head="detached"),), "misses the part"),

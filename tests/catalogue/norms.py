@@ -24,6 +24,8 @@ def ln_class(*, stats="biased", eps_at="inside", dim=-1, affine="right", fixed_e
             mu = x.mean(dim=dims, keepdim=True)
             if stats == "biased":
                 var = ((x - mu) ** 2).mean(dim=dims, keepdim=True)
+            elif stats == "uncentred":                        # the mean square, not the variance
+                var = (x ** 2).mean(dim=dims, keepdim=True)
             else:
                 var = x.var(dim=dims, keepdim=True)          # torch's default: unbiased
             if eps_at == "inside":
@@ -184,6 +186,8 @@ WRONG = {
         ("unbiased variance (torch.var's default)", (ln_class(stats="unbiased"),),
          "unbiased variance"),
         ("eps outside the root", (ln_class(eps_at="outside"),), "eps outside the root"),
+        ("the mean square of x as its variance", (ln_class(stats="uncentred"),),
+         "subtract the mean before squaring"),
         ("x.std() + eps", (LayerNormStd,), "x.std() + eps"),
         ("no eps at all", (ln_class(eps_at="none"),), "left eps out"),
         ("normalised over axis 0", (ln_class(dim=0),), "another axis"),

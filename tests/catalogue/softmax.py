@@ -46,6 +46,11 @@ def softmax_no_keepdims(x, axis=-1):
     return e / e.sum(axis=axis)
 
 
+def softmax_sum_no_keepdims(x, axis=-1):  # the max keeps its axis, the sum does not
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis)
+
+
 def softmax_global_sum(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum()
@@ -89,6 +94,10 @@ def scores_transposed(Q, K):  # K Q^T: (S, L)
 
 def scores_dot_T(Q, K):  # K.T reverses every axis of a batched K
     return Q @ K.T / math.sqrt(Q.shape[-1])
+
+
+def scores_np_dot(Q, K):  # np.dot of N-D arrays pairs every batch entry with every other
+    return np.dot(Q, np.swapaxes(K, -1, -2)) / math.sqrt(Q.shape[-1])
 
 
 def scores_d_k_from_axis_1(Q, K):  # right for 2-D inputs only
@@ -142,6 +151,11 @@ def jacobian_of_logits(x):
 def jacobian_elementwise(x):
     s = softmax_ref(x)
     return np.diag(s) - s * s
+
+
+def jacobian_1d_matmul(x):  # s @ s.T of a 1-D s is the scalar sum s_i^2
+    s = softmax_ref(x)
+    return np.diag(s) - s @ s.T
 
 
 def jacobian_no_delta(x):
@@ -214,6 +228,8 @@ WRONG = {
         ("wrong axis (always 0)", (softmax_axis_zero,), "use the `axis` argument"),
         ("wrong axis (always last)", (softmax_last_axis,), "always used the last axis"),
         ("max without keepdims", (softmax_no_keepdims,), "keep the reduced axis"),
+        ("sum without keepdims (the max with)", (softmax_sum_no_keepdims,),
+         "your sum does not"),
         ("sum over the whole array", (softmax_global_sum,), "not the whole array"),
         ("modifies its input in place", (softmax_in_place,), "the caller still needs"),
         ("never returns", (softmax_loop_forever,), "loop that never ends"),
@@ -224,6 +240,7 @@ WRONG = {
         ("multiplies by sqrt(d_k)", (scores_times_sqrt,), "you multiplied by sqrt(d_k)"),
         ("K Q^T", (scores_transposed,), "not K @ Q^T"),
         ("K.T on batched input", (scores_dot_T,), "transpose only the last two axes"),
+        ("np.dot on batched input", (scores_np_dot,), "np.dot of n-d arrays is not a batched"),
         ("d_k from axis 1", (scores_d_k_from_axis_1,), "LAST axis"),
         ("sqrt of the number of queries", (scores_sqrt_len,), "LAST axis"),
         ("softmax applied", (scores_with_softmax,), "return the scores themselves"),
@@ -236,6 +253,7 @@ WRONG = {
         ("sign flipped", (jacobian_sign,), "sign is flipped"),
         ("logits instead of probabilities", (jacobian_of_logits,), "not the logits"),
         ("elementwise s * s", (jacobian_elementwise,), "outer product"),
+        ("s @ s.T of a 1-D s", (jacobian_1d_matmul,), "s.t is s itself"),
         ("no Kronecker delta", (jacobian_no_delta,), "not s_i (1 - s_j)"),
         ("unstable softmax inside", (jacobian_unstable,), "subtract the maximum"),
         ("returns a vector", (jacobian_vector,), "the jacobian is a full matrix"),

@@ -129,6 +129,12 @@ WRONG_AXIS = ("over which axis does each query's distribution run?",
 ADDED_MASK = ("a mask hides keys; it is not a score",
               "do not add the 0/1 mask to the scores (that only shifts them by 1); give the "
               "hidden keys a score of minus infinity before the softmax")
+MASK_AFTER = ("when does the mask act: before or after the softmax?",
+              "you zeroed the hidden keys' weights after the softmax, so each row's visible weights "
+              "sum to less than 1 (here 1/3 + 1/3): hide the keys before the softmax (a score of "
+              "-inf), so the visible keys share all of the weight")
+D_V = ("which width is d_k?",
+       "d_k is the width of a query and a key, Q's last axis; you scaled by the width of V (d_v)")
 FLIPPED = ("what does True mean in the course's masks?",
            "mask polarity: True = may attend; you hid the keys marked True and kept the others")
 DEFAULT_HIDES_ALL = ("with no mask, which keys may each query see?",
@@ -143,6 +149,10 @@ EMPTY_ROW_UNIFORM = ("what should a query with no visible key return?",
 NO_SHIFT = ("what does exp() do with scores near 900?",
             "exp(900) overflows to inf and inf/inf is NaN: subtract each row's maximum score "
             "before exp (lesson 01), taking care of rows whose keys are all hidden")
+GLOBAL_MAX = ("each query's row is its own distribution: whose maximum do you subtract?",
+              "one maximum for the whole score array makes a row of small scores exp(0 - 1000) = "
+              "0 (weights 0, or 0/0 = NaN): subtract each row's own maximum, "
+              "max(axis=-1, keepdims=True), as in lesson 01")
 SWAPPED = ("check the order of what you return",
            "return (out, weights), in that order: out (..., L, d_v) first, then the weights "
            "(..., L, S)")
@@ -163,6 +173,14 @@ def _softmax(s, axis=-1):
     with np.errstate(all="ignore"):
         e = np.exp(s - s.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
+
+
+def _global_max_softmax(s, guard):
+    """The softmax shifted by one maximum for the whole array (the mistake GLOBAL_MAX names)."""
+    with np.errstate(all="ignore"):
+        e = np.exp(s - s.max())
+        total = e.sum(axis=-1, keepdims=True)
+        return np.divide(e, total, out=np.zeros_like(e), where=total > 0) if guard else e / total
 
 
 def _pair(fn, Q, K, V, mask, case):
@@ -189,6 +207,9 @@ def _weights_mistakes(Q, K, V, mask):
            (lambda: _softmax(hide(raw / np.sqrt(d_k), None if m is None else ~m)), FLIPPED)]
     if m is not None:
         out.append((lambda: _softmax(raw / np.sqrt(d_k) + m), ADDED_MASK))
+        out.append((lambda: _softmax(raw / np.sqrt(d_k)) * m, MASK_AFTER))
+    if V.shape[-1] != d_k:
+        out.append((lambda: _softmax(hide(raw / np.sqrt(V.shape[-1]), m)), D_V))
     return out
 
 
@@ -236,6 +257,18 @@ def masked_attention(attention):
     ww = as_array(w, np.float64)
     hint = NO_SHIFT if ww is not None and ww.shape == ref_w.shape and np.isnan(ww).any() else \
         diagnose(w, mistakes, GENERIC, atol=1e-5)
+    expect_close(w, ref_w, case=case, atol=1e-6, hint=hint)
+    expect_close(out, ref_out, case=case, atol=1e-6, hint=OUT_WRONG)
+
+    # 2b. rows of very different scale: raw scores [[0, 0], [0, 1000]], d_k = 1; one maximum for
+    #     the whole array underflows row 0 to weights 0 (or NaN) instead of [0.5, 0.5]
+    case = "rows of very different scale: query 0's scores [0, 0], query 1's [0, 1000]"
+    Qs, Ks, Vs = np.array([[0.0], [1000.0]]), np.array([[0.0], [1.0]]), np.eye(2)
+    out, w = _pair(attention, Qs, Ks, Vs, None, case)
+    ref_out, ref_w = attention_np(Qs, Ks, Vs, return_weights=True)
+    hint = diagnose(w, [(lambda: _global_max_softmax(Qs @ Ks.T, guard=True), GLOBAL_MAX),
+                        (lambda: _global_max_softmax(Qs @ Ks.T, guard=False), GLOBAL_MAX)],
+                    GENERIC, atol=1e-5)
     expect_close(w, ref_w, case=case, atol=1e-6, hint=hint)
     expect_close(out, ref_out, case=case, atol=1e-6, hint=OUT_WRONG)
 

@@ -18,6 +18,7 @@ import torch
 from txlearn.attention import (attention_backward_np, attention_np, masked_softmax_np,
                                scaled_dot_product_attention)
 from txlearn.checks import as_array, call, diagnose, exercise, expect_close, expect_shape, expect_true
+from txlearn.checks.flash_references import fb_variant, ff_variant, flash_cases, masked_lse
 from txlearn.flash_attention import flash_attention_forward_np
 from txlearn.layer import TransformerLayer
 from txlearn.norms import layer_norm_backward_np, layer_norm_np
@@ -63,6 +64,9 @@ VJP_KEEPDIMS = ("check how the per-row sums broadcast back",
                 "from column i")
 VJP_AXIS = ("along which axis did the softmax normalise?",
             "take the inner product <s, g> along `axis`, the axis the softmax summed over")
+VJP_GLOBAL_INNER = ("one inner product per what?",
+                    "<s, g> is one number per slice along `axis` (sum with keepdims): you summed "
+                    "s * g over the whole array, mixing every row's distribution")
 VJP_DEFAULT = ("dx = s * (g - <s, g>), the inner product along `axis`",)
 
 
@@ -73,7 +77,8 @@ def _vjp_wrongs(s, g, axis):
             (lambda: s * (g - g.sum(axis=axis, keepdims=True)), VJP_SUM_G),
             (lambda: g - inner, VJP_NO_S), (lambda: s * (1 - s) * g, VJP_DIAG),
             (lambda: s * (g - (s * g).sum(axis=axis)), VJP_KEEPDIMS),
-            (lambda: s * (g - (s * g).sum(axis=other, keepdims=True)), VJP_AXIS)]
+            (lambda: s * (g - (s * g).sum(axis=other, keepdims=True)), VJP_AXIS),
+            (lambda: s * (g - (s * g).sum()), VJP_GLOBAL_INNER)]
 
 
 @exercise("softmax_vjp")
@@ -121,25 +126,43 @@ ATT_MINUS_1E9 = ("what does adding -1e9 do to a row with no visible key?",
 ATT_NAN = ("what should a query that sees no key get?",
            "a row whose keys are all hidden has no distribution: its P is 0 and its gradients 0; "
            "never divide by its empty sum (NaN)")
+ATT_FULL_T = ("which axes does each transpose swap?",
+              "these arrays are batched, (B, L, d_k): a full transpose K.T reverses every axis, "
+              "(2, 4, 3) -> (3, 4, 2), and the product fails; swap only the last two axes, in the "
+              "scores as in every product of the backward pass (as in set 01's scaled_scores)",
+              "with L != S, check which side of each product is transposed")
+ATT_ONE_KEY = ("how much weight does a query with one visible key give it?",
+               "all of it: the softmax over one score is 1, so that key receives the query's whole "
+               "dO in dV; only a row with no visible key at all gets P = 0 (test "
+               "mask.any(axis=-1), not a count above 1)")
+ATT_D_V = ("which width is d_k?",
+           "d_k is the width of a query and a key (Q's last axis): you scaled the scores, dQ and "
+           "dK by the square root of V's width d_v")
+ATT_DQ_T = ("dQ has one row per query",
+            "dQ = dS K / sqrt(d_k): dS (L, S) times K (S, d_k); you transposed dS (dS^T K), "
+            "which only has the right shape when L = S")
 ATT_DEFAULT = ("dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(d_k), "
                "dK = dS^T Q / sqrt(d_k)",)
 
 
 def _att_variant(Q, K, V, dO, mask, *, scale=1.0, p_t=True, inner=True, dk_t=True, use_mask=True,
-                 additive=False):
+                 additive=False, one_key_empty=False, d_from_V=False, dq_t=False):
     """What attention's backward computes with one catalogued mistake (NumPy float64)."""
-    d_k = Q.shape[-1]
+    d_k = V.shape[-1] if d_from_V else Q.shape[-1]
     scores = Q @ np.swapaxes(K, -1, -2) / math.sqrt(d_k)
     if additive and mask is not None:
         P = masked_softmax_np(scores + np.where(mask, 0.0, -1e9))
     else:
         P = masked_softmax_np(scores, mask if use_mask else None)
+    if one_key_empty and mask is not None:   # a row with one visible key treated as empty
+        P = np.where(np.broadcast_to(mask, P.shape).sum(axis=-1, keepdims=True) <= 1, 0.0, P)
     dV = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
     dP = dO @ np.swapaxes(V, -1, -2)
     dS = softmax_vjp_np(P, dP) if inner else P * dP
     c = scale / math.sqrt(d_k)
     dK = (np.swapaxes(dS, -1, -2) @ Q if dk_t else dS @ Q) * c
-    return dS @ K * c, dK, dV
+    dQ = (np.swapaxes(dS, -1, -2) if dq_t else dS) @ K * c
+    return dQ, dK, dV
 
 
 def _att_wrongs(Q, K, V, dO, mask):
@@ -147,7 +170,9 @@ def _att_wrongs(Q, K, V, dO, mask):
     variants = [(dict(scale=math.sqrt(d_k)), ATT_NO_SCALE),
                 (dict(scale=1 / math.sqrt(d_k)), ATT_DOUBLE_SCALE), (dict(p_t=False), ATT_P_NOT_T),
                 (dict(inner=False), ATT_NO_INNER), (dict(dk_t=False), ATT_DK_NOT_T),
-                (dict(use_mask=False), ATT_MASK_IGNORED), (dict(additive=True), ATT_MINUS_1E9)]
+                (dict(use_mask=False), ATT_MASK_IGNORED), (dict(additive=True), ATT_MINUS_1E9),
+                (dict(one_key_empty=True), ATT_ONE_KEY), (dict(d_from_V=True), ATT_D_V),
+                (dict(dq_t=True), ATT_DQ_T)]
     return _variants(lambda *a, **kw: np.concatenate([g.ravel() for g in _att_variant(*a, **kw)]),
                      variants, Q, K, V, dO, mask)
 
@@ -174,8 +199,7 @@ def attention_backward(attention_backward):
         m = None if mask is None else torch.tensor(mask)
         right = _grad(lambda q, k, v: scaled_dot_product_attention(q, k, v, m), [Q, K, V], dO)
         got = call(attention_backward, Q.copy(), K.copy(), V.copy(), dO.copy(),
-                   None if mask is None else mask.copy(), case=case, hint=ATT_P_NOT_T[:1] +
-                   ("with L != S, check which side of each product is transposed",))
+                   None if mask is None else mask.copy(), case=case, hint=ATT_FULL_T)
         _expect_tuple(got, 3, case=case, names=names)
         hint = ATT_DEFAULT
         if all(as_array(g) is not None and as_array(g).shape == r.shape for g, r in zip(got, right)):
@@ -205,6 +229,11 @@ LN_NO_GAMMA = ("y = gamma * xhat + beta: what reaches xhat?", "dxhat = gamma * d
 LN_EPS_OUTSIDE = ("where does eps sit?", "r = 1 / sqrt(var + eps): eps inside the square root")
 LN_PARAM_SUM = ("gamma is shared by every token",
                 "dgamma and dbeta sum over every axis but the last: shape (d_model,)")
+LN_DGAMMA_NO_XHAT = ("y = gamma * xhat + beta: what multiplies gamma?",
+                     "dgamma = sum over tokens of dy * xhat; you summed dy alone (that is dbeta)")
+LN_DGAMMA_X = ("y = gamma * xhat + beta: what multiplies gamma?",
+               "dgamma = sum over tokens of dy * xhat, the normalised x; you used x itself")
+LN_DGAMMA = ("dgamma = sum over tokens of dy * xhat (xhat before gamma)",)
 LN_DEFAULT = ("dx = r (dxhat - mean(dxhat) - xhat mean(dxhat xhat)), dxhat = gamma dy, "
               "r = 1/sqrt(var + eps); dgamma = sum dy xhat, dbeta = sum dy",)
 
@@ -248,10 +277,13 @@ def layer_norm_backward(layer_norm_backward):
         expect_shape(got[0], x.shape, case=f"{case}, dx", hint=("dx has the shape of x",))
         hint = diagnose(got[0], _ln_wrongs(x, gamma, dy, eps), LN_DEFAULT, rtol=1e-6, atol=1e-10)
         expect_close(got[0], right[0], case=f"{case}, dx", hint=hint, **TOL)
+        tokens = tuple(range(x.ndim - 1))
+        dgamma_wrongs = [(lambda: dy.sum(axis=tokens), LN_DGAMMA_NO_XHAT),
+                         (lambda: (dy * x).sum(axis=tokens), LN_DGAMMA_X)]
         for name, g, r in zip(("dgamma", "dbeta"), got[1:], right[1:]):
             expect_shape(g, (d,), case=f"{case}, {name}", hint=LN_PARAM_SUM)
             expect_close(g, r, case=f"{case}, {name}", hint=LN_DEFAULT if name == "dbeta" else
-                         ("dgamma = sum over tokens of dy * xhat (xhat before gamma)",), **TOL)
+                         diagnose(g, dgamma_wrongs, LN_DGAMMA, rtol=1e-6, atol=1e-10), **TOL)
 
 
 # ----------------------------------------------------------------------------- layer_backward
@@ -405,6 +437,10 @@ FF_RESCALE_L_ONLY = ("both accumulators were summed against the old maximum",
 FF_OWN_MAX = ("against which maximum are a block's exponentials taken?",
               "exp(s - m') with m' the new *running* maximum, the one acc and l are rescaled to; "
               "you shifted the block by its own maximum")
+FF_GLOBAL_MAX = ("each query's row keeps its own running maximum: whose maximum do you take?",
+                 "take each block's max along the keys (axis=-1), one per query, not the max of "
+                 "the whole block: with one maximum for every row, a query whose scores are far "
+                 "below another's underflows to exp(-1000) = 0 and loses its output")
 FF_LSE_M = ("lse = log sum_j exp(s_j): what is left after the shift?",
             "lse = m + log l; you returned the running maximum m alone")
 FF_LSE_LOG_L = ("l was summed after subtracting m",
@@ -419,74 +455,24 @@ FF_DEFAULT = ("m' = max(m, max s), alpha = exp(m - m'), l' = alpha l + sum exp(s
               "alpha acc + exp(s - m') V_j; O = acc / l, lse = m + log l",)
 
 
-def _ff_variant(Q, K, V, mask, block, *, rescale="both", shift="running", lse="right",
-                scale=True, guard=True, use_mask=True):
-    """What FlashAttention's forward computes with one catalogued mistake: (O, lse), flattened."""
-    S, d_k = K.shape[-2], Q.shape[-1]
-    m, l = np.full(Q.shape[:-1], -np.inf), np.zeros(Q.shape[:-1])
-    acc = np.zeros(Q.shape[:-1] + V.shape[-1:])
-    for start in range(0, S, block):
-        stop = min(start + block, S)
-        s = Q @ np.swapaxes(K[..., start:stop, :], -1, -2) / (math.sqrt(d_k) if scale else 1.0)
-        if mask is not None and use_mask:
-            s = np.where(mask[..., start:stop], s, -np.inf)
-        m_new = np.maximum(m, s.max(axis=-1))
-        base = m_new if shift == "running" else s.max(axis=-1)
-        base = np.where(np.isfinite(base), base, 0.0) if guard else base
-        alpha = np.exp(m - (np.where(np.isfinite(m_new), m_new, 0.0) if guard else m_new))
-        p = np.exp(s - base[..., None])
-        l = (alpha if rescale in ("both", "l") else 1.0) * l + p.sum(axis=-1)
-        acc = (alpha[..., None] if rescale == "both" else 1.0) * acc + p @ V[..., start:stop, :]
-        m = m_new
-    seen = l > 0
-    if guard:
-        O = np.where(seen[..., None], acc / np.where(seen, l, 1.0)[..., None], 0.0)
-    else:
-        O = acc / l[..., None]
-    log_l = np.log(np.where(seen, l, 1.0)) if guard else np.log(l)
-    out_lse = {"right": m + log_l, "m": m, "log_l": log_l}[lse]
-    if guard:
-        out_lse = np.where(seen, out_lse, -np.inf)
-    return np.concatenate([O.ravel(), out_lse.ravel()])
-
-
 def _ff_wrongs(Q, K, V, mask, block):
     variants = [(dict(rescale="none"), FF_NO_RESCALE), (dict(rescale="l"), FF_RESCALE_L_ONLY),
                 (dict(shift="own"), FF_OWN_MAX), (dict(lse="m"), FF_LSE_M),
                 (dict(lse="log_l"), FF_LSE_LOG_L), (dict(scale=False), FF_NO_SCALE),
-                (dict(use_mask=False), FF_MASK), (dict(guard=False), FF_NAN)]
-    return _variants(_ff_variant, variants, Q, K, V, mask, block)
-
-
-def _flash_cases():
-    rng = _rng(15)
-    rising = rng.normal(size=(3, 6, 4)) * np.linspace(0.2, 2.5, 6)[None, :, None]  # maxima grow
-    blind = np.tril(np.ones((4, 7), bool), 3)  # bottom-right causal for L = 4, S = 7
-    blind[1] = False                           # query 1 sees no key
-    blind[:, 6] = False                        # key 6 is padding
-    yield ("L = 3, S = 6 keys in blocks of 3, scores growing from block to block",
-           rng.normal(size=(3, 4)) * 2, rising[0], rng.normal(size=(6, 5)), None, 3)
-    yield ("L = 4, S = 7 in blocks of 3 (the last has 1 key), bottom-right causal, query 1 sees "
-           "no key, key 6 hidden", rng.normal(size=(4, 4)), rng.normal(size=(7, 4)) * 2,
-           rng.normal(size=(7, 3)), blind, 3)
-    yield ("batch (2, 5, 4), causal, blocks of 2", rng.normal(size=(2, 5, 4)),
-           rng.normal(size=(2, 5, 4)) * 2, rng.normal(size=(2, 5, 3)),
-           np.tril(np.ones((5, 5), bool)), 2)
-
-
-def _masked_lse(Q, K, mask):
-    scores = torch.tensor(Q @ np.swapaxes(K, -1, -2) / math.sqrt(Q.shape[-1]))
-    if mask is not None:
-        scores = scores.masked_fill(~torch.tensor(mask), -math.inf)
-    return torch.logsumexp(scores, dim=-1).numpy()
+                (dict(use_mask=False), FF_MASK), (dict(shift="global"), FF_GLOBAL_MAX),
+                (dict(shift="global", guard=False), FF_GLOBAL_MAX), (dict(guard=False), FF_NAN)]
+    return _variants(ff_variant, variants, Q, K, V, mask, block)
 
 
 @exercise("flash_forward")
 def flash_forward(flash_forward):
     """Check `flash_forward(Q, K, V, mask=None, block_size=4)` -> (O, lse) against attention_np
     and torch.logsumexp of the masked scores."""
-    for case, Q, K, V, mask, block in _flash_cases():
-        right = (attention_np(Q, K, V, mask), _masked_lse(Q, K, mask))
+    scale_case = ("rows of very different scale: query 0's scores [0, 0, 0], query 1's [0, 500, "
+                  "1000], blocks of 2", np.array([[0.0], [1000.0]]),
+                  np.array([[0.0], [0.5], [1.0]]), np.eye(3), None, 2)
+    for case, Q, K, V, mask, block in (*flash_cases(), scale_case):
+        right = (attention_np(Q, K, V, mask), masked_lse(Q, K, mask))
         got = call(flash_forward, Q.copy(), K.copy(), V.copy(), None if mask is None else mask.copy(),
                    block, case=case)
         _expect_tuple(got, 2, case=case, names=("O", "lse"))
@@ -527,35 +513,13 @@ FB_DEFAULT = ("P_j = exp(S_j - lse), dV_j = P_j^T dO, dS_j = P_j (dO V_j^T - D) 
               "rowsum(dO O), dQ += dS_j K_j / sqrt(d_k), dK_j = dS_j^T Q / sqrt(d_k)",)
 
 
-def _fb_variant(Q, K, V, O, lse, dO, mask, block, *, weights="lse", D_block=False, p_t=True,
-                scale=1.0, s_scaled=True, use_mask=True, guard=True):
-    S, d_k = K.shape[-2], Q.shape[-1]
-    lse_safe = (np.where(np.isfinite(lse), lse, 0.0) if guard else lse)[..., None]
-    D = (dO * O).sum(axis=-1, keepdims=True)
-    dQ, dK, dV = np.zeros(Q.shape), np.zeros(K.shape), np.zeros(V.shape)
-    for start in range(0, S, block):
-        stop = min(start + block, S)
-        K_j, V_j = K[..., start:stop, :], V[..., start:stop, :]
-        s = Q @ np.swapaxes(K_j, -1, -2) / (math.sqrt(d_k) if s_scaled else 1.0)
-        if mask is not None and use_mask:
-            s = np.where(mask[..., start:stop], s, -np.inf)
-        P = masked_softmax_np(s, np.isfinite(s)) if weights == "block" else np.exp(s - lse_safe)
-        dP = dO @ np.swapaxes(V_j, -1, -2)
-        dS = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
-        c = scale / math.sqrt(d_k)
-        dQ = dQ + dS @ K_j * c
-        dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q * c
-        dV[..., start:stop, :] = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
-    return np.concatenate([dQ.ravel(), dK.ravel(), dV.ravel()])
-
-
 def _fb_wrongs(Q, K, V, O, lse, dO, mask, block):
     d_k = Q.shape[-1]
     variants = [(dict(weights="block"), FB_BLOCK_SOFTMAX), (dict(D_block=True), FB_BLOCK_D),
                 (dict(p_t=False), FB_P_NOT_T), (dict(scale=math.sqrt(d_k)), FB_NO_SCALE),
                 (dict(s_scaled=False), FB_S_UNSCALED), (dict(use_mask=False), FB_MASK),
                 (dict(guard=False), FB_NAN)]
-    return _variants(_fb_variant, variants, Q, K, V, O, lse, dO, mask, block)
+    return _variants(fb_variant, variants, Q, K, V, O, lse, dO, mask, block)
 
 
 @exercise("flash_backward")
@@ -563,7 +527,7 @@ def flash_backward(flash_backward):
     """Check `flash_backward(Q, K, V, O, lse, dO, mask=None, block_size=4)` -> (dQ, dK, dV)
     against autograd of scaled_dot_product_attention; O and lse from the package's forward."""
     names = ("dQ", "dK", "dV")
-    for case, Q, K, V, mask, block in _flash_cases():
+    for case, Q, K, V, mask, block in flash_cases():
         O, lse = flash_attention_forward_np(Q, K, V, mask, block_size=block)
         dO = _rng(len(case)).normal(size=O.shape)
         m = None if mask is None else torch.tensor(mask)
@@ -590,7 +554,7 @@ def flash_backward(flash_backward):
 DEFAULTS = {
     "softmax_vjp": [VJP_DEFAULT],
     "attention_backward": [ATT_DEFAULT],
-    "layer_norm_backward": [LN_DEFAULT],
+    "layer_norm_backward": [LN_DEFAULT, LN_DGAMMA],
     "layer_backward": [LAYER_DEFAULT],
     "flash_forward": [FF_DEFAULT],
     "flash_backward": [FB_DEFAULT],

@@ -43,7 +43,8 @@ from txlearn.checks.capstone_model import (ALWAYS_GREEDY, CACHE_IGNORED, CACHE_R
                                            char_reference, course_init, expect_ids, ref_generate)
 from txlearn.checks.capstone_sampling import (SAMPLE_HALF, GREEDY_LAST, LOSS_DEFAULT, LOSS_UNSTABLE,
                                               NOT_FLOAT64, NOT_SCALAR, SAMPLE_DEFAULT,
-                                              SAMPLE_UNSTABLE, TEMP_ZERO, TOP_P_DEFAULT,
+                                              SAMPLE_UNSTABLE, TEMP_TINY, TEMP_ZERO,
+                                              TOP_P_DEFAULT,
                                               loss_cases, loss_mistakes, loss_np, probs_mistakes,
                                               sampling_cases, top_p_cases, top_p_mistakes)
 from txlearn.checks.capstone_training import (ADAM, TRAINS_ON_VAL, EVAL_WRONG, LR_HIGH, LR_LOW, MARGIN, NEW_OPTIMIZER,
@@ -93,7 +94,8 @@ def sampling_distribution(next_token_probs):
                                if z.dtype == torch.float16 else SAMPLE_UNSTABLE)
         if zero:
             last = torch.nn.functional.one_hot(len(z) - 1 - z.flip(-1).argmax(-1), len(z))
-            mistakes = [(last.double(), GREEDY_LAST)]
+            tied = (z == z.max()).double()              # a tiny temperature shares the maxima
+            mistakes = [(last.double(), GREEDY_LAST), (tied / tied.sum(), TEMP_TINY)]
         else:
             mistakes = probs_mistakes(z, t, k)
         expect_match(got, expected, case=case, rtol=1e-6, atol=1e-9, mistakes=mistakes,

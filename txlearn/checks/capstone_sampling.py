@@ -16,7 +16,7 @@ import torch
 __all__ = ["SAMPLE_HALF", "NO_SHIFT", "SHIFT_BACKWARDS", "PAD_COUNTED", "MEAN_ALL", "INPUT_MASK", "LOSS_AXIS",
            "PER_SEQUENCE", "SUMMED", "LOSS_UNSTABLE", "NOT_SCALAR", "LOSS_DEFAULT", "loss_np",
            "loss_mistakes", "loss_cases", "TEMP_MULTIPLIED", "SOFTMAX_AXIS", "TIES_HIGH",
-           "TIES_ALL", "OFF_BY_ONE", "NO_RENORM", "TEMP_ZERO", "GREEDY_LAST", "SAMPLE_UNSTABLE",
+           "TIES_ALL", "OFF_BY_ONE", "NO_RENORM", "TEMP_ZERO", "TEMP_TINY", "GREEDY_LAST", "SAMPLE_UNSTABLE",
            "NOT_FLOAT64", "SAMPLE_DEFAULT", "probs_mistakes", "sampling_cases", "DROPS_CROSSING",
            "TOP_P_BEFORE_T", "TOP_P_RENORM", "TOP_P_TIES", "TOP_P_BEFORE_K", "UNSORTED", "TAIL",
            "TOP_P_DEFAULT", "top_p_mistakes", "top_p_cases"]
@@ -73,6 +73,11 @@ def loss_np(z, ids, mask):
     return float((nll * w).sum() / w.sum())
 
 
+IN_BITS = ("in which unit is the loss?",
+           "nats: the natural logarithm (log_softmax, cross_entropy); yours is in bits "
+           "(divided by log 2, or log2 of the probability)")
+
+
 def loss_mistakes(z, ids, mask):
     w_full = np.ones(ids.shape) if mask is None else mask.astype(np.float64)
     w = w_full[:, 1:]
@@ -91,6 +96,7 @@ def loss_mistakes(z, ids, mask):
         (lambda: np.mean([(nll[b] * w[b]).sum() / w[b].sum() for b in range(len(w))
                           if w[b].sum() > 0]), PER_SEQUENCE),
         (lambda: (nll * w).sum(), SUMMED),
+        (lambda: (nll * w).sum() / w.sum() / np.log(2), IN_BITS),
     ]
 
 
@@ -138,6 +144,9 @@ NO_RENORM = ("do the kept probabilities sum to 1?",
 TEMP_ZERO = ("what does temperature 0 mean?",
              "temperature 0 is greedy: return a one-hot at the first index of the maximum, "
              "without dividing by 0")
+TEMP_TINY = ("what does temperature 0 mean?",
+             "temperature 0 is greedy, a one-hot at the FIRST index of the maximum: a tiny "
+             "temperature in its place shares the weight between equal maxima (here 0.5 and 0.5)")
 GREEDY_LAST = ("with two equal maxima, which one does greedy choose?",
                "the FIRST index of the maximum (the rule of torch.argmax); yours takes the last")
 SAMPLE_UNSTABLE = ("what does exp() do with 1000 / 0.01?",
@@ -253,9 +262,11 @@ TOP_P_TIES = ("when two tokens are equally likely, which one comes first?",
 TOP_P_BEFORE_K = ("in which order do top-k and top-p act?",
                   "top-k first: choose the nucleus among the k survivors after renormalising "
                   "them, not on the full distribution")
-UNSORTED = ("the nucleus holds the MOST probable tokens",
-            "sort the probabilities in descending order before summing the mass; yours sums "
-            "them in vocabulary order")
+UNSORTED = ("the nucleus holds the MOST probable tokens, wherever they sit in the vocabulary",
+            "yours keeps the first tokens in vocabulary order: either it sums the mass in "
+            "vocabulary order (sort the probabilities in descending order first), or it computes "
+            "the keep mask on the sorted list and applies it to p as it is (a mask of sorted "
+            "positions: put it back in vocabulary order through the sort's indices, with scatter)")
 TAIL = ("which end of the sorted list do you keep?",
         "keep the head of the sorted list (mass before the token below p), not the tail whose "
         "mass exceeds p")

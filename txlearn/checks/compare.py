@@ -75,12 +75,27 @@ def expect_shape(got: Any, shape: tuple, *, case: str, hint=None) -> None:
         raise CheckFailure(f"shape {tuple(a.shape)}, expected {tuple(shape)}", case=case, hint=hint)
 
 
-def _fmt(value: float) -> str:
-    """A number for feedback: large whole numbers (bytes, FLOPs) with thousands separators."""
+def _fmt(value: float, digits: int = 6) -> str:
+    """A number for feedback: large whole numbers (bytes, FLOPs) with thousands separators, else
+    `digits` significant digits."""
     value = float(value)
     if np.isfinite(value) and value.is_integer() and abs(value) >= 1e4:
         return f"{int(value):,}"
-    return f"{value:.6g}"
+    return f"{value:.{digits}g}"
+
+
+def _difference(got: float, expected: float) -> str:
+    """``got X, expected Y (error E, relative R)``, with as many digits as it takes for X and Y
+    to read differently (a message never says "got 0.156422, expected 0.156422")."""
+    got, expected = float(got), float(expected)
+    digits = 6
+    while digits < 17 and _fmt(got, digits) == _fmt(expected, digits):
+        digits += 1
+    error = abs(got - expected)
+    text = f"got {_fmt(got, digits)}, expected {_fmt(expected, digits)} (error {error:.3g}"
+    if expected != 0:
+        text += f", relative {error / abs(expected):.3g}"
+    return text + ")"
 
 
 def expect_close(got: Any, expected: Any, *, case: str, hint=None,
@@ -89,7 +104,8 @@ def expect_close(got: Any, expected: Any, *, case: str, hint=None,
 
     The message names the case and then the first problem found: a value that is not an array of
     numbers, a shape mismatch (both shapes), a NaN or infinity (first index), or the first
-    differing index with got vs expected.
+    differing index with got vs expected, in as many digits as it takes to tell them apart, and
+    the absolute and relative error.
     """
     g = as_array(got, np.float64)
     if g is None:
@@ -105,11 +121,11 @@ def expect_close(got: Any, expected: Any, *, case: str, hint=None,
                            hint=hint)
     wrong = ~np.isclose(g, e, rtol=rtol, atol=atol, equal_nan=True)
     if wrong.any() and g.ndim == 0:
-        raise CheckFailure(f"got {_fmt(g)}, expected {_fmt(e)}", case=case, hint=hint)
+        raise CheckFailure(_difference(g, e), case=case, hint=hint)
     if wrong.any():
         idx = tuple(int(i) for i in np.argwhere(wrong)[0])
-        raise CheckFailure(f"first difference at index {idx}: got {_fmt(g[idx])}, expected "
-                           f"{_fmt(e[idx])} ({int(wrong.sum())} of {wrong.size} values differ)",
+        raise CheckFailure(f"first difference at index {idx}: {_difference(g[idx], e[idx])}; "
+                           f"{int(wrong.sum())} of {wrong.size} values differ",
                            case=case, hint=hint)
 
 

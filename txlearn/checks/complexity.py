@@ -92,6 +92,10 @@ OLD_MAX = ("which maximum do the new terms use?",
 BLOCK_MAX_ONLY = ("the running max runs over every key seen so far",
                   "m' = max(m, max_j s_j): the old max m takes part; yours took the block's max "
                   "alone, so m' can fall below m and alpha exceed 1")
+GLOBAL_MAX = ("each query's row keeps its own running maximum: whose maximum do you take?",
+              "m' = max(m, max_j s_j) is one number per query, (L,): take the block's max along "
+              "the keys (axis=-1), not the max of the whole block; one maximum for every row "
+              "makes a row of small scores underflow to exp(-1000) = 0")
 NORMALISED = ("when does the division by the sum happen?",
               "keep acc unnormalised (sum_j exp(s_j - m') v_j); divide by l only once, after the "
               "last block")
@@ -112,7 +116,10 @@ def _variants(m, l, acc, s, V):
     p_old = np.exp(s - m[:, None])
     m_block = s.max(axis=-1)                               # the block's max alone
     alpha_b, p_b = np.exp(m - m_block), np.exp(s - m_block[:, None])
+    m_all = np.maximum(m, s.max())                         # one max for every row
+    alpha_g, p_g = np.exp(m - m_all), np.exp(s - m_all[:, None])
     return [
+        ((m_all, alpha_g * l + p_g.sum(-1), alpha_g[:, None] * acc + p_g @ V), GLOBAL_MAX),
         ((m_block, alpha_b * l + p_b.sum(-1), alpha_b[:, None] * acc + p_b @ V), BLOCK_MAX_ONLY),
         ((m_new, l + p.sum(-1), acc + p @ V), NO_RESCALE),
         ((m_new, l + p.sum(-1), acc_right), NO_RESCALE_SUM),
@@ -192,6 +199,10 @@ TILE_BIG_NEGATIVE = ("what score does a hidden key get?",
 TILE_MASK_INVERTED = ("which keys does the mask hide?",
                       "True = may attend: a key keeps its score where the mask is True and gets "
                       "-inf where it is False; yours hides the keys the mask allows")
+TILE_GLOBAL_MAX = ("each query's row keeps its own running maximum: whose maximum do you take?",
+                   "take each block's max along the keys (axis=-1), one per query, not the max of "
+                   "the whole block: with one maximum for every row, a query whose scores are far "
+                   "below another's underflows to exp(-1000) = 0 and loses its output")
 TILE_DEFAULT = ("the result must equal ordinary attention: softmax(Q K^T / sqrt(d_k)) V with hidden "
                 "keys left out, whatever the block size",)
 DEFAULTS["tiled_attention"] = [TILE_DEFAULT]
@@ -203,7 +214,7 @@ def _tiled_variants(Q, K, V, mask, block_size):
     S = K.shape[0]
 
     def run(scale=True, m0=-np.inf, last=True, normalise=True, guard=True, mask_cols=True,
-            fill=-np.inf, invert=False):
+            fill=-np.inf, invert=False, global_max=False):
         m, l = np.full(L, m0), np.zeros(L)
         acc = np.zeros((L, V.shape[1]))
         stops = range(0, S, block_size) if last else range(0, S - block_size + 1, block_size)
@@ -214,7 +225,14 @@ def _tiled_variants(Q, K, V, mask, block_size):
                 cols = mask[:, start:stop] if mask_cols else mask[:, :stop - start]
                 cols = ~cols if invert else cols
                 s = np.where(cols, s, fill)
-            m, l, acc = online_softmax_update_np(m, l, acc, s, V[start:stop])
+            if global_max:  # one running max for every row: the shift of the block's maximum
+                m_all = np.full(L, max(m.max(), s.max()))
+                shift = np.where(np.isfinite(m_all), m_all, 0.0)
+                p = np.exp(s - shift[:, None])
+                l, acc = np.exp(m - shift) * l + p.sum(-1), np.exp(m - shift)[:, None] * acc + p @ V[start:stop]
+                m = m_all
+            else:
+                m, l, acc = online_softmax_update_np(m, l, acc, s, V[start:stop])
         if not normalise:
             return acc
         if not guard:
@@ -229,7 +247,8 @@ def _tiled_variants(Q, K, V, mask, block_size):
                 (lambda: run(scale=False), TILE_NO_SCALE),
                 (lambda: run(guard=False), TILE_EMPTY_NAN),
                 (lambda: run(mask_cols=False), TILE_MASK_BLOCK),
-                (lambda: run(invert=True), TILE_MASK_INVERTED)]
+                (lambda: run(invert=True), TILE_MASK_INVERTED),
+                (lambda: run(global_max=True), TILE_GLOBAL_MAX)]
 
 
 def _hidden_blocks():
@@ -256,7 +275,10 @@ def tiled_attention(tiled_attention):
               30.0 * np.ones((5, 4)), rng.normal(size=(5, 3)), None, 2),
              ("one block holding every key (block_size 16 >= S)", Q, K, V, None, 16),
              ("blocks of 2; the first block hidden from every query, query 0 sees only key 4, "
-              "query 2 sees nothing", Q, K, V, _hidden_blocks(), 2)]
+              "query 2 sees nothing", Q, K, V, _hidden_blocks(), 2),
+             ("rows of very different scale: query 0's scores [0, 0, 0], query 1's [0, 500, "
+              "1000], blocks of 2", np.array([[0.0], [1000.0]]), np.array([[0.0], [0.5], [1.0]]),
+              np.eye(3), None, 2)]
     for case, q, k, v, msk, block in cases:
         got = call(tiled_attention, q.copy(), k.copy(), v.copy(),
                    None if msk is None else msk.copy(), block, case=case)

@@ -108,9 +108,12 @@ def rope_pairing_permutation(to_half_pairing):
 # ---------------------------------------------------------------- exercise: kv_cache_from_metadata
 
 KV_NO_TWO = ("what does a KV cache hold?", "cache both keys and values: a factor 2")
-KV_QUERY_HEADS = ("how many heads have keys and values in this model?",
-                  "only the key/value heads are cached: llama.attention.head_count_kv of them, each "
-                  "d_k = embedding_length / head_count wide (d_k comes from the query heads)")
+KV_QUERY_HEADS = ("how many heads have keys and values, and how wide is each?",
+                  "your total caches embedding_length numbers per token and layer, as if every "
+                  "query head had its own keys and values: only the key/value heads are cached "
+                  "(llama.attention.head_count_kv of them), each d_k = embedding_length / head_count wide (d_k comes from the "
+                  "query heads: dividing by head_count_kv makes each cached head head_count / "
+                  "head_count_kv times too wide)")
 KV_TRAINED_CONTEXT = ("how many tokens are cached?",
                       "use the `context` argument (the tokens actually cached), not the longest "
                       "context the model was trained for (llama.context_length)")
@@ -416,6 +419,9 @@ LOAD_BASE = ("which RoPE base does SmolLM2 use?",
 LOAD_TRANSPOSE = ("which layout does the file store?",
                   "the file's matrices are (d_out, d_in) and yours (d_in, d_out): transpose EVERY "
                   "matrix, the square W_Q and W_O too (their shapes match either way)")
+LOAD_W_O = ("which layout does the file store?",
+            "attn_output is (d_out, d_in) like every matrix of the file: your W_O is the only one "
+            "left as stored (it is square, so its shape matched); transpose it too")
 LOAD_NORMS = ("which norm is which?", "attn_norm is the gain of norm1 (before the attention), "
               "ffn_norm the gain of norm2 (before the FFN)")
 LOAD_RAISED = ("which layout does the file store?",
@@ -469,7 +475,8 @@ def smollm2_decoder(generate_greedy, load_smollm2):
     expect_shape_of(got, (1, T, 49152), case=case, hint=("logits are (B, T, n_vocab)",))
     hints = {"unpermuted": LOAD_UNPERMUTED, "gate and up swapped": LOAD_GATE_UP,
              "eps default": LOAD_EPS, "base 10000": LOAD_BASE,
-             "square not transposed": LOAD_TRANSPOSE, "norms swapped": LOAD_NORMS}
+             "square not transposed": LOAD_TRANSPOSE, "W_O not transposed": LOAD_W_O,
+             "norms swapped": LOAD_NORMS}
     expect_match(got, oracle.logits()[None], case=case, rtol=0, atol=1e-3, dtol=(0, 1e-2),
                  default=LOAD_DEFAULT,
                  mistakes=[(lambda v=v: oracle.logits(v)[None], hints[v]) for v in oracle.VARIANTS])

@@ -43,7 +43,7 @@ N_SHORT = 6    # the second call (a new sequence?) and the uncached one (equal t
 
 # the catalogued loading mistakes the oracle can reproduce (decoder.py holds their hints)
 VARIANTS = ("unpermuted", "gate and up swapped", "eps default", "base 10000",
-            "square not transposed", "norms swapped")
+            "square not transposed", "W_O not transposed", "norms swapped")
 
 
 # the tokenizer's ids of TEXT and of CHAT in the file's chat template, written out so that the
@@ -141,6 +141,8 @@ def _changed_held(variant: str | None):
                 set_attr(attn, "rope_base", 10000.0)
             elif variant == "square not transposed":     # the file's rows permuted as columns
                 set_param(attn.W_Q, interleaved_to_half_heads(_raw_qk()[i][0].T, attn.n_heads))
+                set_param(attn.W_O, attn.W_O.detach().T.clone())
+            elif variant == "W_O not transposed":        # only the square W_O left as stored
                 set_param(attn.W_O, attn.W_O.detach().T.clone())
             elif variant == "norms swapped":
                 g1, g2 = layer.norm1.gamma.detach().clone(), layer.norm2.gamma.detach().clone()

@@ -112,6 +112,10 @@ FF_ACT_TWICE = (
     "one activation, between the two layers",
     "the output x W_2 + b_2 is not passed through GELU",
     "you applied GELU after W_2 as well")
+FF_ACT_MOVED = (
+    "one activation, between the two layers",
+    "GELU acts on the hidden layer x W_1 + b_1, and x W_2 + b_2 is returned as it is",
+    "you applied GELU to the output (after W_2) instead of to the hidden layer")
 FF_RESIDUAL = (
     "the residual belongs to the layer, not to the FFN",
     "return GELU(x W_1 + b_1) W_2 + b_2 alone; set 06 adds x around it",
@@ -144,10 +148,11 @@ def _ffn(state, x, *, act="gelu", act_out=False, residual=False, b1_after=False)
     t, x = _t(state), x if torch.is_tensor(x) and x.dtype == torch.float64 else torch.as_tensor(np64(x))
     acts = {"gelu": F.gelu, "relu": torch.relu, "tanh": lambda z: F.gelu(z, approximate="tanh"),
             "none": lambda z: z}
+    act_after = F.gelu if act == "none" else acts[act]      # act="none", act_out: GELU moved out
     h = x @ t["W_1"]
     h = acts[act](h) + t.get("b_1", 0.0) if b1_after else acts[act](h + t.get("b_1", 0.0))
     out = h @ t["W_2"] + t.get("b_2", 0.0)
-    out = acts[act](out) if act_out else out
+    out = act_after(out) if act_out else out
     return out + x if residual else out
 
 
@@ -155,7 +160,8 @@ def _ffn_mistakes(state, x):
     def v(**kw):
         return lambda: _ffn(state, x, **kw)
     return [(v(act="relu"), FF_RELU), (v(act="tanh"), FF_TANH), (v(act="none"), FF_LINEAR),
-            (v(act_out=True), FF_ACT_TWICE), (v(residual=True), FF_RESIDUAL),
+            (v(act_out=True), FF_ACT_TWICE), (v(act="none", act_out=True), FF_ACT_MOVED),
+            (v(residual=True), FF_RESIDUAL),
             (v(b1_after=True), FF_BIAS_ORDER)]
 
 

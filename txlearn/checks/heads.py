@@ -13,6 +13,7 @@ first. Source: ``exercises/source/03_heads.py``.
 from __future__ import annotations
 
 import math
+import numpy as np
 
 import torch
 
@@ -333,6 +334,11 @@ MHA_NO_GRAD = (
     "the module must be trainable",
     "gradients flow through forward: no torch.no_grad, .detach(), .data or NumPy inside it",
     "no gradient reached the parameters or the input")
+MHA_GLOBAL_MAX = (
+    "each query's row is its own distribution: whose maximum do you subtract?",
+    "one maximum for the whole score tensor makes a row of small scores exp(0 - 1000) = 0 "
+    "(weights 0, or 0/0 = NaN): subtract each row's own maximum, over the keys (dim=-1, "
+    "keepdim=True), or use torch.softmax, which does")
 MHA_DEFAULT = (
     "follow the five steps of the statement",
     "project, split, (cache), share heads, softmax(Q K^T / sqrt(d_k)) with the mask, merge, W_O")
@@ -388,6 +394,16 @@ def _mha_mistakes(state, x, n_heads, mask):
             (v(split_ok=False), MHA_SPLIT), (v(merge_ok=False), MHA_MERGE),
             (v(empty="nan"), MHA_EMPTY_NAN), (v(empty="uniform"), MHA_EMPTY_UNIFORM),
             (v(tile=True), MHA_TILED)]
+
+
+def _global_max_attention(x, guard):
+    """Attention with every W the identity and one max-shift for the whole score tensor."""
+    x = torch.as_tensor(np64(x))
+    scores = x @ x.transpose(-2, -1) / math.sqrt(x.shape[-1])
+    e = torch.exp(scores - scores.max())
+    total = e.sum(-1, keepdim=True)
+    w = torch.where(total > 0, e / total, torch.zeros_like(e)) if guard else e / total
+    return w @ x
 
 
 def _x(B, T, d_model, seed):
@@ -449,6 +465,21 @@ def multi_head_attention(MultiHeadAttention):
     m3, st3 = _built(MultiHeadAttention, 6, 3, None, False, 3, case)
     x3 = _x(1, 3, 6, 13)
     _expect_mha(run(m3, x3.clone(), case=case), st3, x3, 3, None, case)
+
+    # 5b. rows of very different scale: W = I, d_k = 2, x = [[0, 0], [c, 0]] with c^2 / sqrt(2)
+    #     = 1000, so query 0's scores are [0, 0] and query 1's [0, 1000]; one maximum for the
+    #     whole tensor underflows row 0 (its output must be the mean of the values, [c/2, 0])
+    case = ("rows of very different scale: d_model=2, n_heads=1, every W the identity, no bias; "
+            "query 0's scores [0, 0], query 1's [0, 1000]")
+    m6 = make_module(MultiHeadAttention, 2, 1, case=case, bias=False)
+    st6 = {name: np.eye(2) for name in ("W_Q", "W_K", "W_V", "W_O")}
+    load(m6, st6, case=case, names=MHA_NAMES)
+    x6 = torch.tensor([[[0.0, 0.0], [math.sqrt(1000 * math.sqrt(2)), 0.0]]])
+    got = run(m6, x6.clone(), case=case)
+    expect_shape_of(got, (1, 2, 2), case=case, hint=("out has the shape of x, (B, L, d_model)",))
+    expect_match(got, mha_reference(st6, x6, 1), case=case, **F32, default=MHA_DEFAULT,
+                 mistakes=[(lambda: _global_max_attention(x6, guard=True), MHA_GLOBAL_MAX),
+                           (lambda: _global_max_attention(x6, guard=False), MHA_GLOBAL_MAX)])
 
     # 6. the KV cache: an uncached call, then the same sequence in two cached steps
     case = "KV cache: n_heads=4, n_kv_heads=2, T=5 in one call without use_cache"

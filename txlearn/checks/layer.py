@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from txlearn.checks import exercise, expect_close, expect_true
+from txlearn.checks import CheckFailure, cache_shapes, exercise, expect_close, expect_true
 from txlearn.checks.modules import (F32, backward, expect_match, expect_shape_of, f64, load,
-                                    make_module, mask_ref, mha_reference, np64, run)
+                                    make_module, mask_ref, mha_reference, np64, rehint, run)
 from txlearn.positional import sinusoidal_encoding_np
 
 # ----------------------------------------------------------------------------- transformer_layer
@@ -70,6 +70,11 @@ TL_CACHE = (
     "use_cache reaches the attention",
     "forward's use_cache goes to self.attn, which keeps the keys between calls",
     "the second cached step did not see the first step's keys")
+TL_CACHE_TWICE = (
+    "how many times does one forward call the attention?",
+    "each call of the attention with use_cache=True appends this step's keys to its cache: "
+    "your layer's cache grew by more positions than the step holds, so a sub-layer ran twice "
+    "(the residual connection of set 06 calls its sub-layer once)")
 TL_NAMES = (
     "the state-dict names are part of the statement",
     "four submodules, attn, norm1, ffn and norm2, holding your modules' own names",
@@ -187,6 +192,12 @@ def _layer_module(TransformerLayer, d_model, n_heads, d_ff, case, *, n_kv_heads=
     return m, state
 
 
+def _cache_overfull(module, positions, case):
+    """Whether a cache of ``module`` holds more than ``positions`` positions (axis 2)."""
+    return any(len(shape) > 2 and shape[2] > positions
+               for pair in cache_shapes(module, case=case) for shape in pair)
+
+
 def _expect_layer(got, want, state, x, n_heads, mask, norm_first, eps, case):
     expect_shape_of(got, tuple(x.shape), case=case, hint=("the layer keeps the shape of x",))
     mistakes = [(lambda v=v: _layer(state, x, n_heads, mask, norm_first, eps, v), h)
@@ -225,17 +236,27 @@ def transformer_layer(TransformerLayer):
     _expect_layer(got, _layer(state, x, 4, mask, True, 1e-5), state, x, 4, mask, True, 1e-5, case)
 
     x = torch.randn(1, 5, 8, generator=g)
-    full = None
-    for step, (lo, hi) in enumerate(((0, 3), (3, 5)), start=1):
-        case = f"KV cache, step {step}: positions {lo}-{hi - 1}, pre-LN, n_kv_heads=2, use_cache=True"
-        if step == 1:
-            m, state = _layer_module(TransformerLayer, 8, 4, 16, case, n_kv_heads=2,
-                                     norm_first=True, seed=34)
-            full = _layer(state, x, 4, mask, True, 1e-5)
-        got = run(m, x[:, lo:hi].clone(), mask=mask_ref(hi - lo, hi), use_cache=True, case=case,
-                  raised=[("must match", TL_CACHE)])
-        expect_shape_of(got, (1, hi - lo, 8), case=case, hint=TL_CACHE)
-        expect_close(got, full[:, lo:hi], case=case, **F32, hint=TL_CACHE)
+    for norm_first in (True, False):
+        layout = "pre-LN" if norm_first else "post-LN"
+        for step, (lo, hi) in enumerate(((0, 3), (3, 5)), start=1):
+            case = (f"KV cache, step {step}: positions {lo}-{hi - 1}, {layout}, n_kv_heads=2, "
+                    f"use_cache=True")
+            if step == 1:
+                m, state = _layer_module(TransformerLayer, 8, 4, 16, case, n_kv_heads=2,
+                                         norm_first=norm_first, seed=34)
+                full = _layer(state, x, 4, mask, norm_first, 1e-5)
+            try:
+                got = run(m, x[:, lo:hi].clone(), mask=mask_ref(hi - lo, hi), use_cache=True,
+                          case=case, raised=[("must match", TL_CACHE)])
+            except CheckFailure as err:   # a second call's keys no longer fit the mask
+                if _cache_overfull(m, hi, case):
+                    raise rehint(err, TL_CACHE_TWICE) from None
+                raise
+            expect_true(not _cache_overfull(m, hi, case), case=case, hint=TL_CACHE_TWICE,
+                        message=f"after positions 0-{hi - 1} the attention's cache holds "
+                        f"{cache_shapes(m, case=case)}")
+            expect_shape_of(got, (1, hi - lo, 8), case=case, hint=TL_CACHE)
+            expect_close(got, full[:, lo:hi], case=case, **F32, hint=TL_CACHE)
 
 
 # ----------------------------------------------------------------------------- token_embedding
@@ -344,6 +365,11 @@ LM_NO_MASK = (
     "a language model must not see the future",
     "pass causal_mask(T, start + T) to every layer",
     "your layers attended without the causal mask")
+LM_CACHED_NO_MASK = (
+    "does a cached step of several tokens need a mask?",
+    "yes: the new tokens must not see each other's future either; pass causal_mask(T, start + T) "
+    "on every call (with one new token it hides nothing), not only on the first",
+    "your cached step attended without a mask")
 LM_PROBABILITIES = (
     "the model returns logits",
     "the loss of set 09 applies the softmax itself",
@@ -403,7 +429,8 @@ class _ReferenceLM(nn.Module):
         for ids in chunks:
             T = ids.shape[-1]
             x = _embed(self.embed.W_E, ids, 0 if variant == "start ignored" else start, d)
-            mask = None if variant == "no mask" else mask_ref(T, start + T)
+            mask = None if variant == "no mask" or (variant == "no cached mask" and start) \
+                else mask_ref(T, start + T)
             if variant == "top-left":
                 mask = torch.ones(T, start + T, dtype=torch.bool).tril()
             for layer, cache in zip(self.layers, caches):
@@ -420,7 +447,8 @@ class _ReferenceLM(nn.Module):
 
 _LM_VARIANTS = [("no final norm", LM_NO_FINAL_NORM), ("post-LN", LM_POST_LN),
                 ("no mask", LM_NO_MASK), ("probabilities", LM_PROBABILITIES),
-                ("start ignored", LM_START), ("top-left", LM_TOP_LEFT)]
+                ("start ignored", LM_START), ("top-left", LM_TOP_LEFT),
+                ("no cached mask", LM_CACHED_NO_MASK)]
 
 
 def _lm_state(ref, seed):

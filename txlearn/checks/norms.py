@@ -26,6 +26,11 @@ LN_UNBIASED = (
     "the biased variance divides by d (torch.var(..., unbiased=False)); torch.var and "
     "torch.std divide by d - 1 by default",
     "you used the unbiased variance")
+LN_UNCENTRED = (
+    "the variance is taken around the mean",
+    "sigma^2 = mean((x - mu)^2): subtract the mean before squaring",
+    "you divided by the root of mean(x^2), the mean square of x itself (RMSNorm's statistic), "
+    "not by its variance")
 LN_EPS_OUTSIDE = (
     "where eps goes",
     "eps is added to the variance, inside the square root, as in torch.nn.LayerNorm",
@@ -61,11 +66,13 @@ NORM_GRAD = (
 LN_DEFAULT = ("gamma * (x - mean) / sqrt(biased variance + eps) + beta, over the last axis",)
 
 
-def _ln(x, gamma, beta, eps, *, ddof=0, eps_at="inside", dims=(-1,), affine="right"):
+def _ln(x, gamma, beta, eps, *, ddof=0, eps_at="inside", dims=(-1,), affine="right",
+        centred=True):
     x = torch.as_tensor(np64(x))
     gamma, beta = torch.as_tensor(np64(gamma)), torch.as_tensor(np64(beta))
     mu = x.mean(dim=dims, keepdim=True)
-    var = x.var(dim=dims, keepdim=True, correction=ddof)
+    var = x.var(dim=dims, keepdim=True, correction=ddof) if centred else \
+        (x ** 2).mean(dim=dims, keepdim=True)
     if eps_at == "inside":
         x_hat = (x - mu) / torch.sqrt(var + eps)
     elif eps_at == "outside":
@@ -83,7 +90,8 @@ def _ln_mistakes(x, gamma, beta, eps):
     def v(**kw):
         return lambda: _ln(x, gamma, beta, kw.pop("eps", eps), **kw)
     return [(v(eps=1e-5), LN_EPS_IGNORED), (v(eps=1e-6), LN_EPS_IGNORED),
-            (v(ddof=1), LN_UNBIASED), (v(eps_at="outside"), LN_EPS_OUTSIDE),
+            (v(ddof=1), LN_UNBIASED), (v(centred=False), LN_UNCENTRED),
+            (v(eps_at="outside"), LN_EPS_OUTSIDE),
             (v(ddof=1, eps_at="outside"), LN_STD_EPS), (v(eps_at="none"), LN_NO_EPS),
             (v(dims=(0,)), LN_AXIS), (v(dims=tuple(range(np64(x).ndim))), LN_AXIS),
             (v(affine="none"), LN_AFFINE), (v(affine="inside"), LN_AFFINE)]
@@ -92,6 +100,9 @@ def _ln_mistakes(x, gamma, beta, eps):
 def _ln_cases(g):
     d = 8
     yield "x = [[1e-3, -1e-3]] (tiny variance), eps=1e-5", torch.tensor([[1e-3, -1e-3]]), 2, None, None
+    # mean 2: the variance 1, the unbiased one 2 and the mean square 5 all differ (on the next
+    # case the unbiased variance and the mean square are both 1/4)
+    yield "x = [[3, 1]] (mean 2, variance 1)", torch.tensor([[3.0, 1.0]]), 2, None, None
     yield "x = [[1, 0, 0, 0]]", torch.tensor([[1.0, 0.0, 0.0, 0.0]]), 4, None, None
     yield "x = [[2, 2, 2, 2]] (variance 0)", torch.full((1, 4), 2.0), 4, None, None
     gamma, beta = torch.randn(d, generator=g), torch.randn(d, generator=g)

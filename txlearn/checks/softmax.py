@@ -49,6 +49,11 @@ def _log_softmax_no_keepdims(x, axis):
     return z - np.log(np.exp(z).sum(axis=axis))
 
 
+def _softmax_sum_no_keepdims(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis)
+
+
 def _softmax_global_sum(x, axis):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum()
@@ -69,9 +74,17 @@ HINT_GLOBAL_MAX = ("each slice is its own distribution: whose maximum do you sub
 HINT_WRONG_AXIS = ("along which axis must the values sum to 1?",
                    "you normalised along another axis: use the `axis` argument in both the max "
                    "and the sum")
-HINT_KEEPDIMS = ("check how the per-row maximum broadcasts back against x",
-                 "a reduction along `axis` drops that axis, so the max of row i is subtracted "
-                 "from column i: keep the reduced axis (keepdims) in the max and the sum")
+HINT_KEEPDIMS = ("check how each reduction along `axis` (the max and the sum) broadcasts back "
+                 "against x",
+                 "a reduction along `axis` drops that axis: a (3, 4) array's sum over axis=-1 "
+                 "has shape (3,), which no longer lines up with x's rows; keep the reduced axis "
+                 "(keepdims) in the max and in the sum")
+HINT_MAX_KEEPDIMS = ("check how the per-row maximum broadcasts back against x",
+                     "a reduction along `axis` drops that axis, so the max of row i is "
+                     "subtracted from column i: keep the reduced axis (keepdims) in the max")
+HINT_SUM_KEEPDIMS = ("check how the per-row sum broadcasts back against x",
+                     "your maximum keeps its axis but your sum does not: the sum of row i divides "
+                     "column i; keep the reduced axis (keepdims) in the sum as well")
 HINT_GLOBAL_SUM = ("each slice must sum to 1, not the whole array",
                    "sum along `axis` only (and keep that axis for broadcasting)")
 
@@ -104,12 +117,24 @@ def stable_softmax(softmax):
     hint = diagnose(got, [
         (lambda: _softmax_global_max(x, -1), HINT_GLOBAL_MAX),
         (lambda: softmax_np(x, axis=0), HINT_WRONG_AXIS),
-        (lambda: _softmax_no_keepdims(x, -1), HINT_KEEPDIMS),
+        (lambda: _softmax_no_keepdims(x, -1), HINT_MAX_KEEPDIMS),
         (lambda: _softmax_global_sum(x, -1), HINT_GLOBAL_SUM),
         (lambda: np.exp(x) / np.exp(x).sum(-1, keepdims=True), HINT_NO_SHIFT),
     ], DEFAULT_ROWS, rtol=1e-5)
     expect_close(got, [[0.268941, 0.731059], [0.268941, 0.731059]], case=case, hint=hint,
                  rtol=0, atol=1e-6)
+
+    # rows whose sums differ, square so that a sum without keepdims broadcasts without an error
+    case = "row-wise, axis=-1: [[0, 1], [0, 0]] (the rows' sums differ)"
+    x = np.array([[0.0, 1.0], [0.0, 0.0]])
+    got = call(softmax, x.copy(), axis=-1, case=case, hint=HINT_KEEPDIMS)
+    hint = diagnose(got, [
+        (lambda: _softmax_sum_no_keepdims(x, -1), HINT_SUM_KEEPDIMS),
+        (lambda: _softmax_no_keepdims(x, -1), HINT_KEEPDIMS),
+        (lambda: softmax_np(x, axis=0), HINT_WRONG_AXIS),
+        (lambda: _softmax_global_sum(x, -1), HINT_GLOBAL_SUM),
+    ], DEFAULT_ROWS, rtol=1e-5)
+    expect_close(got, softmax_np(x, axis=-1), case=case, hint=hint, rtol=0, atol=1e-6)
 
     x = np.random.default_rng(0).normal(scale=3.0, size=(2, 3, 4))
     for axis in (0, 1, 2, -2):
@@ -155,6 +180,10 @@ HINT_WRONG_D = ("which length is d_k?",
                 "queries or keys")
 HINT_SOFTMAX = ("what does this function return: scores or weights?",
                 "return the scores themselves; the softmax comes after, in attention")
+HINT_NP_DOT = ("which product batches over the leading axes?",
+               "np.dot of N-D arrays is not a batched product: it pairs every batch entry of Q "
+               "with every batch entry of K, (2, 3, 16) and (2, 16, 5) give (2, 3, 2, 5); use the "
+               "@ operator (np.matmul), which pairs batch b of Q with batch b of K")
 HINT_BATCH_T = ("Q K^T pairs every query with every key: which axes of K must swap?",
                 "for batched inputs transpose only the last two axes of K (a full transpose "
                 "reverses every axis), and use a product that batches over the leading axes "
@@ -183,7 +212,8 @@ def scaled_scores(scaled_scores):
         shape_hint = {(*batch, S, L): "scores[l, s] = q_l . k_s has shape (L, S): compute "
                                       "Q @ K^T, not K @ Q^T",
                       (*batch, d_k, d_k): "Q^T K sums over the positions; Q @ K^T sums over "
-                                          "d_k"}.get(g.shape, HINT_BATCH_T)
+                                          "d_k",
+                      (*batch, L, *batch, S): HINT_NP_DOT}.get(g.shape, HINT_BATCH_T)
         expect_shape(g, (*batch, L, S), case=case, hint=shape_hint)
         dots = Q @ np.swapaxes(K, -1, -2)  # (..., L, d_k) @ (..., d_k, S) -> (..., L, S)
         hint = diagnose(g, [
@@ -209,6 +239,10 @@ HINT_LOGITS = ("the formula is in terms of the probabilities",
                "use s = softmax(x) in the formula, not the logits x")
 HINT_ELEMENTWISE = ("s s^T has n x n entries",
                     "s s^T is an outer product (entry [i, j] = s_i s_j); s * s is elementwise")
+HINT_1D_OUTER = ("what is s @ s.T for a 1-D s?",
+                 "a 1-D array has no second axis: s.T is s itself and s @ s.T is the number "
+                 "sum_i s_i^2, subtracted from every entry; s s^T is the outer product (n, n), "
+                 "entry [i, j] = s_i s_j: make s a column (n, 1) first, or use an outer product")
 HINT_DELTA = ("which entries get the s_i term?",
               "J_ij = s_i (delta_ij - s_j): only the diagonal gets s_i; off the diagonal it is "
               "-s_i s_j, not s_i (1 - s_j)")
@@ -238,6 +272,7 @@ def softmax_jacobian(softmax_jacobian):
             (lambda: np.outer(s, s) - np.diag(s), HINT_SIGN),
             (lambda: np.diag(x) - np.outer(x, x), HINT_LOGITS),
             (lambda: np.diag(s) - s * s, HINT_ELEMENTWISE),
+            (lambda: np.diag(s) - s @ s, HINT_1D_OUTER),
             (lambda: np.outer(s, 1 - s), HINT_DELTA),
         ], HINT_NO_SHIFT if case.startswith("large") else DEFAULT_JACOBIAN, rtol=1e-5)
         expect_close(got, softmax_jacobian_np(x), case=case, hint=hint, rtol=1e-5, atol=1e-7)
@@ -280,7 +315,7 @@ def log_softmax(log_softmax):
             (lambda: x - np.log(np.exp(x - m).sum(axis=axis, keepdims=True)),
              HINT_FORGOT_SHIFT_BACK),
             (lambda: log_softmax_np(x, axis=0), HINT_WRONG_AXIS),
-            (lambda: _log_softmax_no_keepdims(x, axis), HINT_KEEPDIMS),
+            (lambda: _log_softmax_no_keepdims(x, axis), HINT_MAX_KEEPDIMS),
         ], DEFAULT_LOG_SOFTMAX, rtol=1e-5)
         expect_close(got, log_softmax_np(x, axis=axis), case=case, hint=hint, rtol=1e-6,
                      atol=1e-6)

@@ -35,6 +35,21 @@ ROOT = Path(__file__).resolve().parents[2]  # the repository (txlearn/course/bui
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+# What ipykernel's kernel_info reply puts in a notebook's language_info (JupyterLab writes it into
+# the notebook when a kernel starts; a notebook that already holds it opens unmodified), less
+# the Python version, which is the learner's: `txlearn update-work` adds it to their copies.
+LANGUAGE_INFO = {"codemirror_mode": {"name": "ipython", "version": 3}, "file_extension": ".py",
+                 "mimetype": "text/x-python", "name": "python", "nbconvert_exporter": "python",
+                 "pygments_lexer": "ipython3"}
+
+
+def language_info(version: str | None = None) -> dict:
+    """The notebook metadata's ``language_info`` as ipykernel reports it, with ``version`` (the
+    kernel's Python, ``platform.python_version()``) when given."""
+    info = copy.deepcopy(LANGUAGE_INFO)
+    if version is not None:
+        info["version"] = version
+    return info
 
 
 class BuildError(Exception):
@@ -203,7 +218,7 @@ def _new_notebook(source_rel: str, kind: str, set_name: str, notice: str):
     nb = nbformat.v4.new_notebook()
     nb.metadata = {
         "kernelspec": dict(KERNELSPEC),
-        "language_info": {"name": "python"},
+        "language_info": language_info(),
         "txlearn": {"generated_from": source_rel, "version": kind, "set": set_name},
     }
     first = nbformat.v4.new_markdown_cell(notice)

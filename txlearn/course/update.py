@@ -2,7 +2,8 @@
 
 ``make lab`` runs ``txlearn update-work work/``. For each student notebook of the course:
 
-- no copy in ``work/`` yet: the student notebook is copied;
+- no copy in ``work/`` yet: the student notebook is copied, with the language_info a kernel of
+  this Python writes (so that opening it in JupyterLab changes nothing);
 - a copy exists: every exercise that is new in the course (an answer cell whose exercise name the
   copy lacks) is inserted with its statement, answer stub and check cell, right after the check
   cell of the exercise that precedes it in the course; the course's first exercise goes before
@@ -30,6 +31,7 @@ report on ``update-work`` and copies saved as nbformat 4.4.
 from __future__ import annotations
 
 import copy
+import platform
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -193,7 +195,11 @@ def update_work(work_dir: Path, layout: build.Layout = build.Layout(),
     for student in sorted(layout.student.glob("[0-9][0-9]_*.ipynb")):
         target = work_dir / student.name
         if not target.exists():
-            shutil.copyfile(student, target)
+            fresh = nbformat.read(student, as_version=4)
+            # the Python version the learner's kernel will report: with it, opening the copy in
+            # JupyterLab changes nothing and it never asks to save an untouched notebook
+            fresh.metadata["language_info"] = build.language_info(platform.python_version())
+            nbformat.write(fresh, target)
             done.append(Update(target, created=True))
             continue
         course = nbformat.read(student, as_version=4)
