@@ -84,7 +84,7 @@ print(f"{len(text):,} characters, n_vocab = {len(vocab)}; train {len(train_ids):
 print(repr(text[20_000:20_160]))
 for name, nats in base.items():
     print(f"  {name:8s} {nats:.3f} nats/char = {nats_to_bits(nats):.3f} bits/char")
-assert 440_000 < len(text) < 490_000                 # "about 465,000 characters"
+assert 440_000 < len(text) < 530_000   # Python 3.11 carries about 465,000 characters, 3.13 511,000
 assert abs(base["uniform"] - math.log(len(vocab))) < 1e-12
 assert base["bigram"] < base["unigram"] - 0.5 < base["uniform"] - 1.0
 

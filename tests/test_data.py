@@ -19,7 +19,7 @@ def corpus():
 
 def test_default_corpus_is_the_language_reference(corpus):
     # the issue: "about 465,000 characters" of pydoc_data topics
-    assert 440_000 < len(corpus) < 490_000
+    assert 440_000 < len(corpus) < 530_000   # the topics grow: 465,000 on Python 3.11, 511,000 on 3.13
     assert "The for statement" in corpus or "for_stmt" in corpus or "for" in corpus
     assert 80 <= len(CharVocab.from_text(corpus)) <= 130
 
