@@ -2,6 +2,7 @@
 
 import ast
 import re
+import subprocess
 import tomllib
 from pathlib import Path
 
