@@ -76,3 +76,36 @@ def test_a_torch_like_import_that_loads_a_library_by_path_works_in_the_sandbox(s
                               tail=[python, "-I", "-S", "-c", code], packages=entries)
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.stdout.split("\n")[:2] == ["loaded True", "unrelated hidden"], done.stderr[-800:]
+
+
+def test_a_sets_memory_limit_is_the_learners_on_any_build_of_torch(tmp_path):
+    """The runner's address space is capped at what its preloaded imports map plus the set's
+    ``memory_mb`` (less its files). PyPI's CUDA build of torch maps about 3.2 GB at import, the
+    CPU build 0.6 GB: counted inside the limit, it left a set-03 learner on the CUDA build about
+    600 MB of the default 4096 and made a 4 MB list a MemoryError under a tighter limit. Here the
+    limit is no larger than torch's own mapping, and the learner's 512 MB still fit."""
+    import json
+
+    from txlearn.course import build, grading
+    from txlearn.course.grading import runner_pool, sets
+
+    heads = build.ROOT / "exercises" / "solutions" / "03_heads.ipynb"
+    preload = runner_pool.preload(sets.load_set(build.ROOT / "exercises" / "source" /
+                                                "03_heads.py"))
+    assert "torch" in preload, preload
+    base = installation.import_mb(preload)
+    assert base > 300, base          # numpy and torch map hundreds of MB on any build
+    nb = json.loads(heads.read_text())
+    for cell in nb["cells"]:
+        meta = cell.get("metadata", {})
+        if meta.get("exercise") == "multi_head_attention" and "answer" in meta.get("tags", []):
+            cell["source"] = "".join(cell["source"]) + \
+                "\n_big = torch.ones(128 << 20)   # 512 MB of the learner's own\n"
+    path = tmp_path / "alice" / "03_heads.ipynb"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(nb))
+    sub, = grading.grade([path], jobs=1, limits={"memory_mb": base, "file_mb": 4,
+                                                 "cell_seconds": 60, "call_seconds": 20})
+    results = {r.exercise: r for r in sub.results}
+    assert results["multi_head_attention"].status == "PASS", \
+        results["multi_head_attention"].feedback[:300]

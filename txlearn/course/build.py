@@ -61,7 +61,7 @@ DEFAULT_LIMITS = {
     "call_seconds": 10,      # wall time of one call of the learner's code by a check
     "notebook_seconds": 600, # wall time of a whole notebook in the grader (every cell and call)
     "cpu_seconds": 300,      # CPU time of the whole runner (all cells and calls)
-    "memory_mb": 4096,       # address space of the runner (torch alone maps about 1.5 GB)
+    "memory_mb": 4096,       # what learner code may map, files included, above the imports
     "output_kb": 64,         # printed output kept per cell; the rest is dropped
     "processes": 64,         # processes and threads the runner may have
     "file_mb": 16,           # the largest file the runner may write

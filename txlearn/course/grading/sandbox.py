@@ -51,7 +51,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
-from txlearn.course.grading.installation import (other_package_folders, python_layout,
+from txlearn.course.grading.installation import (import_mb, other_package_folders, python_layout,
                                                  site_packages, under as _under)
 from txlearn.course.grading.protocol import MAX_REPLY_JSON_BYTES, Channel
 from txlearn.course.grading.runner import BOOTSTRAP
@@ -145,8 +145,10 @@ def writable_mb(limits: dict) -> dict[str, int]:
 
 
 def address_space_mb(limits: dict) -> int:
-    """The runner's address-space limit: ``memory_mb`` less the writable folders' sizes (its
-    files count against the same budget), never below half of ``memory_mb``."""
+    """The learner's share of the runner's address space: ``memory_mb`` less the writable
+    folders' sizes (its files count against the same budget), never below half of
+    ``memory_mb``. The runner's limit is this above what its preloaded imports map
+    (:func:`~.installation.import_mb`, in :func:`runner_config`)."""
     memory = int(limits["memory_mb"])
     return max(memory // 2, memory - sum(writable_mb(limits).values()))
 
@@ -390,8 +392,10 @@ def runner_config(config: dict, *, mode: str, limits: dict, uid: int | None,
     :data:`VIEW` in the sandbox, at ``view_dir`` in a plain process); its fds are added by
     whoever starts it (:func:`start`, or a fork server's child)."""
     python_path = list(python_layout()[2])
-    return dict(config, uid=uid, limit_processes=mode == "bwrap",
-                address_space_mb=address_space_mb(limits) if mode == "bwrap" else None,
+    space = None
+    if mode == "bwrap":   # the learner's share, above what the preloaded imports map
+        space = address_space_mb(limits) + import_mb(tuple(config.get("preload", ())))
+    return dict(config, uid=uid, limit_processes=mode == "bwrap", address_space_mb=space,
                 sys_path=[VIEW if mode == "bwrap" else view_dir] + python_path)
 
 

@@ -110,6 +110,8 @@ class Session:
         config = {"limits": self.limits, "imports": self.cs.allowed,
                   "view_modules": self.cs.view_modules,
                   "txlearn_modules": list(all_txlearn_modules())}
+        from txlearn.course.grading.runner_pool import preload
+        config["preload"] = list(preload(self.cs))   # what the memory limit is counted above
         packages = None
         if self.mode == "bwrap":   # only numpy, torch and what the set declares are installed
             try:
