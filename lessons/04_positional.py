@@ -864,15 +864,20 @@ reference = pi["RoPE as trained, 32-character windows"]
 squeezed, plain_ft, pi_ft = (pi[name] for name in variants)
 assert mean(squeezed, "0-31") > mean(reference, "0-31") + 0.1     # squeezing alone hurts everywhere
 for part in ("32-63", "64-127"):                                  # a short fine-tune extends it...
-    assert mean(pi_ft, part) < mean(reference, part) and mean(plain_ft, part) < mean(reference, part)
+    assert mean(plain_ft, part) < mean(reference, part)             # past its own 32-window loss
+    assert mean(pi_ft, part) < mean(reference, part) + 0.05         # as good, within 0.05 nats
+    assert max(mean(plain_ft, part), mean(pi_ft, part)) < mean(long_rope, part) - 0.1
 assert abs(mean(pi_ft, "64-127") - mean(plain_ft, "64-127")) < 0.05   # ...with or without PI
 
 # %% [markdown]
 # Squeezed without fine-tuning, the RoPE model is worse everywhere, even on the trained
 # positions (printed above): neighbours a quarter of a position apart are new to it. After 40
-# steps on 128-character windows it beats its own 32-window loss at every position past 32, and
-# here it does so **with or without** interpolation (within 0.05 nats of each other at
-# 64-127). Chen et al. found fine-tuning without interpolation slow to extend LLaMA models
+# steps on 128-character windows, positions 32-127 read about as well as the trained 0-31, and
+# here **with or without** interpolation (within 0.05 nats of each other at 64-127). Without
+# interpolation the fine-tune beats the model's own 32-window loss at every position past 32 on
+# both builds of PyTorch we ran (2.13 CPU on Python 3.11, 2.14 from PyPI on 3.13). With it, it
+# beat that loss on one build and fell short by up to 0.02 nats on the other: a surprise, since
+# interpolation is the method meant to make such a fine-tune easy. Chen et al. found fine-tuning without interpolation slow to extend LLaMA models
 # (7B to 65B parameters) from 2,048 to up to 32,768 tokens; a 2-layer model stretched from 32
 # to 128 characters adapts within 40 steps either way. A fine-tune at the long length trains on
 # it, so it is not extrapolation; ALiBi's is.
