@@ -8,32 +8,37 @@ view, packages and sized writable folders a runner gets) whose command is this s
 
 1. imports what the set's setup cells import (``preload``: NumPy, and PyTorch when the set uses
    it) and the runner, before any learner code exists, with one thread per maths library (the
-   sandbox's environment), so that a fork copies one thread;
+   sandbox's environment), so that a fork copies one thread; seals the segments of every
+   library loaded (``mseal``, Linux 6.10: a runner cannot unmap what its address-space limit
+   is counted above, to put memory of its own there); and goes on as pid 1 of a pid namespace
+   of its own (owned by its user namespace, which as an ordinary user is not the one owning
+   the sandbox's);
 2. for each request on its control socket (an ``AF_UNIX`` ``SOCK_SEQPACKET`` pair; the request
    carries the runner's configuration, and as passed descriptors its two protocol pipes, its
-   output pipe and the sibling notebooks to copy into its home), forks the runner's parent,
-   which
-   - makes a mount namespace and a pid namespace of its own (``unshare``, with the
-     CAP_SYS_ADMIN the server's sandbox keeps for this alone), mounts a new tmpfs at the home,
-     ``/tmp`` and ``/dev/shm`` (sized in bytes as before, and in inodes: ``nr_inodes``) and puts
-     the sandbox's mount points below them back (a venv under /tmp: a recursive clone of its
-     bind, read-only as it was, in new folders of mode 0755),
-   - forks the namespace's init, which forks the runner (pid 2: signals it sends itself act as
-     in any process, where an init ignores them), waits for it and writes its wait status to
-     the server; writes the init's pid to the server and exits (the server, a subreaper, is
-     the init's parent from then on; killing the init kills the runner);
+   output pipe and the sibling notebooks to copy into its home), clones the runner's init
+   (``clone3``: pid 1 of a new pid namespace, in a new mount namespace, and always pid
+   :data:`INIT_PID` in the server's, ``set_tid``, with the CAP_SYS_ADMIN the server's sandbox
+   keeps for this alone), which
+   - mounts a new tmpfs at the home, ``/tmp`` and ``/dev/shm`` (sized in bytes as before, and
+     in inodes: ``nr_inodes``) and puts the sandbox's mount points below them back (a venv
+     under /tmp: a recursive clone of its bind, read-only as it was, in new folders of mode
+     0755),
+   - forks the runner (pid 2: signals it sends itself act as in any process, where an init
+     ignores them), waits for it and writes its wait status on a pipe the server passes to the
+     grader unread; killing the init kills the runner;
 3. the runner
    - drops CAP_SYS_ADMIN, copies the sibling notebooks into its (new, empty) home, read-only to
      the job's uid,
    - puts its output pipe on fd 1 and 2 and its protocol pipes on fd 3 and 4, and closes every
      other descriptor (the control socket included),
    - installs the seccomp filter (:mod:`~.seccomp`; one process, no namespace, no IPC, no
-     keyring, no ptrace, no extended attribute, no inotify), which the server itself runs
-     without, since it has to fork,
+     keyring, no ptrace, no extended attribute, no inotify, no file lock, no new pipe), which
+     the server itself runs without, since it has to fork,
    - runs :func:`txlearn.course.grading.runner.main`, which applies the limits, drops to the
      job's uid when the grader is root, and serves the grader;
-4. the server sends the init's ``pidfd`` (the grader kills the runner through it), waits for
-   it, sends the runner's exit status, and says it is ready again.
+4. the server sends the init's ``pidfd`` (the grader kills the runner through it) and the
+   status pipe, reaps the init without reading its wait status (``waitid`` with no siginfo),
+   and says it is ready again.
 
 What the next submission could find of the previous one is therefore what survives in the
 sandbox after its only process died, and its namespaces with it: nothing in the writable
@@ -44,7 +49,11 @@ its first thread pid 3), no process (the filter forbids fork), no System V or PO
 and no key (forbidden too), and the server's own state (priority, scheduling policy, I/O
 priority, CPU affinity, resource limits: compared with what they were at start; changed, the
 server says ``dirty`` and the grader replaces it; a runner cannot name its server anyway: it
-is outside its pid namespace). The server is never ptraced (it is not dumpable, and
+is outside its pid namespace). Nor does the server's memory, of which each runner is a copy,
+hold anything a runner chose: it never reads a runner's or an init's wait status, and every
+pid it is given is :data:`INIT_PID`, whatever pids earlier runners' threads took in its
+namespace (with ``os.fork`` the next one was a number the previous runners chose, and the
+last exit status sat in its frames). The server is never ptraced (it is not dumpable, and
 ptrace is forbidden).
 
 Only trusted code runs here before the fork; the learner's code runs only in the child, after

@@ -28,6 +28,17 @@ address-space limit counts (issue 25):
 - no watch of the files it sees (``inotify_init``, ``inotify_init1``, ``inotify_add_watch``,
   ``fanotify_init``, ``fanotify_mark``: EPERM): on the read-only binds a watch shows the
   grader's and the other runners' file activity, and each one is kernel memory;
+- no file lock, lease or folder watch (``flock``, ``fcntl``'s lock commands and ``F_SETLEASE``:
+  ENOLCK; ``F_NOTIFY``: EPERM): on a file every runner sees, one held by a runner is read by a
+  concurrent one; no pipe resized past 64 KiB (``F_SETPIPE_SZ``: EPERM);
+- no new pipe, userfaultfd or pidfd (``pipe``, ``pipe2``, ``userfaultfd``, ``pidfd_open``:
+  EPERM): each takes an inode number from a counter of the whole machine (the grader's pipes of
+  every later runner show it) or shows the pidfs number every thread takes;
+- nothing taken out of the page cache of the files every runner sees (``posix_fadvise``
+  DONTNEED, ``madvise`` COLD and PAGEOUT: done as nothing, returning 0), and nothing that reads
+  whether a page is there without reading it (``preadv2``/``pwritev2`` with RWF_NOWAIT:
+  EOPNOTSUPP; ``cachestat``, ``mincore``, which report on a file the runner owns, as an
+  ordinary user's venv, and Linux AIO's ``io_setup``: ENOSYS; ``process_madvise``: EPERM);
 - no namespace or mount of its own: ``unshare``, ``setns``, ``mount``, ``umount2``,
   ``pivot_root``, ``chroot`` and the new mount API (``fsopen`` ... ``mount_setattr``) fail (an
   unprivileged user namespace would let the code mount a tmpfs of unbounded size);
