@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from txlearn.course import grading
-from txlearn.course.grading import forkserver, installation, runner_pool, sandbox
+from txlearn.course.grading import forkserver, installation, runner, runner_pool, sandbox
 from txlearn.course.grading.sets import load_set
 from txlearn.course import build
 
@@ -113,6 +113,12 @@ def graded(tmp_path_factory):
     return _grade_counting(paths)
 
 
+# the tests' limits with room for a loaded machine: no notebook here runs past a limit, and
+# one whose cell timed out (3 s of a starved runner) was graded again in a new runner without
+# that cell, so the looker's report or the runners' count depended on the load
+ROOMY = dict(LIMITS, cell_seconds=60, call_seconds=30)
+
+
 def _grade_counting(paths):
     """Grade ``paths`` in one job, counting the fork servers started and the runners forked."""
     started, spawned = [], []
@@ -129,11 +135,12 @@ def _grade_counting(paths):
     mp = pytest.MonkeyPatch()
     mp.setattr(runner_pool.ForkServer, "__init__", init)
     mp.setattr(runner_pool.ForkServer, "spawn", spawn)
+    grader = {"nice": os.getpriority(os.PRIO_PROCESS, 0), "cpus": len(os.sched_getaffinity(0))}
     try:
-        subs = grading.grade(paths, jobs=1, limits=LIMITS)
+        subs = grading.grade(paths, jobs=1, limits=ROOMY)
     finally:
         mp.undo()
-    return {"subs": subs, "started": started, "spawned": spawned,
+    return {"subs": subs, "started": started, "spawned": spawned, "grader": grader,
             "by": {s.student: {r.exercise: r for r in s.results} for s in subs}}
 
 
@@ -161,9 +168,8 @@ def test_what_a_submission_tries_to_leave_behind_is_refused(graded):
 def test_the_next_submission_of_the_same_server_finds_nothing(graded):
     seen = _seen(graded["by"]["c_looker"]["stable_softmax"], "LOOK")
     assert seen["found"] == {"/home/learner": [], "/tmp": _tmp_tops(), "/dev/shm": []}, seen
-    # the grader's own priority (a grader run under `nice` gives its runners its niceness, no more)
-    assert seen["nice"] == os.getpriority(os.PRIO_PROCESS, 0), seen
-    assert seen["cpus"] == len(os.sched_getaffinity(0)), seen
+    # the server's, as the grader's were when it started it (not a leaver's nice 19 or one CPU)
+    assert {k: seen[k] for k in ("nice", "cpus")} == graded["grader"], (seen, graded["grader"])
     assert seen["sockets"] == [], seen     # the server's control socket is closed in the child
     # NumPy's global stream is drawn afresh in each child, as in a process of its own
     assert seen["draw"] != _seen(graded["by"]["b_leaver"]["stable_softmax"], "LEFT")["draw"]
@@ -298,6 +304,14 @@ def test_mount_points_below_the_writable_folders():
 
 # ---- what one runner writes into the kernel's counters, and the next one reads -----------------
 
+# a file every runner of the set sees (its first page: in the page cache or not), and the numbers
+# of the system calls that read the page cache without timing or reading it (cachestat, io_setup)
+SHARED = str(Path(__import__("numpy").__file__).with_name("__init__.pyi")) if Path(
+    __import__("numpy").__file__).with_name("__init__.pyi").exists() else \
+    __import__("numpy").__file__
+SYSCALLS = {"x86_64": {"cachestat": 451, "io_setup": 206},
+            "aarch64": {"cachestat": 451, "io_setup": 0}}[platform.machine().lower()]
+
 # a default ACL that gives nobody anything (user, group, other: ---), as setfacl -d writes it
 _NOTHING_ACL = "b'\\x02\\x00\\x00\\x00' + b''.join(bytes([t, 0, 0, 0]) + b'\\xff' * 4 for t in (1, 4, 32))"
 
@@ -346,6 +360,57 @@ for _folder in {folders!r}[:3]:   # kernel memory: inodes until refused, attribu
             except OSError as _err:
                 _W["fill"][-1].append(_err.errno)
 _W["inotify"] = [_libc.inotify_init1(0), __import__("ctypes").get_errno()]
+import ctypes, fcntl, resource, signal, struct
+def _errno(act):
+    try:
+        act()
+        return 0
+    except OSError as _err:
+        return _err.errno
+_fd, _dir = os.open({shared!r}, os.O_RDONLY), os.open(os.path.dirname({shared!r}), os.O_RDONLY)
+_flock = struct.pack("hhqqi4x", fcntl.F_RDLCK, 0, 0, 0, 0)
+_W["fcntl"] = [   # a lock or lease on a file every runner sees, a watch of its folder, a pipe of 1 MiB
+    _errno(lambda: fcntl.flock(_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)),
+    _errno(lambda: fcntl.fcntl(_fd, fcntl.F_SETLK, _flock)),
+    _errno(lambda: fcntl.fcntl(_fd, fcntl.F_OFD_SETLK, _flock)),
+    _errno(lambda: fcntl.fcntl(_fd, fcntl.F_GETLK, _flock)),
+    _errno(lambda: fcntl.fcntl(_fd, fcntl.F_SETLEASE, fcntl.F_RDLCK)),
+    _errno(lambda: fcntl.fcntl(_dir, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT)),
+    _errno(lambda: fcntl.fcntl(1, fcntl.F_SETPIPE_SZ, 1 << 20))]
+# a new pipe or pidfd takes an inode number from a counter of the whole machine, which the
+# grader's pipes of the next runner show (3,000 pipes moved them by 3,000), and every thread
+# takes one of the pidfs, which a pidfd shows
+_W["numbered"] = [_errno(os.pipe), _errno(lambda: os.pidfd_open(os.getpid()))]
+os.posix_fadvise(_fd, 0, 0, os.POSIX_FADV_DONTNEED)   # out of the page cache: the next one sees
+_W["signals"] = resource.getrlimit(resource.RLIMIT_SIGPENDING)[0]
+class _Sev(ctypes.Structure):
+    _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                ("pad", ctypes.c_char * 48)]
+_sev, _timer, _timers = _Sev(None, signal.SIGUSR1, 0), ctypes.c_void_p(), 0
+while _timers < 5000 and _libc.timer_create(1, ctypes.byref(_sev), ctypes.byref(_timer)) == 0:
+    _timers += 1      # each holds a queued signal of the uid's (a concurrent runner's count)
+_W["timers"] = _timers
+class _Phdr(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("flags", ctypes.c_uint32)] + [
+        (n, ctypes.c_uint64) for n in ("offset", "vaddr", "paddr", "filesz", "memsz", "align")]
+class _Info(ctypes.Structure):
+    _fields_ = [("addr", ctypes.c_uint64), ("name", ctypes.c_char_p),
+                ("phdr", ctypes.POINTER(_Phdr)), ("phnum", ctypes.c_uint16)]
+_segments = []
+def _each(info, size, data):
+    if b"_multiarray_umath" in (info.contents.name or b""):   # what import numpy loads
+        for _k in range(info.contents.phnum):
+            _p = info.contents.phdr[_k]
+            if _p.type == 1:   # PT_LOAD: mapped before any learner code, counted above the budget
+                _lo = (info.contents.addr + _p.vaddr) & ~4095
+                _segments.append((_lo, info.contents.addr + _p.vaddr + _p.memsz - _lo,
+                                  (_p.flags & 4 and 1) | (_p.flags & 2) | (_p.flags & 1 and 4)))
+    return 0
+_libc.dl_iterate_phdr(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Info), ctypes.c_size_t,
+                                       ctypes.c_void_p)(_each), None)
+# changing one (here to the protection it has) is what unmapping it to reuse its room needs
+_W["remapped"] = [len(_segments), sum(_libc.mprotect(ctypes.c_void_p(lo), ctypes.c_size_t(n), prot)
+                                      == 0 for lo, n, prot in _segments)]
 def softmax(x, axis=-1):
     raise ValueError("WROTE " + json.dumps(_W))
 '''
@@ -367,8 +432,34 @@ for _folder in {folders!r}:
         os.unlink(_folder + "/probe")
     except OSError as _err:
         _R[-1].append(_err.errno)
+import ctypes, mmap, resource
+_libc = ctypes.CDLL(None, use_errno=True)
+_fd = os.open({shared!r}, os.O_RDONLY)
+def _nowait():   # whether the file's first page is in the page cache, read without waiting
+    try:
+        return os.preadv(_fd, [bytearray(16)], 0, os.RWF_NOWAIT)
+    except OSError as _err:
+        return _err.errno
+def _probes():
+    _range, _stat, _vec = (ctypes.c_uint64 * 2)(), (ctypes.c_uint64 * 5)(), (ctypes.c_ubyte * 1)()
+    _m, _anon = mmap.mmap(_fd, 4096, prot=mmap.PROT_READ), mmap.mmap(-1, 4096)
+    _at = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(_anon)))
+    _done = [_libc.syscall({cachestat}, _fd, _range, _stat, 0), ctypes.get_errno(),
+             _libc.mincore(_at, ctypes.c_size_t(4096), _vec), ctypes.get_errno(),
+             _libc.syscall({io_setup}, 16, ctypes.byref(ctypes.c_ulong(0))), ctypes.get_errno()]
+    _before = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+    _m[0]                          # a major fault: the page was not in the page cache
+    return [_nowait()] + _done + [resource.getrusage(resource.RUSAGE_SELF).ru_majflt - _before]
+_R.append(_probes())
+_V = {{}}   # what the fork server's loop holds: the runner is a copy of the server's memory
+_f = __import__("sys")._getframe()
+while _f is not None:
+    if _f.f_code.co_name == "serve" and _f.f_code.co_filename.endswith("forkserver.py"):
+        _V = {{k: repr(v)[:24] for k, v in _f.f_locals.items()
+              if isinstance(v, (int, str, tuple)) and k != "program"}}
+    _f = _f.f_back
 def softmax(x, axis=-1):
-    raise ValueError("READ " + json.dumps(_R))
+    raise ValueError("SERVER " + json.dumps(_V) + " READ " + json.dumps(_R))
 '''
 
 
@@ -378,16 +469,20 @@ def _writer_between_readers(folder, clone):
     the folder leading to a venv under /tmp."""
     folders = [sandbox.HOME, "/tmp", "/dev/shm", str(clone)]
     os.chmod(folder, 0o755)
-    write = WRITE.format(folders=folders, acl=_NOTHING_ACL)
+    write = WRITE.format(folders=folders, acl=_NOTHING_ACL, shared=SHARED)
+    read = READ.format(folders=folders, shared=SHARED, **SYSCALLS)
+    Path(SHARED).read_bytes()   # in the page cache (the writer evicts it, if it can)
     return [_notebook(SOLUTION, folder / "a_reader" / "01_softmax.ipynb",
-                      answers={"stable_softmax": READ.format(folders=folders)}),
+                      answers={"stable_softmax": read}),
             _notebook(SOLUTION, folder / "b_writer" / "01_softmax.ipynb",
                       answers={"stable_softmax": write}),
             _notebook(SOLUTION, folder / "c_reader" / "01_softmax.ipynb",
-                      answers={"stable_softmax": READ.format(folders=folders)}),
+                      answers={"stable_softmax": read}),
             _notebook(SOLUTION, folder / "d_aborter" / "01_softmax.ipynb",   # signals itself
                       answers={"stable_softmax": "import os\ntry:\n    os.kill(1, 9)\n"
-                                                 "except OSError:\n    pass\nos.abort()\n"})]
+                                                 "except OSError:\n    pass\nos.abort()\n"}),
+            _notebook(SOLUTION, folder / "e_reader" / "01_softmax.ipynb",
+                      answers={"stable_softmax": read})]
 
 
 def _assert_nothing_crossed(feedback, clone):
@@ -399,7 +494,7 @@ def _assert_nothing_crossed(feedback, clone):
     assert [made for made, *_ in wrote["set"]][:3] == [64, 64, 64], wrote
     assert first == second, (first, second)
     assert first[0] == 2, first          # pid 2 of a pid namespace of its own
-    for future, attributes, *_ in first[2:]:   # home, /tmp, /dev/shm, the folder to the venv
+    for future, attributes, *_ in first[2:-1]:   # home, /tmp, /dev/shm, the folder to the venv
         assert not future and attributes == [], first
     enotsup = 95
     for _, _, note, acl in wrote["set"]:
@@ -436,7 +531,7 @@ def counters(request, tmp_path_factory):
             feedback["errors"] = {s.student: s.error for s in graded["subs"]}
         else:
             from tests.test_grading_attacks import _as_ordinary_user
-            rows = _as_ordinary_user(paths, LIMITS, jobs=1, roots=[str(clone / ".venv")])
+            rows = _as_ordinary_user(paths, ROOMY, jobs=1, roots=[str(clone / ".venv")])
             feedback = {r[0]: r[3]["stable_softmax"] for r in rows}
             feedback["errors"] = {r[0]: r[2] for r in rows}
     finally:
@@ -476,3 +571,68 @@ def test_a_runners_kernel_memory_is_bounded(counters):
         assert err == enospc and bound - 8 < made < bound, wrote["fill"]
         assert setxattr == [enotsup] * 3, wrote["fill"]      # setxattr, lsetxattr, fsetxattr
     assert wrote["inotify"] == [-1, eperm], wrote["inotify"]
+
+
+def test_a_runner_reads_nothing_of_the_one_before_in_its_servers_memory(counters):
+    # a runner is a copy of its fork server's memory: the server's frames above it held the
+    # last runner's wait status (its exit code or signal: 8 bits chosen by the previous
+    # student) and the pid its namespace's init had in the server's namespace, where every
+    # thread of every runner takes a pid (500 threads moved the next one by 503: bits for the
+    # runner after next). The server now reads no wait status (the init writes it to the
+    # grader) and gives each init the same pid (clone3's set_tid): a reader after the
+    # writer and one after the aborter find the same there
+    views = {r: json.loads(counters[0][r].split("SERVER ", 1)[1].split(" READ ", 1)[0])
+             for r in ("c_reader", "e_reader")}
+    assert "pid" in views["c_reader"], views          # the server's loop was found
+    assert views["c_reader"] == views["e_reader"], views
+
+
+def test_a_runner_holds_no_lock_and_reads_or_clears_no_page_cache_exactly(counters):
+    # runners graded at the same time (--jobs) see the same read-only files: a lock or lease
+    # held on one, or a watch of its folder (dnotify), is a channel between them, and a pipe
+    # resized to 1 MiB is kernel memory outside every limit. A new pipe's inode number comes
+    # from a counter of the whole machine, shown by the grader's pipes of every later runner,
+    # and a thread's pidfs number by a pidfd: no runner makes either. posix_fadvise(DONTNEED) took a
+    # page of a file out of the page cache and preadv2(RWF_NOWAIT), cachestat, mincore (of a
+    # file the runner owns: an ordinary user's venv) and Linux AIO read whether it was there:
+    # an exact channel to every later runner, and the host's cache emptied. Left: a page a
+    # runner reads stays cached, which a later one can tell by timing or by the major fault
+    # its first read counts; the writer's eviction did nothing, so both readers count none
+    wrote = json.loads(counters[0]["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
+    enolck, eperm, enosys, eopnotsupp = 37, 1, 38, 95
+    assert wrote["fcntl"] == [enolck] * 5 + [eperm] * 2, wrote["fcntl"]
+    assert wrote["numbered"] == [eperm, eperm], wrote["numbered"]
+    first, second = (json.loads(counters[0][r].split("READ ", 1)[1].splitlines()[0])[-1]
+                     for r in ("a_reader", "c_reader"))
+    assert first == second == [eopnotsupp, -1, enosys, -1, enosys, -1, enosys, 0], (first, second)
+
+
+def test_a_runners_queued_signals_are_bounded(counters):
+    # each POSIX timer holds a queued signal counted per uid (96,362 here, about 400 bytes of
+    # the kernel's each): as an ordinary user the runners and the grader share that count, so
+    # one runner's timers were a number its concurrent classmates could read
+    wrote = json.loads(counters[0]["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
+    assert wrote["signals"] == runner.QUEUED_SIGNALS and wrote["timers"] <= wrote["signals"], wrote
+
+
+def _mseal_works():
+    import ctypes
+    import mmap
+    libc = ctypes.CDLL(None, use_errno=True)
+    region = mmap.mmap(-1, 4096)
+    at = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    return libc.syscall(462, ctypes.c_void_p(at), ctypes.c_size_t(4096), 0) == 0
+
+
+def test_what_the_server_mapped_stays_mapped(counters):
+    # the address-space limit is counted above what the preloaded imports map (0.6 GB for the
+    # CPU build of torch, 3.2 GB for PyPI's CUDA build, mostly libraries): a runner that
+    # unmapped libtorch_cpu's segments (330 MB) then held 2,336 MB of NumPy arrays under a
+    # 2,048 MB limit. The server seals what it mapped (mseal, Linux 6.10): no segment of a
+    # preloaded library can be unmapped, moved or changed
+    wrote = json.loads(counters[0]["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
+    segments, changed = wrote["remapped"]
+    assert segments > 4, wrote["remapped"]
+    if not _mseal_works():
+        pytest.skip("no mseal on this kernel (Linux 6.10): the residual README states")
+    assert changed == 0, wrote["remapped"]

@@ -8,32 +8,37 @@ view, packages and sized writable folders a runner gets) whose command is this s
 
 1. imports what the set's setup cells import (``preload``: NumPy, and PyTorch when the set uses
    it) and the runner, before any learner code exists, with one thread per maths library (the
-   sandbox's environment), so that a fork copies one thread;
+   sandbox's environment), so that a fork copies one thread; seals the segments of every
+   library loaded (``mseal``, Linux 6.10: a runner cannot unmap what its address-space limit
+   is counted above, to put memory of its own there); and goes on as pid 1 of a pid namespace
+   of its own (owned by its user namespace, which as an ordinary user is not the one owning
+   the sandbox's);
 2. for each request on its control socket (an ``AF_UNIX`` ``SOCK_SEQPACKET`` pair; the request
    carries the runner's configuration, and as passed descriptors its two protocol pipes, its
-   output pipe and the sibling notebooks to copy into its home), forks the runner's parent,
-   which
-   - makes a mount namespace and a pid namespace of its own (``unshare``, with the
-     CAP_SYS_ADMIN the server's sandbox keeps for this alone), mounts a new tmpfs at the home,
-     ``/tmp`` and ``/dev/shm`` (sized in bytes as before, and in inodes: ``nr_inodes``) and puts
-     the sandbox's mount points below them back (a venv under /tmp: a recursive clone of its
-     bind, read-only as it was, in new folders of mode 0755),
-   - forks the namespace's init, which forks the runner (pid 2: signals it sends itself act as
-     in any process, where an init ignores them), waits for it and writes its wait status to
-     the server; writes the init's pid to the server and exits (the server, a subreaper, is
-     the init's parent from then on; killing the init kills the runner);
+   output pipe and the sibling notebooks to copy into its home), clones the runner's init
+   (``clone3``: pid 1 of a new pid namespace, in a new mount namespace, and always pid
+   :data:`INIT_PID` in the server's, ``set_tid``, with the CAP_SYS_ADMIN the server's sandbox
+   keeps for this alone), which
+   - mounts a new tmpfs at the home, ``/tmp`` and ``/dev/shm`` (sized in bytes as before, and
+     in inodes: ``nr_inodes``) and puts the sandbox's mount points below them back (a venv
+     under /tmp: a recursive clone of its bind, read-only as it was, in new folders of mode
+     0755),
+   - forks the runner (pid 2: signals it sends itself act as in any process, where an init
+     ignores them), waits for it and writes its wait status on a pipe the server passes to the
+     grader unread; killing the init kills the runner;
 3. the runner
    - drops CAP_SYS_ADMIN, copies the sibling notebooks into its (new, empty) home, read-only to
      the job's uid,
    - puts its output pipe on fd 1 and 2 and its protocol pipes on fd 3 and 4, and closes every
      other descriptor (the control socket included),
    - installs the seccomp filter (:mod:`~.seccomp`; one process, no namespace, no IPC, no
-     keyring, no ptrace, no extended attribute, no inotify), which the server itself runs
-     without, since it has to fork,
+     keyring, no ptrace, no extended attribute, no inotify, no file lock, no new pipe), which
+     the server itself runs without, since it has to fork,
    - runs :func:`txlearn.course.grading.runner.main`, which applies the limits, drops to the
      job's uid when the grader is root, and serves the grader;
-4. the server sends the init's ``pidfd`` (the grader kills the runner through it), waits for
-   it, sends the runner's exit status, and says it is ready again.
+4. the server sends the init's ``pidfd`` (the grader kills the runner through it) and the
+   status pipe, reaps the init without reading its wait status (``waitid`` with no siginfo),
+   and says it is ready again.
 
 What the next submission could find of the previous one is therefore what survives in the
 sandbox after its only process died, and its namespaces with it: nothing in the writable
@@ -44,7 +49,11 @@ its first thread pid 3), no process (the filter forbids fork), no System V or PO
 and no key (forbidden too), and the server's own state (priority, scheduling policy, I/O
 priority, CPU affinity, resource limits: compared with what they were at start; changed, the
 server says ``dirty`` and the grader replaces it; a runner cannot name its server anyway: it
-is outside its pid namespace). The server is never ptraced (it is not dumpable, and
+is outside its pid namespace). Nor does the server's memory, of which each runner is a copy,
+hold anything a runner chose: it never reads a runner's or an init's wait status, and every
+pid it is given is :data:`INIT_PID`, whatever pids earlier runners' threads took in its
+namespace (with ``os.fork`` the next one was a number the previous runners chose, and the
+last exit status sat in its frames). The server is never ptraced (it is not dumpable, and
 ptrace is forbidden).
 
 Only trusted code runs here before the fork; the learner's code runs only in the child, after
@@ -103,12 +112,14 @@ def _state() -> tuple:
             _scheduling())
 
 
-_CLONE_NEWNS, _CLONE_NEWPID = 0x00020000, 0x20000000
+_CLONE_NEWNS, _CLONE_NEWPID, _CLONE_PIDFD = 0x00020000, 0x20000000, 0x1000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 1 << 14, 1 << 18
 _OPEN_TREE_CLONE, _AT_RECURSIVE, _MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, 4
-_OPEN_TREE, _MOVE_MOUNT = 428, 429   # the same numbers on x86-64 and aarch64
-_PR_SET_CHILD_SUBREAPER, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 36, 47, 4
+_OPEN_TREE, _MOVE_MOUNT, _CLONE3, _MSEAL = 428, 429, 435, 462   # x86-64 and aarch64 alike
+_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _CAP_SYS_ADMIN = 21
+_P_PID, _WEXITED, _SIGCHLD = 1, 4, 17
+INIT_PID = 300   # every runner's init, as the server sees it (below any kernel's pid_max, 301+)
 
 
 def _check(libc, done: int, what: str) -> int:
@@ -138,14 +149,12 @@ def _tops(keep) -> list[str]:
 
 
 def _isolate(libc, sizes: dict, keep) -> None:
-    """Give the calling process (the runner's parent, forked from the server) a mount namespace
-    of its own holding a new tmpfs at each writable folder of ``sizes`` (``{folder: (bytes,
-    inodes)}``), with the sandbox's mount points ``keep`` below them (a venv under /tmp) put
-    back, read-only as they were, in new folders of mode 0755; and a new pid namespace for its
-    next child. Nothing the runner writes, sets or counts there (entries, inode numbers, access
-    times, extended attributes, pids) exists once it is dead, so the next runner starts from
-    what the first one found."""
-    _check(libc, libc.unshare(_CLONE_NEWNS | _CLONE_NEWPID), "unshare")
+    """Give the calling process (the runner's init, in a mount namespace and a pid namespace of
+    its own: :func:`_clone_init`) a new tmpfs at each writable folder of ``sizes`` (``{folder:
+    (bytes, inodes)}``), with the sandbox's mount points ``keep`` below them (a venv under
+    /tmp) put back, read-only as they were, in new folders of mode 0755. Nothing the runner
+    writes, sets or counts there (entries, inode numbers, access times, extended attributes,
+    pids) exists once it is dead, so the next runner starts from what the first one found."""
     _check(libc, libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "private mounts")
     clones = [(top, _check(libc, libc.syscall(_OPEN_TREE, -100, top.encode(),
                                               _OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC),
@@ -236,43 +245,68 @@ def _child(request: dict, fds: list[int], ctl: socket.socket, libc, program: byt
         os._exit(70)
 
 
-def _runner_parent(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
-                   config: dict, said: int, status: int) -> None:
-    """The runner's parent (never returns): makes the runner's namespaces (:func:`_isolate`),
-    forks their init (:func:`_init`, which forks the runner), writes the init's pid (as the
-    server sees it) or what failed on ``said``, and exits; the init, orphaned, is the server's
-    child then (the server is a subreaper)."""
-    try:
-        sizes = {folder: tuple(size) for folder, size in config["sizes"].items()}
-        _isolate(libc, sizes, config.get("keep", ()))
-        pid = os.fork()
-        if pid == 0:
-            os.close(said)
-            _init(request, fds, ctl, libc, program, config, status)
-        os.write(said, str(pid).encode())
-    except BaseException as err:  # noqa: BLE001 - said to the server, which stops
-        try:
-            os.write(said, f"{type(err).__name__}: {err}".encode()[:500])
-        except OSError:
-            pass
-    finally:
-        os._exit(0)
+def _clone_init(flags: int) -> tuple[int, int]:
+    """Fork with ``clone3``: the child is pid 1 of a new pid namespace (and in a new mount
+    namespace) and :data:`INIT_PID` in the server's, whatever pids earlier runners' threads
+    took there (``set_tid``; the server's CAP_SYS_ADMIN); returns ``(0, -1)`` in the child and
+    ``(pid, pidfd)`` in the server. ``os.fork`` would hand the server the next free pid of its
+    namespace, where every thread of every runner takes one: a number the previous runners
+    chose, in the memory the next runner is a copy of."""
+    import ctypes
+    libc = ctypes.PyDLL(None, use_errno=True)        # the GIL held across the call, as os.fork
+    pids = (ctypes.c_int32 * 2)(1, INIT_PID)         # in the new namespace, then in the server's
+    pidfd = ctypes.c_int32(-1)
+    args = (ctypes.c_uint64 * 10)(flags | _CLONE_NEWPID | _CLONE_PIDFD, ctypes.addressof(pidfd),
+                                  0, 0, _SIGCHLD, 0, 0, 0, ctypes.addressof(pids), 2)
+    ctypes.pythonapi.PyOS_BeforeFork()
+    pid = libc.syscall(ctypes.c_long(_CLONE3), args, ctypes.c_size_t(ctypes.sizeof(args)))
+    err = ctypes.get_errno()
+    if pid == 0:
+        ctypes.pythonapi.PyOS_AfterFork_Child()
+        return 0, -1
+    ctypes.pythonapi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, f"clone3: {os.strerror(err)}")
+    return pid, pidfd.value
+
+
+def clone3_works() -> bool:
+    """Whether this kernel's ``clone3`` takes ``set_tid`` (Linux 5.5): asked with an empty
+    list, it refuses with EINVAL, where 5.3 and 5.4 say E2BIG and older kernels ENOSYS (no
+    process is made)."""
+    import ctypes
+    import errno
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = (ctypes.c_uint64 * 10)(0, 0, 0, 0, _SIGCHLD, 0, 0, 0, 0, 1)   # set_tid_size 1, none
+    done = libc.syscall(ctypes.c_long(_CLONE3), args, ctypes.c_size_t(ctypes.sizeof(args)))
+    return done < 0 and ctypes.get_errno() == errno.EINVAL
 
 
 def _init(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
-          config: dict, status: int) -> None:
-    """Pid 1 of the runner's pid namespace (never returns): forks the runner (pid 2, so that
-    the signals it sends itself, ``abort()``'s included, act as in any process: a namespace's
-    init ignores them), holds nothing of it (every other descriptor closed), waits for it and
-    writes its wait status on ``status``. Killed (the grader's SIGKILL through its pidfd), it
-    takes the runner with it."""
+          config: dict, said: int, status: int) -> None:
+    """Pid 1 of the runner's pid namespace (never returns): makes its folders
+    (:func:`_isolate`), forks the runner (pid 2, so that the signals it sends itself,
+    ``abort()``'s included, act as in any process: a namespace's init ignores them), writes
+    ``ok`` or what failed on ``said``, holds nothing of it (every other descriptor closed),
+    waits for it and writes its wait status on ``status``, a pipe the grader reads (the server
+    never does). Killed (the grader's SIGKILL through its pidfd), it takes the runner with
+    it."""
     import signal
     try:
-        runner = os.fork()
-        if runner == 0:
-            os.close(status)
-            _child(request, fds, ctl, libc, program, config["folders"][0])
-        signal.signal(signal.SIGINT, signal.SIG_DFL)   # ignored from inside, as init
+        try:
+            sizes = {folder: tuple(size) for folder, size in config["sizes"].items()}
+            _isolate(libc, sizes, config.get("keep", ()))
+            signal.signal(signal.SIGINT, signal.SIG_DFL)   # ignored from inside, as init
+            runner = os.fork()
+            if runner == 0:
+                os.close(said)
+                os.close(status)
+                _child(request, fds, ctl, libc, program, config["folders"][0])
+            os.write(said, b"ok")
+        except BaseException as err:  # noqa: BLE001 - said to the server, which stops
+            os.write(said, f"{type(err).__name__}: {err}".encode()[:500])
+            raise
+        os.close(said)
         _drop_sys_admin(libc)
         os.closerange(3, status)
         os.closerange(status + 1, 1 << 16)
@@ -283,26 +317,113 @@ def _init(request: dict, fds: list[int], ctl: socket.socket, libc, program: byte
 
 
 def _fork_runner(request: dict, fds: list[int], ctl: socket.socket, libc, program: bytes,
-                 config: dict) -> tuple[int, int] | str:
-    """Fork the runner of ``request`` through its parent (:func:`_runner_parent`): the pid of
-    its namespace's init and the pipe on which that init writes the runner's wait status, or
-    why it could not be started."""
+                 config: dict) -> tuple[int, int, int] | str:
+    """Fork the runner of ``request`` through its namespace's init (:func:`_init`): that
+    init's pid and pidfd and the pipe on which it writes the runner's wait status (for the
+    grader), or why it could not be started."""
     said_r, said_w = os.pipe()
     status_r, status_w = os.pipe()
-    parent = os.fork()
-    if parent == 0:
+    try:
+        pid, pidfd = _clone_init(_CLONE_NEWNS)
+    except OSError as err:
+        for fd in (said_r, said_w, status_r, status_w):
+            os.close(fd)
+        return str(err)
+    if pid == 0:
         os.close(said_r)
         os.close(status_r)
-        _runner_parent(request, fds, ctl, libc, program, config, said_w, status_w)
+        _init(request, fds, ctl, libc, program, config, said_w, status_w)
     os.close(said_w)
     os.close(status_w)
-    os.waitpid(parent, 0)
     with os.fdopen(said_r, "rb") as said:
         text = said.read(600).decode("utf-8", "replace")
-    if not text.isdigit():
+    if text != "ok":
         os.close(status_r)
-        return text or "its parent died"
-    return int(text), status_r
+        os.close(pidfd)
+        _reap(libc, pid)
+        return text or "its init died"
+    return pid, pidfd, status_r
+
+
+def _reap(libc, pid: int) -> None:
+    """Wait for child ``pid`` without reading its wait status (``waitid`` with no siginfo):
+    how an init ended (killed by the grader, or on its own after the runner) is the runner's
+    to decide, so the server never holds it."""
+    import ctypes
+    import errno
+    while libc.waitid(_P_PID, pid, None, _WEXITED) != 0 and ctypes.get_errno() == errno.EINTR:
+        pass
+
+
+def _seal_libraries(libc) -> int:
+    """Seal (``mseal``, Linux 6.10, 64-bit) the segments of every shared object loaded so far
+    (the interpreter, NumPy, PyTorch: what the runner's address-space limit is counted above),
+    so that no runner, which inherits the seals, can unmap, move or replace them to put
+    memory of its own in their room. Returns how many objects were sealed (0 without mseal)."""
+    import ctypes
+
+    class _Phdr(ctypes.Structure):   # Elf64_Phdr
+        _fields_ = [("type", ctypes.c_uint32), ("flags", ctypes.c_uint32)] + [
+            (name, ctypes.c_uint64) for name in ("offset", "vaddr", "paddr", "filesz", "memsz",
+                                                 "align")]
+
+    class _Info(ctypes.Structure):   # struct dl_phdr_info
+        _fields_ = [("addr", ctypes.c_uint64), ("name", ctypes.c_char_p),
+                    ("phdr", ctypes.POINTER(_Phdr)), ("phnum", ctypes.c_uint16)]
+
+    if ctypes.sizeof(ctypes.c_void_p) != 8:
+        return 0
+    objects = []
+
+    def each(info, size, data):
+        info = info.contents
+        name = info.name or b""
+        if name.startswith(b"/") or (not name and not objects):   # the program is the first
+            spans = []
+            for k in range(info.phnum):
+                header = info.phdr[k]
+                if header.type == 1:   # PT_LOAD
+                    low = (info.addr + header.vaddr) & ~0xFFF
+                    spans.append((low, (info.addr + header.vaddr + header.memsz + 0xFFF) & ~0xFFF))
+            objects.append(spans)
+        else:
+            objects.append([])
+        return 0
+
+    callback = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Info), ctypes.c_size_t,
+                                ctypes.c_void_p)(each)
+    libc.dl_iterate_phdr(callback, None)
+    sealed = 0
+    for spans in objects:
+        if not spans:
+            continue
+        whole = [(min(lo for lo, _ in spans), max(hi for _, hi in spans))]   # holes included
+        for todo in (whole, spans):
+            if all(libc.syscall(ctypes.c_long(_MSEAL), ctypes.c_void_p(lo),
+                                ctypes.c_size_t(hi - lo), ctypes.c_ulong(0)) == 0
+                   for lo, hi in todo):
+                sealed += 1
+                break
+            if ctypes.get_errno() == 38:   # ENOSYS: no mseal here
+                return 0
+    return sealed
+
+
+def _own_pid_namespace(libc, ctl: socket.socket) -> None:
+    """Go on as pid 1 of a new pid namespace, owned by this process's user namespace (as an
+    ordinary user bubblewrap's command runs in a user namespace nested in the one owning the
+    sandbox's pid namespace, where ``set_tid`` would need CAP_SYS_ADMIN): the sandbox's first
+    process forks the server there, closes its end of ``ctl`` and waits for it."""
+    _check(libc, libc.unshare(_CLONE_NEWPID), "unshare")
+    server = os.fork()
+    if server == 0:
+        return
+    ctl.close()
+    os.closerange(3, 1 << 16)
+    try:
+        os.waitpid(server, 0)
+    finally:
+        os._exit(0)
 
 
 def serve(config: dict) -> None:
@@ -312,9 +433,8 @@ def serve(config: dict) -> None:
     (the sandbox's mount points below them, put back in each runner's)."""
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
-    for option, value in ((_PR_SET_DUMPABLE, 0), (_PR_SET_CHILD_SUBREAPER, 1)):
-        libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                   ctypes.c_ulong(0))
+    libc.prctl(_PR_SET_DUMPABLE, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0),
+               ctypes.c_ulong(0))
     ctl = socket.socket(fileno=int(config["control_fd"]))
     program = bytes.fromhex(config["seccomp"])
     null = os.open(os.devnull, os.O_RDONLY)
@@ -324,8 +444,10 @@ def serve(config: dict) -> None:
         __import__(name)
     import txlearn.course.grading.runner  # noqa: F401 - compiled and imported once, here
     import txlearn.learner_calls  # noqa: F401
+    sealed = _seal_libraries(libc)
+    _own_pid_namespace(libc, ctl)
     baseline = _state()
-    _send(ctl, {"ready": True, "preloaded": sorted(config.get("preload", []))})
+    _send(ctl, {"ready": True, "preloaded": sorted(config.get("preload", [])), "sealed": sealed})
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(ctl, MAX_REQUEST_BYTES, 64)
@@ -340,14 +462,11 @@ def serve(config: dict) -> None:
         if isinstance(forked, str):
             _send(ctl, {"dirty": f"the runner's namespaces could not be made ({forked})"})
             break
-        pid, said = forked      # the init's: killing it kills the runner
-        pidfd = os.pidfd_open(pid)
-        _send(ctl, {"pid": pid}, [pidfd])
+        pid, pidfd, status = forked   # the init's: killing it kills the runner
+        _send(ctl, {"pid": pid}, [pidfd, status])
         os.close(pidfd)
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(said, "rb") as runner_status:
-            text = runner_status.read(32).decode("ascii", "replace")
-        _send(ctl, {"exit": int(text) if text.isdigit() else status})
+        os.close(status)
+        _reap(libc, pid)
         if _state() != baseline:
             _send(ctl, {"dirty": "the server's priority, scheduling, I/O priority, CPU "
                                  "affinity or limits were changed"})

@@ -53,6 +53,7 @@ BOOTSTRAP = ("import json, sys; c = json.loads(sys.argv[1]); sys.path[:] = c['sy
 
 MAX_TEXT = 2000          # characters of an exception message sent back
 MAX_NAMES = 2000
+QUEUED_SIGNALS = 64      # RLIMIT_SIGPENDING: queued signals and POSIX timers, counted per uid
 
 
 class _Capped(io.TextIOBase):
@@ -502,6 +503,10 @@ def _apply_limits(limits: dict, nproc: bool, address_space_mb: int | None = None
     cap(resource.RLIMIT_FSIZE, int(limits["file_mb"]) * mb)
     cap(resource.RLIMIT_NOFILE, int(limits.get("open_files", 128)))
     cap(resource.RLIMIT_CORE, 0)
+    # each POSIX timer holds one, and the count is the uid's: as an ordinary user the runners
+    # of concurrent jobs and the grader share it (one runner's timers were a number the others
+    # could read), and each is kernel memory
+    cap(resource.RLIMIT_SIGPENDING, QUEUED_SIGNALS)
     if nproc:
         cap(resource.RLIMIT_NPROC, int(limits["processes"]))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing

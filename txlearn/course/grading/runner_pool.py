@@ -60,6 +60,9 @@ def supported() -> tuple[bool, str]:
         os.close(os.pidfd_open(os.getpid()))
     except (AttributeError, OSError) as err:
         return False, f"no pidfd_open ({err})"
+    from txlearn.course.grading.forkserver import clone3_works
+    if not clone3_works():
+        return False, "no clone3 with set_tid (Linux 5.5)"
     return True, ""
 
 
@@ -139,7 +142,6 @@ class ForkServer:
         self.sink.start()
         self.ctl = mine
         self.busy = False        # a child is running or being cleaned up after
-        self.status = None       # the last child's wait status
         try:
             self._expect("ready", SERVER_START_SECONDS)
         except ServerGone:
@@ -169,8 +171,6 @@ class ForkServer:
         deadline = time.monotonic() + timeout
         while True:
             msg, fds = self._recv(deadline - time.monotonic())
-            if "exit" in msg:
-                self.status = int(msg["exit"])
             if "dirty" in msg:
                 raise ServerGone(f"the fork server cannot go on ({str(msg['dirty'])[:200]})")
             if key in msg:
@@ -200,28 +200,21 @@ class ForkServer:
         finally:
             for fd in sent:
                 os.close(fd)
-        self.busy, self.status = True, None
+        self.busy = True
         try:
             msg, fds = self._expect("pid", 10)
         except ServerGone:
             for fd in (rep_r, req_w, out_r):
                 os.close(fd)
             raise
-        if len(fds) != 1:
-            raise ServerGone("the fork server sent no pidfd")
+        if len(fds) != 2:
+            for fd in fds + [rep_r, req_w, out_r]:
+                os.close(fd)
+            raise ServerGone("the fork server sent no pidfd and status pipe")
         sink = sandbox._Sink(out_r, int(limits.get("output_kb", 64)) * 1024)
         sink.start()
-        return Forked(self, fds[0], Channel(rep_r, req_w, nonblocking=True,
-                                            max_json=MAX_REPLY_JSON_BYTES), sink, limits)
-
-    def exit_status(self, timeout: float) -> int | None:
-        """The last child's wait status, waiting up to ``timeout`` s for it; None if unknown."""
-        if self.status is None and self.busy:
-            try:
-                self._expect("exit", timeout)
-            except ServerGone:
-                return None
-        return self.status
+        return Forked(self, fds[0], fds[1], Channel(rep_r, req_w, nonblocking=True,
+                                                    max_json=MAX_REPLY_JSON_BYTES), sink, limits)
 
     def settle(self) -> None:
         """Wait until the server is ready for the next child (raises ServerGone)."""
@@ -244,9 +237,23 @@ class Forked:
 
     mode = "bwrap"
 
-    def __init__(self, server: ForkServer, pidfd: int, channel: Channel, sink, limits: dict):
+    def __init__(self, server: ForkServer, pidfd: int, status_fd: int, channel: Channel, sink,
+                 limits: dict):
         self.server, self.pidfd, self.channel, self.sink = server, pidfd, channel, sink
-        self.limits = limits
+        self.status_fd, self.status, self.limits = status_fd, None, limits
+
+    def exit_status(self, timeout: float) -> int | None:
+        """The runner's wait status, as its init wrote it (waiting up to ``timeout`` s for it);
+        None if unknown (the init was killed first)."""
+        if self.status is None and self.status_fd >= 0:
+            import select
+            if select.select([self.status_fd], [], [], timeout)[0]:
+                text = os.read(self.status_fd, 32)
+                if text.isdigit():
+                    self.status = int(text)
+                os.close(self.status_fd)
+                self.status_fd = -1
+        return self.status
 
     def kill(self) -> None:
         """Kill the runner (through its pidfd) and wait until its server is ready again (a
@@ -258,6 +265,9 @@ class Forked:
                 pass
             os.close(self.pidfd)
             self.pidfd = -1
+        if self.status_fd >= 0:
+            os.close(self.status_fd)
+            self.status_fd = -1
         sandbox.close_channel(self.channel)
         try:
             self.server.settle()
@@ -269,7 +279,7 @@ class Forked:
 
     def why_dead(self) -> str:
         """Why the runner stopped, in words (waits a moment for its exit status)."""
-        status = self.server.exit_status(5)
+        status = self.exit_status(5)
         if status is None:
             self.kill()
             return "it stopped answering"

@@ -28,6 +28,17 @@ address-space limit counts (issue 25):
 - no watch of the files it sees (``inotify_init``, ``inotify_init1``, ``inotify_add_watch``,
   ``fanotify_init``, ``fanotify_mark``: EPERM): on the read-only binds a watch shows the
   grader's and the other runners' file activity, and each one is kernel memory;
+- no file lock, lease or folder watch (``flock``, ``fcntl``'s lock commands and ``F_SETLEASE``:
+  ENOLCK; ``F_NOTIFY``: EPERM): on a file every runner sees, one held by a runner is read by a
+  concurrent one; no pipe resized past 64 KiB (``F_SETPIPE_SZ``: EPERM);
+- no new pipe, userfaultfd or pidfd (``pipe``, ``pipe2``, ``userfaultfd``, ``pidfd_open``:
+  EPERM): each takes an inode number from a counter of the whole machine (the grader's pipes of
+  every later runner show it) or shows the pidfs number every thread takes;
+- nothing taken out of the page cache of the files every runner sees (``posix_fadvise``
+  DONTNEED, ``madvise`` COLD and PAGEOUT: done as nothing, returning 0), and nothing that reads
+  whether a page is there without reading it (``preadv2``/``pwritev2`` with RWF_NOWAIT:
+  EOPNOTSUPP; ``cachestat``, ``mincore``, which report on a file the runner owns, as an
+  ordinary user's venv, and Linux AIO's ``io_setup``: ENOSYS; ``process_madvise``: EPERM);
 - no namespace or mount of its own: ``unshare``, ``setns``, ``mount``, ``umount2``,
   ``pivot_root``, ``chroot`` and the new mount API (``fsopen`` ... ``mount_setattr``) fail (an
   unprivileged user namespace would let the code mount a tmpfs of unbounded size);
@@ -70,7 +81,10 @@ ARCHES = {
         "process_vm_writev": 311, "io_uring_setup": 425, "io_uring_enter": 426,
         "io_uring_register": 427, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190,
         "setxattrat": 463, "inotify_init": 253, "inotify_add_watch": 254,
-        "inotify_init1": 294, "fanotify_init": 300, "fanotify_mark": 301}),
+        "inotify_init1": 294, "fanotify_init": 300, "fanotify_mark": 301, "flock": 73,
+        "fcntl": 72, "fadvise64": 221, "madvise": 28, "process_madvise": 440, "preadv2": 327,
+        "pwritev2": 328, "mincore": 27, "cachestat": 451, "io_setup": 206, "pipe": 22,
+        "pipe2": 293, "userfaultfd": 323, "pidfd_open": 434}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -81,12 +95,36 @@ ARCHES = {
         "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
         "setxattr": 5, "lsetxattr": 6, "fsetxattr": 7, "setxattrat": 463,
         "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
-        "fanotify_mark": 263}),
+        "fanotify_mark": 263, "flock": 32, "fcntl": 25, "fadvise64": 223, "madvise": 233,
+        "process_madvise": 440, "preadv2": 286, "pwritev2": 287, "mincore": 232,
+        "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
            **{name: errno.ENOTSUP for name in ("setxattr", "lsetxattr", "fsetxattr",
-                                               "setxattrat")}}
+                                               "setxattrat")},
+           "flock": errno.ENOLCK, "mincore": errno.ENOSYS, "cachestat": errno.ENOSYS,
+           "io_setup": errno.ENOSYS}
+# calls refused for some arguments only: {name: (argument, [(test, value, errno)])}, the test
+# "eq" (the argument's low 32 bits equal value) or "set" (they have a bit of value); errno 0
+# makes the call do nothing and succeed
+_F_GETLK, _F_SETLK, _F_SETLKW, _F_OFD_GETLK, _F_OFD_SETLK, _F_OFD_SETLKW = 5, 6, 7, 36, 37, 38
+_F_SETLEASE, _F_NOTIFY, _F_SETPIPE_SZ = 1024, 1026, 1031
+_FADV_DONTNEED, _MADV_COLD, _MADV_PAGEOUT, _RWF_NOWAIT = 4, 20, 21, 8
+BY_ARGUMENT = {
+    # a lock or lease on a file other runners see, a watch of its folder (dnotify), a pipe
+    # larger than 64 KiB (kernel memory, counted per uid)
+    "fcntl": (1, [("eq", cmd, errno.ENOLCK) for cmd in (
+        _F_GETLK, _F_SETLK, _F_SETLKW, _F_OFD_GETLK, _F_OFD_SETLK, _F_OFD_SETLKW, _F_SETLEASE)]
+        + [("eq", _F_NOTIFY, errno.EPERM), ("eq", _F_SETPIPE_SZ, errno.EPERM)]),
+    # taking pages of the files every runner sees out of the page cache: done as nothing
+    "fadvise64": (3, [("eq", _FADV_DONTNEED, 0)]),
+    "madvise": (2, [("eq", _MADV_COLD, 0), ("eq", _MADV_PAGEOUT, 0)]),
+    # reading whether a page is in the page cache without reading it
+    "preadv2": (5, [("set", _RWF_NOWAIT, errno.EOPNOTSUPP)]),
+    "pwritev2": (5, [("set", _RWF_NOWAIT, errno.EOPNOTSUPP)]),
+}
+BLOCKED["process_madvise"] = errno.EPERM
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -103,7 +141,7 @@ def program(machine: str | None = None) -> bytes | None:
         return None
     audit_arch, _, numbers = found
     refuse = [(nr, BLOCKED.get(name, errno.EPERM)) for name, nr in sorted(numbers.items())
-              if name != "clone"]
+              if name != "clone" and name not in BY_ARGUMENT]
     out = [_op(_LD_W_ABS, _ARCH),
            _op(_JEQ_K, audit_arch, jt=1, jf=0),
            _op(_RET_K, _ERRNO | errno.ENOSYS),       # another ABI (i386, x32 by arch)
@@ -112,6 +150,15 @@ def program(machine: str | None = None) -> bytes | None:
         out += [_op(_JGE_K, _X32_BIT, jt=0, jf=1), _op(_RET_K, _ERRNO | errno.ENOSYS)]
     for nr, err in refuse:       # if nr == this one: return its errno, else test the next
         out += [_op(_JEQ_K, nr, jt=0, jf=1), _op(_RET_K, _ERRNO | err)]
+    for name, (arg, tests) in sorted(BY_ARGUMENT.items()):
+        # not this call: skip the block (the accumulator still holds the number); this call:
+        # load the argument, return the errno of the first test it meets, else allow it
+        out += [_op(_JEQ_K, numbers[name], jt=0, jf=2 * len(tests) + 2),
+                _op(_LD_W_ABS, _ARG0 + 8 * arg)]
+        for test, value, err in tests:
+            out += [_op(_JEQ_K if test == "eq" else _JSET_K, value, jt=0, jf=1),
+                    _op(_RET_K, _ERRNO | err)]
+        out.append(_op(_RET_K, _ALLOW))
     out += [_op(_JEQ_K, numbers["clone"], jt=0, jf=3),
             _op(_LD_W_ABS, _ARG0),                   # clone's flags (low 32 bits)
             _op(_JSET_K, _CLONE_THREAD, jt=1, jf=0),
