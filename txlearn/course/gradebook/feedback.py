@@ -21,7 +21,7 @@ from pathlib import Path
 from txlearn.course.gradebook.pages import Raw, badge, esc, folders, page, pre, slug, table
 from txlearn.course.gradebook.store import NotebookRow, counting
 
-__all__ = ["write_feedback", "feedback_page", "late_text"]
+__all__ = ["write_feedback", "feedback_page", "late_text", "what_to_fix"]
 
 
 def late_text(seconds: float) -> str:
@@ -36,9 +36,42 @@ def late_text(seconds: float) -> str:
     return " ".join(parts) + " late"
 
 
+# what a student does about a notebook that could not be graded, by the grader's reason (its
+# first words, as txlearn.course.grading writes them); the first that matches is said
+_FIXES = [
+    (("not a readable notebook", "not a notebook", "nbformat", "odd metadata"),
+     "your upload could not be read as a notebook: re-download it from JupyterLab with "
+     "File > Download and submit again"),
+    (("larger than", "more than"),
+     "your notebook is too large to grade: clear its outputs (Kernel > Restart Kernel and Clear "
+     "Outputs), save it and submit again"),
+    (("it is a symbolic link", "its folder is a symbolic link", "it is a hard link"),
+     "upload the notebook file itself, not a link to it, and submit again"),
+    (("no exercise set matches",),
+     "name the file as the handout does (NN_name.ipynb, e.g. 01_softmax.ipynb) and submit again"),
+    (("needs ",),
+     "this set uses your earlier notebooks: submit them together with this one"),
+    (("not recorded:",),
+     "nothing for you to fix: the grades file could not take your notebook, and your "
+     "instructor will grade it again"),
+]
+FIX_DEFAULT = "ask your instructor what went wrong before you submit again"
+
+
+def what_to_fix(error: str) -> str:
+    """What the student should do about a notebook that could not be graded (``error``, the
+    grader's reason): e.g. an upload that is not a notebook is re-downloaded and submitted."""
+    reason = error.removeprefix("not graded: ")
+    for starts, fix in _FIXES:
+        if reason.startswith(starts):
+            return fix
+    return FIX_DEFAULT
+
+
 def _score_block(row: NotebookRow) -> str:
     if row.status == "ERROR":
-        return f'<p class="note">Not graded: {esc(row.error.removeprefix("not graded: "))}</p>'
+        return (f'<p class="note">Not graded: {esc(row.error.removeprefix("not graded: "))}</p>\n'
+                f'<p><strong>What to do:</strong> {esc(what_to_fix(row.error))}.</p>')
     rows = [["raw score", f"{row.points} / {row.max_points}"],
             ["submitted", f"{row.submitted_at} ({'from the file time' if row.submitted_from == 'mtime' else 'as collected'})"]]
     if row.deadline:
@@ -133,10 +166,12 @@ def write_feedback(rows: list[NotebookRow], dest: Path, *, policy: str = "latest
         written.append(path)
         link = f'<a href="{esc(path.relative_to(dest).as_posix())}">{esc(set_name)}</a>'
         listing.append([student, Raw(link), "not graded" if row.status == "ERROR"
-                        else f"{row.score:g} / {row.max_points}"])
+                        else f"{row.score:g} / {row.max_points}",
+                        f"{row.notebook}: {row.error.removeprefix('not graded: ')}"
+                        if row.status == "ERROR" else ""])
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "index.html").write_text(page(
-        "Feedback pages", table(["student", "set", "score"], listing),
+        "Feedback pages", table(["student", "set", "score", "not graded because"], listing),
         subtitle=f"{len(written)} page(s), the run that counts: {policy}. Hand each student "
                  f"their own folder.", footer=f"Written by txlearn feedback on {generated}."),
         encoding="utf-8")

@@ -44,7 +44,8 @@ from txlearn.course.gradebook.course import Course, name_key
 from txlearn.course.gradebook.store import (Gradebook, NotebookRow, ResultRow, readable,
                                             stored_text, text_of)
 
-__all__ = ["Recorder", "answer_cells", "hidden_exercises", "now_utc", "MAX_ANSWER_CHARS"]
+__all__ = ["Recorder", "set_of_file", "answer_cells", "hidden_exercises", "now_utc",
+           "MAX_ANSWER_CHARS"]
 
 MAX_ANSWER_CHARS = 20_000
 
@@ -93,6 +94,19 @@ def hidden_exercises(hidden: Path | None) -> dict[str, set[str]]:
                           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                           and not n.name.startswith("_")}
     return out
+
+
+def set_of_file(path: str) -> str:
+    """The exercise set a notebook's file name names (``01_softmax.ipynb``: ``01_softmax``,
+    as the grader finds it), else the file name's stem: a row is never recorded without a set,
+    or the report, the feedback index and the pages would leave it out (issue 36)."""
+    from txlearn.course import build   # only where a row lacks its set
+    stem = Path(path).stem
+    try:
+        source = build.find_source(stem)
+    except (OSError, ValueError):
+        source = None
+    return source.stem if source is not None else stem
 
 
 class Recorder:
@@ -165,7 +179,7 @@ class Recorder:
         why = readable(f"{type(err).__name__}: {err}")[:300]
         return NotebookRow(
             uuid=uuid.uuid4().hex, run_uuid=self.run, student=name_key(sub.student),
-            set_name=str(sub.set_name or ""), notebook=Path(path).name, path=path,
+            set_name=str(sub.set_name or set_of_file(path)), notebook=Path(path).name, path=path,
             digest=str(sub.digest or ""), submitted_at="", submitted_from="unknown",
             graded_at=str(sub.graded_at or now_utc()), status="ERROR",
             error=f"not recorded: the gradebook could not take this notebook ({why}); "

@@ -14,6 +14,8 @@ exercise, over the run that counts for each student (the policy,
 - ``mistakes``: each mistake identifier that fired, with its hint's first level, on how many
   students in the run that counts (``students``) and in any of their graded runs
   (``students_ever``: mistakes since fixed count too), most frequent first;
+- ``not_graded_notebooks``: each notebook of the set that could not be graded in the run that
+  counts, with its student, file name, path and the grader's reason (issue 36);
 - ``attempts``: the pass rate of students' first, second, ... distinct submissions (one per
   notebook digest, :func:`~txlearn.course.gradebook.store.attempts`), and ``fixed``: students
   whose first submission failed the exercise and whose last one passes it.
@@ -121,6 +123,10 @@ def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: 
             "resubmitted": sum(1 for t in set_tries.values() if len(t) > 1),
             "exercises": [_exercise(e, mine, history, set_tries)
                           for e in _exercise_order(rows, set_name)],
+            "not_graded_notebooks": [
+                {"student": row.student, "notebook": row.notebook, "path": row.path,
+                 "reason": row.error.removeprefix("not graded: ")}
+                for row in mine if row.status == "ERROR"],
         })
     return {"generated": generated, "gradebook": source, "policy": policy,
             "students": len({student for student, _ in counted}),
@@ -192,6 +198,12 @@ def _set_section(data: dict, plots: bool) -> str:
              f"<p>{data['students']} student(s); {data['not_graded']} not graded; mean score "
              f"{esc(data['mean_score'])} of {data['max_points']}; {data['late']} late; "
              f"{data['resubmitted']} re-submitted.</p>"]
+    if data.get("not_graded_notebooks"):
+        parts.append(f"<h3>Not graded: {len(data['not_graded_notebooks'])} notebook(s) to "
+                     f"follow up (their feedback pages say what to fix)</h3>")
+        parts.append(table(["student", "notebook", "file", "reason"],
+                           [[n["student"], n["notebook"], n["path"], n["reason"]]
+                            for n in data["not_graded_notebooks"]]))
     rows = [[e["exercise"], e["students"],
              "-" if e["pass_rate"] is None else f"{e['pass_rate']:.0%}", e["pass"],
              e["fail"] - e["unanswered"], e["unanswered"], e["hidden_failures"], e["fixed"]]
@@ -218,7 +230,7 @@ def _set_section(data: dict, plots: bool) -> str:
 
 def report_page(data: dict, *, plots: bool = True) -> str:
     """The HTML of the class report (its text escaped; the plots' labels are course text)."""
-    body = [f"<p>{data['students']} student(s), {data['notebooks_recorded']} graded notebook(s) "
+    body = [f"<p>{data['students']} student(s), {data['notebooks_recorded']} notebook(s) "
             f"recorded; the run that counts: {esc(data['policy'])}. A mistake is the identifier "
             f"of the hint that fired (<code>module.CONSTANT</code> of the check module; "
             f"<code>module.hint-xxxxxxxx</code> for an inline hint).</p>"]

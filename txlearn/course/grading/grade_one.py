@@ -82,14 +82,15 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
     lease = None
     session = None
     try:
+        if job.source is not None:   # its set, from its file name, even if it cannot be read
+            cs = sets[job.source.stem]
+            sub.set_name = cs.name
         if job.refused:
             raise GradingError(job.refused)
         nb = read_notebook(job.path, sub)
         if job.source is None:
             raise GradingError(f"no exercise set matches the file name {job.path.name!r} (name "
                                f"it like the handout, NN_name.ipynb, or pass --set)")
-        cs = sets[job.source.stem]
-        sub.set_name = cs.name
         cells, present, notes, retired = plan(nb, cs)
         sub.integrity += notes
         files = []
