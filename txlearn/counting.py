@@ -10,7 +10,7 @@ activations, bias adds) is of lower order and is *not* counted (stated in each d
 ``tests/test_counting.py`` checks the counts against ``sum(p.numel() ...)`` of the course's and
 PyTorch's modules and the FLOPs against ``torch.utils.flop_counter.FlopCounterMode``.
 
-Conventions of the course (README, "Conventions"): T is the sequence length, d_k = d_model /
+Conventions of the course (docs/conventions.md): T is the sequence length, d_k = d_model /
 n_heads. Source: Vaswani et al. 2017, "Attention is all you need", section 4 and Table 1
 (complexity), Table 3 (model sizes); Kaplan et al. 2020, Table 1 (FLOPs per token).
 """

@@ -24,7 +24,7 @@ Built from the course's own parts: ``txlearn.heads.MultiHeadAttention`` (lesson 
 positional encodings of lesson 04. ``TransformerLayer`` equals ``torch.nn.TransformerEncoderLayer``
 with copied weights (``from_torch``; tests/test_layer.py), in eval mode. Departures from PyTorch's
 layer, stated: dropout is applied only to each sub-layer's output (the paper's places), not also
-inside the FFN or to the attention weights; masks are True = may attend (README, "Conventions").
+inside the FFN or to the attention weights; masks are True = may attend (docs/conventions.md).
 
 Precision: every module here runs in the dtype of its parameters (``model.to(torch.bfloat16)``):
 the residual stream and the matrix products in that dtype, and in float32 for float16 and

@@ -1,6 +1,6 @@
 """Attention masks (lesson 02): causal, padding, sliding-window (lesson 08), and their combination.
 
-Convention of the whole course (README, "Conventions"; lesson 02): a mask is **boolean** and
+Convention of the whole course (docs/conventions.md; lesson 02): a mask is **boolean** and
 ``True`` means *may attend*. This is the polarity of the boolean ``attn_mask`` of
 ``torch.nn.functional.scaled_dot_product_attention``; ``nn.MultiheadAttention``'s boolean
 ``attn_mask`` and ``key_padding_mask`` use the opposite one (``True`` = hidden), see
