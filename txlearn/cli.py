@@ -34,7 +34,10 @@ the scores), 1 when some could not be, 2 when the run could not start.
 
 Sandbox: bubblewrap (Debian/Ubuntu: apt-get install bubblewrap). Without it, only your own work/
 notebooks are graded (unsandboxed); anything else needs --no-sandbox, which runs the code as you
-and prints what that risks. Limits per set are declared in its source (exercises/source/, limits:).
+and prints what that risks, or, where each submission has a container of its own (Gradescope, a
+Kubernetes job; bubblewrap cannot start in Docker's default profile), --container (or
+TXLEARN_SANDBOX=container): resource limits and the seccomp filter, no file view of its own
+(docs/containers.md says what it protects and what it does not). Limits per set are declared in its source (exercises/source/, limits:).
 
 --hidden DIR: instructor-only cases. DIR holds one Python file per check module, named like it
 (softmax.py for lesson 01's exercises, attention.py for 02, ...), defining one function per
@@ -178,10 +181,12 @@ def _cmd_grade(args) -> int:
         import getpass
         print("txlearn: warning: " + sandbox.NO_SANDBOX_RISKS.format(user=getpass.getuser()),
               file=sys.stderr)
+    elif args.container or sandbox.container_wanted():
+        print("txlearn: note: " + sandbox.CONTAINER_RISKS, file=sys.stderr)
     try:
         subs = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
                              set_name=args.set, jobs=args.jobs, no_sandbox=args.no_sandbox,
-                             on_graded=recorder)
+                             container=args.container, on_graded=recorder)
     except grading.GradingError as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
         return 2
@@ -264,6 +269,9 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
                    help="notebooks graded at once (default: the number of CPU cores)")
     p.add_argument("--no-sandbox", action="store_true",
                    help="run the submissions' code without bubblewrap (prints what it risks)")
+    p.add_argument("--container", action="store_true",
+                   help="container mode, for a container per submission (Gradescope): limits "
+                        "and the seccomp filter without bubblewrap (docs/containers.md)")
     p.add_argument("--hidden", metavar="DIR", help="folder of instructor-only cases (see above)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", metavar="FILE", help="write one row per exercise to FILE")

@@ -251,19 +251,25 @@ def in_work(path: Path) -> bool:
         return False
 
 
-def sandbox_modes(paths: list[Path], no_sandbox: bool = False) -> list[str]:
+def sandbox_modes(paths: list[Path], no_sandbox: bool = False,
+                  container: bool = False) -> list[str]:
     """How each path is graded: ``"bwrap"`` where bubblewrap works, ``"plain"`` with
-    ``no_sandbox`` or for a learner's own ``work/`` without bubblewrap. Raises GradingError
-    when another path would need a sandbox that is not there."""
+    ``no_sandbox`` or for a learner's own ``work/`` without bubblewrap, ``"container"`` when
+    asked (``container``, or ``TXLEARN_SANDBOX=container``: a container of its own per
+    submission, whether bubblewrap works or not). Raises GradingError when another path would
+    need a sandbox that is not there (its text names container mode as the way out)."""
     if no_sandbox:
         return ["plain"] * len(paths)
+    if container or sandbox.container_wanted():
+        return ["container"] * len(paths)
     ok, why = sandbox.available()
     if ok:
         return ["bwrap"] * len(paths)
     outside = [p for p in paths if not in_work(p)]
     if outside:
-        raise GradingError(f"grading {outside[0]} needs a sandbox: {why}; or pass --no-sandbox "
-                           f"to run the submissions' code unsandboxed (it prints what that risks)")
+        raise GradingError(f"grading {outside[0]} needs a sandbox: {why}; "
+                           f"{sandbox.CONTAINER_WAY_OUT}; or pass --no-sandbox to run the "
+                           f"submissions' code unsandboxed (it prints what that risks)")
     return ["plain"] * len(paths)
 
 
@@ -307,14 +313,15 @@ def linked_paths(paths: list[Path]) -> list[str]:
 
 
 def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None = None,
-          jobs: int | None = None, no_sandbox: bool = False,
+          jobs: int | None = None, no_sandbox: bool = False, container: bool = False,
           limits: dict | None = None, on_graded=None) -> list[Submission]:
     """Grade notebooks, each in its own sandboxed runner; return one Submission per path, in order.
 
     ``hidden``: instructor-only cases (:func:`validate_hidden` checks the folder first; format in
     :func:`txlearn.checks.hidden_dir`). ``set_name``: the exercise set of every file (otherwise
     each file's name says it). ``jobs``: submissions graded at once (default: the number of CPU
-    cores). ``no_sandbox``: run the runners as plain processes. ``limits``: override the sets'
+    cores). ``no_sandbox``: run the runners as plain processes. ``container``: container mode
+    (:func:`sandbox_modes`; docs/containers.md). ``limits``: override the sets'
     sandbox limits (tests shorten them). ``on_graded(sub)``: called in this thread with each
     Submission as soon as it is graded, in the order they finish (the gradebook records each
     notebook then). Originals are only read.
@@ -328,7 +335,7 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
     if hidden is not None:
         validate_hidden(Path(hidden))
         hidden = Path(hidden).resolve()
-    modes = sandbox_modes(paths, no_sandbox)
+    modes = sandbox_modes(paths, no_sandbox, container)
     forced = None
     if set_name is not None:
         forced = build.find_source(set_name)

@@ -9,7 +9,8 @@ set may import. The runner
 
 1. applies its limits with ``setrlimit`` (address space, CPU time, file size, open files, and
    processes where the sandbox gives it a uid of its own), and, when the sandbox started it as
-   root, drops to that unprivileged uid (and checks that it cannot come back);
+   root, drops to that unprivileged uid (and checks that it cannot come back); in container mode
+   (no bubblewrap to load it) it loads the seccomp filter itself, before any learner code;
 2. says hello over the protocol pipes (its own file descriptors, not 0/1/2: raw writes to fd 1
    and 2 go to a sink that the grader caps; stdin is empty);
 3. serves requests (:mod:`~txlearn.course.grading.protocol` messages) until the grader closes
@@ -512,6 +513,27 @@ def _apply_limits(limits: dict, nproc: bool, address_space_mb: int | None = None
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing
 
 
+def _install_filter(program: bytes) -> None:
+    """Load the seccomp filter (:mod:`~.seccomp`) into this process for good (no new privileges
+    first, so that an unprivileged process may); exit if it cannot be loaded: container mode
+    promises it."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class _Program(ctypes.Structure):   # struct sock_fprog
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _Program(len(program) // 8, ctypes.cast(code, ctypes.c_void_p))
+    zero = ctypes.c_ulong(0)
+    if libc.prctl(38, ctypes.c_ulong(1), zero, zero, zero) != 0 or \
+            libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(fprog), zero, zero) != 0:
+        # PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP with SECCOMP_MODE_FILTER
+        os.write(2, f"the seccomp filter could not be installed (errno "
+                    f"{ctypes.get_errno()})\n".encode())
+        os._exit(70)
+
+
 def _drop_to(uid: int) -> None:
     """Become ``uid`` (and its group) for good; exit if root could come back."""
     os.setgroups([])
@@ -530,6 +552,8 @@ def main(config: dict) -> None:
                   address_space_mb=config.get("address_space_mb"))
     if config.get("uid") is not None:
         _drop_to(int(config["uid"]))
+    if config.get("seccomp"):   # container mode: no bwrap loaded the filter before us
+        _install_filter(bytes.fromhex(config["seccomp"]))
     from txlearn.course.grading.protocol import Channel
     read_fd, write_fd = config["fds"]
     null = os.open(os.devnull, os.O_RDONLY)

@@ -34,7 +34,10 @@ group on a timeout and at the end; with ``--die-with-parent`` and a pid namespac
 learner's code started outlives it.
 
 ``--no-sandbox`` runs the same runner as a plain subprocess (:data:`NO_SANDBOX_RISKS` says what
-that leaves open).
+that leaves open). ``--container`` (or ``TXLEARN_SANDBOX=container``) is for systems that give
+each submission a container of its own (Gradescope, a Kubernetes job), where bubblewrap cannot
+make its namespaces: the same plain subprocess, with the resource limits and the seccomp filter
+the sandbox would have given it (:data:`CONTAINER_RISKS`; docs/containers.md).
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
            "exit_meaning", "kill_group", "close_channel", "runner_config", "UidLease", "NO_SANDBOX_RISKS", "VIEW",
-           "HOME", "FIRST_UID"]
+           "HOME", "FIRST_UID", "CONTAINER_RISKS", "CONTAINER_WAY_OUT", "container_wanted"]
 
 VIEW = "/opt/txlearn-view"     # the synthetic txlearn inside the sandbox
 HOME = "/home/learner"         # the runner's private working folder inside the sandbox
@@ -71,6 +74,21 @@ NO_SANDBOX_RISKS = (
     "and open files, but WITHOUT a sandbox: it can read and change any file you can (your "
     "course checkout, other submissions, the grades file), use the network, and start processes "
     "that outlive the grading. Use it only for notebooks you trust.")
+
+CONTAINER_RISKS = (
+    "container mode: each submission's code runs in a plain process of this container, with a "
+    "private working folder, a cleared environment, limits on memory, CPU time, file size and "
+    "open files, and the seccomp filter (one process, no sockets, no namespaces), but with no "
+    "file view of its own: it can read every file of the container that the grader's user can "
+    "(the installed course, the hidden cases), so the container must hold nothing of other "
+    "students (docs/containers.md)")
+CONTAINER_WAY_OUT = ("in a container of its own per submission (Gradescope, a Kubernetes job) "
+                     "pass --container or set TXLEARN_SANDBOX=container (docs/containers.md)")
+
+
+def container_wanted() -> bool:
+    """Whether ``TXLEARN_SANDBOX=container`` asks for container mode."""
+    return os.environ.get("TXLEARN_SANDBOX", "").strip().lower() == "container"
 
 
 def _env(home: str, tmp: str) -> dict:
@@ -388,15 +406,28 @@ def _cpuinfo_fd() -> int | None:
 def runner_config(config: dict, *, mode: str, limits: dict, uid: int | None,
                   view_dir: str) -> dict:
     """``config`` with what the runner's ``main`` needs of its sandbox: the job's ``uid``, the
-    process and address-space limits (bwrap only) and its ``sys_path`` (the view first, at
-    :data:`VIEW` in the sandbox, at ``view_dir`` in a plain process); its fds are added by
-    whoever starts it (:func:`start`, or a fork server's child)."""
+    process and address-space limits (bwrap; the address space in container mode too), the
+    seccomp filter it installs itself (container mode: no bwrap loads it) and its ``sys_path``
+    (the view first, at :data:`VIEW` in the sandbox, at ``view_dir`` in a plain process); its
+    fds are added by whoever starts it (:func:`start`, or a fork server's child).
+
+    Container mode sets no RLIMIT_NPROC: it counts every process of the uid (the grader's own
+    threads in the container, root's not at all); the seccomp filter's refusal of fork and clone
+    is what keeps the submission to one process there."""
     python_path = list(python_layout()[2])
     space = None
+    preload = tuple(config.get("preload", ()))
     if mode == "bwrap":   # the learner's share, above what the preloaded imports map
-        space = address_space_mb(limits) + import_mb(tuple(config.get("preload", ())))
-    return dict(config, uid=uid, limit_processes=mode == "bwrap", address_space_mb=space,
-                sys_path=[VIEW if mode == "bwrap" else view_dir] + python_path)
+        space = address_space_mb(limits) + import_mb(preload)
+    elif mode == "container":   # no sized tmpfs: its files are on the container's disk
+        space = int(limits["memory_mb"]) + import_mb(preload)
+    out = dict(config, uid=uid, limit_processes=mode == "bwrap", address_space_mb=space,
+               sys_path=[VIEW if mode == "bwrap" else view_dir] + python_path)
+    if mode == "container":
+        from txlearn.course.grading.seccomp import program
+        code = program()
+        out["seccomp"] = code.hex() if code is not None else None
+    return out
 
 
 def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dict,
@@ -404,8 +435,9 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
           hide: tuple[str, ...] = ()) -> Process:
     """Start the runner with ``config`` (see :func:`txlearn.course.grading.runner.main`).
 
-    ``mode``: ``"bwrap"`` (the sandbox) or ``"plain"`` (a subprocess, for ``--no-sandbox`` and a
-    learner's own ``work/``); ``files``: ``(name, host path)`` of the sibling notebooks to copy
+    ``mode``: ``"bwrap"`` (the sandbox), ``"plain"`` (a subprocess, for ``--no-sandbox`` and a
+    learner's own ``work/``) or ``"container"`` (the same subprocess, which installs the seccomp
+    filter and the address-space limit itself); ``files``: ``(name, host path)`` of the sibling notebooks to copy
     into the private folder; ``uid``: the job's uid when the grader is root (bwrap mode);
     ``hide``: the grader's folders to mask should a bound folder hold them
     (:func:`sensitive_paths`).
