@@ -674,7 +674,8 @@ assert rough_T2 == 2 * h_s                                # lesson 08 counts sco
 # log-sum-exp per query row and recomputes $P$ in its backward pass, the FlashAttention trade
 # that lesson 08 builds. The linear terms depend on which intermediate results each
 # implementation keeps rather than recomputes: the teaching LayerNorm keeps $x - \mu$ and $\hat x$
-# before and after $\gamma$ (about 1.5 times the count above), `F.layer_norm` keeps its input,
+# before and after $\gamma$ (642 numbers per token, about 1.7 times the count above),
+# `F.layer_norm` keeps its input,
 # the mean and $r$ and recomputes $\hat x$: the fused path lands just above the minimum (392
 # numbers per token against 386 here, as printed), not below it. It surprised us that PyTorch's
 # own path keeps only six numbers per token more than the hand count.
