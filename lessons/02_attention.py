@@ -113,7 +113,9 @@ assert np.abs(grad).max() > 1.0             # a usable signal, not ~0
 # semi-definite (no negative eigenvalue), and by Cauchy-Schwarz
 # $s_{ij} \le \|u_i\|\,\|u_j\| = \sqrt{s_{ii}\,s_{jj}} \le \max(s_{ii}, s_{jj})$: of any two
 # tokens, at least one scores itself at least as high as the other, and a token whose $u_i$ is
-# the longest scores itself highest of all. That is all Cauchy-Schwarz gives: a short $u_j$
+# the longest scores itself highest of all. The bound is the geometric mean of the two
+# self-scores, not the query's own: query $i$ is sure to score itself at least as high as key
+# $j$ only when $\|u_j\| \le \|u_i\|$. That is all Cauchy-Schwarz gives: a short $u_j$
 # pointing along a longer $u_i$ scores $s_{ji} > s_{jj}$, so not every token need favour
 # itself. In the random example below every row's top score is its own (as printed): a fact of
 # this example, not a theorem. Relevance does not work that way:
