@@ -173,7 +173,8 @@ for init in ("default", "he"):
 # $$\mathrm{LN}(x) = \gamma \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta, \qquad
 # \mathrm{RMSNorm}(x) = \gamma \frac{x}{\sqrt{\overline{x^2} + \epsilon}}.$$
 #
-# Both use the *biased* variance / mean square (divide by $d_{model}$) with $\epsilon$ inside the root, as
+# RMSNorm (Zhang and Sennrich 2019, *Root Mean Square Layer Normalization*) drops the mean and
+# $\beta$ and keeps only the rescaling. Both use the *biased* variance / mean square (divide by $d_{model}$) with $\epsilon$ inside the root, as
 # `torch.nn.LayerNorm` and `torch.nn.RMSNorm` do. Feed both the outputs of a ReLU FFN, whose tokens
 # have non-zero means:
 
