@@ -662,7 +662,8 @@ print(f"  lesson 08's activation_bytes:  c_1 = {rough_T}, c_2 = {rough_T2}")
 assert fits[False][2] < 1 and fits[True][2] < 1           # exactly c_1 T + c_2 T^2 at all three T
 assert abs(fits[False][1] - h_s) < 1e-9                   # teaching path: P, once per head
 assert abs(fits[True][1]) < 1e-9                          # fused: no T^2 term at all
-assert fits[False][0] > fits[True][0] >= minimal[0]         # fused: at or just above the minimum
+assert fits[False][0] > fits[True][0] >= minimal[0]       # fused: at or just above the minimum,
+assert fits[True][0] - minimal[0] < d_s                   # by less than one d_model vector per token
 assert rough_T2 == 2 * h_s                                # lesson 08 counts scores and weights
 
 # %% [markdown]
@@ -675,10 +676,9 @@ assert rough_T2 == 2 * h_s                                # lesson 08 counts sco
 # that lesson 08 builds. The linear terms depend on which intermediate results each
 # implementation keeps rather than recomputes: the teaching LayerNorm keeps $x - \mu$ and $\hat x$
 # before and after $\gamma$ (642 numbers per token, about 1.7 times the count above),
-# `F.layer_norm` keeps its input,
-# the mean and $r$ and recomputes $\hat x$: the fused path lands just above the minimum (392
-# numbers per token against 386 here, as printed), not below it. It surprised us that PyTorch's
-# own path keeps only six numbers per token more than the hand count.
+# `F.layer_norm` keeps its input, the mean and $r$ and recomputes $\hat x$: the fused path lands
+# just above the minimum (392 numbers per token against 386 here, as printed), not below it,
+# six numbers per token more than the hand count.
 #
 # ## The paper's regularisation: dropout and label smoothing
 #
