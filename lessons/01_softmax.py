@@ -569,8 +569,7 @@ assert abs(var_linear / 64 * 9 - 1) < 0.1                 # plus the draw of W (
 # $\sqrt{d_k}$: large models then saturate their attention in the way of section 3, and their
 # training diverges ("attention logit growth": Dehghani et al. 2023, *Scaling Vision
 # Transformers to 22 Billion Parameters*, section 2, the architecture; reproduced in small
-# models by Wortsman
-# et al. 2023, *Small-scale proxies for large-scale Transformer training instabilities*). Three
+# models by Wortsman et al. 2023, *Small-scale proxies for large-scale Transformer training instabilities*). Three
 # remedies in use: **QK-norm**, a LayerNorm (or RMSNorm) applied to $q$ and $k$ before the dot
 # product, which bounds the scores whatever the weights do (Henry et al. 2020, *Query-Key
 # Normalization for Transformers*; Dehghani et al. 2023); **soft-capping**,
