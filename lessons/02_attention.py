@@ -113,7 +113,12 @@ assert np.abs(grad).max() > 1.0             # a usable signal, not ~0
 # semi-definite (no negative eigenvalue), and by Cauchy-Schwarz
 # $s_{ij} \le \|u_i\|\,\|u_j\| = \sqrt{s_{ii}\,s_{jj}} \le \max(s_{ii}, s_{jj})$: of any two
 # tokens, at least one scores itself at least as high as the other, and a token whose $u_i$ is
-# the longest scores itself highest of all. Each token **favours itself**. Relevance does not:
+# the longest scores itself highest of all. The bound is the geometric mean of the two
+# self-scores, not the query's own: query $i$ is sure to score itself at least as high as key
+# $j$ only when $\|u_j\| \le \|u_i\|$. That is all Cauchy-Schwarz gives: a short $u_j$
+# pointing along a longer $u_i$ scores $s_{ji} > s_{jj}$, so not every token need favour
+# itself. In the random example below every row's top score is its own (as printed): a fact of
+# this example, not a theorem. Relevance does not work that way:
 # "a pronoun looks for its noun" does not imply "the noun looks for the pronoun", and neither
 # means a word looks mostly at itself.
 #
@@ -174,7 +179,7 @@ print(f"shared W: weight on itself {torch.softmax(scores_tied, -1).diagonal().me
       f"vs on the target {hit(scores_tied):.3f}")
 assert torch.allclose(scores_tied, scores_tied.T, atol=1e-5)      # symmetric...
 assert lowest > -1e-5 * scale and excess < 1e-5 * scale          # ...and a Gram matrix (float32)
-assert own == T                                                  # every token favours itself
+assert own == T                                                  # here every token favours itself
 lowest_s, excess_s, own_s = gram_report(symmetric_only)
 assert lowest_s < -1.0 and excess_s > 1.0 and own_s < T          # a merely symmetric one need not
 
@@ -356,11 +361,13 @@ print(f"distinct 8-character substrings: greedy {distinct_share(greedy):.2f}, sa
 assert distinct_share(greedy) < 0.5 < shares[2]
 
 # %% [markdown]
-# **The standard remedy: a repetition penalty** (Keskar et al. 2019, CTRL). Before choosing,
-# every token already in the text has its logit made less attractive by a factor $\theta > 1$:
-# a positive logit is divided by $\theta$, a negative one *multiplied* by it (dividing a
-# negative logit would raise it, and make the repeat more likely: a sign bug public reports
-# keep finding). `generate(..., repetition_penalty=theta)` applies it
+# **The standard remedy: a repetition penalty** (introduced by Keskar et al. 2019, CTRL, which
+# divides every penalised logit by $\theta$). Before choosing, every token already in the text
+# has its logit made less attractive by a factor $\theta > 1$: in the sign rule that later
+# implementations adopted (Hugging Face's `RepetitionPenaltyLogitsProcessor`, for one), a
+# positive logit is divided by $\theta$, a negative one *multiplied* by it (dividing a
+# negative logit, as CTRL's rule does, would raise it and make the repeat more likely).
+# `generate(..., repetition_penalty=theta)` applies it
 # (`txlearn.sampling.apply_repetition_penalty`), greedy decoding otherwise unchanged. We expect
 # fewer repeats. With characters for tokens, though, almost every character is "already in the
 # text" after a line or two, so the penalty hits nearly the whole vocabulary alike: a mild one
@@ -416,7 +423,7 @@ assert max(step_gaps) < 1e-4          # float32 rounding of logits of order 10: 
 # So a generator can keep, in every layer, the keys and values of the positions it has already
 # processed (the **KV cache**, built in lesson 03) and run only the new position: $L = 1$ query
 # against $S$ keys. Its mask is the *bottom* row of the full causal mask: `causal_mask(1, S)`,
-# aligned bottom-right. Lesson 09 measures how much time the cache saves.
+# aligned bottom-right. Lesson 10 measures how much time the cache saves.
 #
 # **Bottom-right, not top-left.** PyTorch's `F.scaled_dot_product_attention(..., is_causal=True)`
 # aligns its triangle to the *top-left* corner. For a square mask the two agree; for the last
@@ -753,7 +760,8 @@ for T_s in (128, 512, 2048):
 #
 # - Attention is a differentiable dictionary: scores, softmax, a weighted average of values.
 # - Separate $W_Q$ and $W_K$ let relevance be asymmetric; a shared one makes the scores a Gram
-#   matrix (positive semi-definite, $s_{ij} \le \sqrt{s_{ii} s_{jj}}$): each token favours itself.
+#   matrix (positive semi-definite, $s_{ij} \le \sqrt{s_{ii} s_{jj}}$): of any two tokens one
+#   scores itself at least as high as the other (not: every token favours itself).
 # - Masks are boolean, `True` = may attend, combined with AND; causal masks are bottom-right
 #   aligned when $L \ne S$ (SDPA's `is_causal=True` is not); an empty row gives 0, not NaN.
 # - A causal model generates text one token at a time from its last row of logits

@@ -301,7 +301,8 @@ assert min(acc_prev_s1, acc_first_s1) < 0.5 < 0.99 < max(acc_prev_s1, acc_first_
 # new position: per layer, per token, `n_kv_heads * d_k` numbers for $K$ and as many for $V$.
 # Grouped-query attention (GQA) keeps `n_heads` query heads but only `n_kv_heads` key/value
 # heads; query head number $\text{head}$ reads key/value head
-# $\text{head} \,/\!/\, (n_{heads} / n_{kv\_heads})$. `n_kv_heads = 1` is multi-query attention (MQA),
+# $\text{head} \,/\!/\, (n_{heads} / n_{kv\_heads})$. `n_kv_heads = 1` is multi-query attention (MQA;
+# Shazeer 2019, *Fast Transformer Decoding: One Write-Head is All You Need*),
 # `n_kv_heads = n_heads` ordinary multi-head attention (MHA).
 #
 # Which query head reads which key/value head, measured rather than read off the code: for a

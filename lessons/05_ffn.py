@@ -234,8 +234,9 @@ assert changed.nonzero().flatten().tolist() == [4]
 # - ReLU (the paper): $\max(0, x)$.
 # - GELU (BERT, GPT-2): $x\,\Phi(x) = \tfrac12 x\,(1 + \mathrm{erf}(x/\sqrt2))$, exact in txlearn; GPT-2's
 #   code uses a tanh approximation, available only by name (`"gelu_tanh"`).
-# - SwiGLU (PaLM, LLaMA): $(\mathrm{SiLU}(x W_3) \odot x W_1)\, W_2$ with $\mathrm{SiLU}(z) = z\,\sigma(z)$,
-#   a gated unit with a third matrix; to keep the parameter count, $d_{ff}$ shrinks to about
+# - SwiGLU (Shazeer 2020, *GLU Variants Improve Transformer*; used by PaLM and LLaMA):
+#   $(\mathrm{SiLU}(x W_3) \odot x W_1)\, W_2$ with $\mathrm{SiLU}(z) = z\,\sigma(z)$, a gated
+#   unit with a third matrix; to keep the parameter count, $d_{ff}$ shrinks to about
 #   $\tfrac23 \cdot 4\,d_{model}$.
 
 # %%

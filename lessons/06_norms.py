@@ -173,7 +173,8 @@ for init in ("default", "he"):
 # $$\mathrm{LN}(x) = \gamma \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta, \qquad
 # \mathrm{RMSNorm}(x) = \gamma \frac{x}{\sqrt{\overline{x^2} + \epsilon}}.$$
 #
-# Both use the *biased* variance / mean square (divide by $d_{model}$) with $\epsilon$ inside the root, as
+# RMSNorm (Zhang and Sennrich 2019, *Root Mean Square Layer Normalization*) drops the mean and
+# $\beta$ and keeps only the rescaling. Both use the *biased* variance / mean square (divide by $d_{model}$) with $\epsilon$ inside the root, as
 # `torch.nn.LayerNorm` and `torch.nn.RMSNorm` do. Feed both the outputs of a ReLU FFN, whose tokens
 # have non-zero means:
 
@@ -537,7 +538,7 @@ assert errs["float16 mean"][scales <= 1e-3].min() > 2 ** -10  # squares underflo
 # $d\beta = \sum_{\text{tokens}} dy$, and the gradient at $\hat x$ is $d\hat x = \gamma \odot dy$.
 # For $x$: $\partial \mu / \partial x_j = 1/d$, and $\partial \sigma^2 / \partial x_j =
 # 2 (x_j - \mu)/d$ (the term through $\mu$ vanishes because the deviations sum to 0), so
-# $\partial r / \partial x_j = -\tfrac12 r^3 \cdot 2 (x_j - \mu)/d = -r^2 \hat x_j r / d$ and
+# $\partial r / \partial x_j = -\tfrac12 r^3 \cdot 2 (x_j - \mu)/d = -r^2 \hat x_j / d$ and
 #
 # $$\frac{\partial \hat x_i}{\partial x_j} = r\Big(\delta_{ij} - \frac1d - \frac{\hat x_i \hat x_j}{d}\Big),
 #   \qquad dx = r\Big(d\hat x - \overline{d\hat x} - \hat x\,\overline{d\hat x \odot \hat x}\Big).$$

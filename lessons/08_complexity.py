@@ -614,7 +614,10 @@ assert T_lstm == 2 * d_x
 # itself: `sequential_depth` reads the autograd graph and counts the operations on its longest
 # chain, each of which must wait for the one before, whatever the number of processors. For the
 # RNN we expect a few operations per step, so a depth growing linearly in T; for attention (with
-# its projections) the same depth at every T.
+# its projections) the same depth at every T. The count takes every node of the graph as one
+# step, that is, it assumes a whole matrix operation runs in unit time on enough processors;
+# strictly, a sum over T numbers is a reduction of depth $\log T$, so attention's "O(1)" is
+# $O(\log T)$ without that assumption, still far from the RNN's T.
 #
 # Two things make the RNN slow, and they are different: its **depth** (T steps, one after the
 # other) and the **size of each step**. With one sequence a step is a matrix-*vector* product,
@@ -824,7 +827,8 @@ assert peaks["tiled, autograd"][-1] > peaks["ordinary"][-1] / 2   # no better th
 # What makes FlashAttention linear in training is its own backward pass: its forward keeps only
 # Q, K, V, the output O and **one number per query**, the log-sum-exp
 # $\mathrm{lse}_i = \log \sum_j e^{s_{ij}}$, and its backward pass recomputes each block's
-# probabilities from it (Dao et al. 2022, Algorithms 1 and 2).
+# probabilities from it (Dao 2023, *FlashAttention-2*, Algorithms 1 and 2; FlashAttention-1,
+# Dao et al. 2022, keeps the running maximum m and sum l instead, its backward is Algorithm 4).
 #
 # **Why the forward is exact: the online softmax's invariant, by induction over the blocks.**
 # Let blocks $1, \dots, n$ partition the keys, and write $B_{\le j}$ for the keys of the first $j$
@@ -877,7 +881,8 @@ assert np.abs(acc_f / l_f[:, None] - attention_np(q_f, K_f, V_f)).max() < 1e-12
 # $P_j = e^{S_j - \mathrm{lse}}$, already final (no running maximum, nothing to rescale). The
 # second would need every block at once, but it has a closed form that needs none:
 # $\sum_k P_{ik}\, dP_{ik} = \sum_k P_{ik}\, (dO_i \cdot v_k) = dO_i \cdot O_i$, so
-# $D = \mathrm{rowsum}(dO \odot O)$ is computed once (Dao 2023, FlashAttention-2). Then per block
+# $D = \mathrm{rowsum}(dO \odot O)$ is computed once (already in Dao et al. 2022's
+# Algorithm 4). Then per block
 # $dV_j = P_j^\top dO$, $dS_j = P_j \odot (dO\,V_j^\top - D)$, $dQ \mathrel{+}= dS_j K_j / \sqrt{d_k}$ and
 # $dK_j = dS_j^\top Q / \sqrt{d_k}$. `FlashAttentionFunction` is an autograd Function whose
 # forward saves Q, K, V, O and lse and whose backward is these lines; we expect its gradients to
@@ -919,7 +924,10 @@ assert sum(kept.values()) == 4 * (4 * 1024 * 64 + 1024)
 # FlashAttention's backward pass computes $Q K^\top$ and the exponentials a second time: 7
 # products, 7/6 of the FLOPs. On a CPU its $L \times 128$ blocks also stay in the cache and in
 # memory the process already holds (section 3), which can give that back. Measured, one thread,
-# CPU time, fastest of 3:
+# CPU time, fastest of 3. The FLOP count predicts a ratio near 7/6 = 1.17; earlier runs
+# printed 1.3 to 1.8, more than the FLOPs (the blocks' loop and the exponentials recomputed
+# cost more than their share). The ratio is printed, not asserted: times on a loaded machine
+# move too much for any bound that tests the claim.
 
 # %%
 t_train = {name: [time_callable(train_step(fn, T), repeats=3, clock=CLOCK) for T in (1024, 2048)]
@@ -928,7 +936,7 @@ ratio_time = [f / o for f, o in zip(t_train["FlashAttention"], t_train["ordinary
 print("forward + backward, ordinary: " + ", ".join(f"{t * 1e3:.0f} ms" for t in t_train["ordinary"])
       + "; FlashAttention: " + ", ".join(f"{t * 1e3:.0f} ms" for t in t_train["FlashAttention"])
       + f" (T = 1024, 2048); ratio {ratio_time[0]:.2f}, {ratio_time[1]:.2f}")
-assert max(ratio_time) < 4.0   # recomputing costs time, not a multiple of it (benchmarks/flash.py)
+# printed, not asserted: a ratio of two times on a shared machine is no test (benchmarks/flash.py)
 
 # %% [markdown]
 # ## 9. Decoding: what one generated token costs
@@ -1104,7 +1112,7 @@ for name, (t_slope, m_slope) in sw_slopes.items():
 assert 0.7 < sw_slopes["banded"][0] < 1.3 and sw_slopes["banded"][1] < 1.1   # O(T w): at most linear
 assert sw["banded"][1][-1] < sw["masked full"][1][-1] / 20          # no T x T matrix
 assert sw_slopes["masked full"][0] > 1.7 and sw_slopes["masked full"][1] > 1.8     # O(T^2)
-assert sw["masked full"][0][-1] > 4 * sw["banded"][0][-1]           # T / w = 32 times the work
+assert sw["masked full"][0][-1] > 4 * sw["banded"][0][-1]           # T^2 / (T (2w - 1)) = 16x the work
 
 # %% [markdown]
 # The band costs what its $T (2w - 1)$ scores cost: its time grows linearly in T (a slope of

@@ -13,8 +13,10 @@ NumPy float64 references (``_np``) sit beside the PyTorch versions, tested equal
 
 Conventions of the course: boolean masks are True = may attend; a query whose keys are all masked
 gets output 0. Source: Milakov & Gimelshein 2018, "Online normalizer calculation for softmax";
-Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness",
-Algorithms 1 and 2; Dao 2023, "FlashAttention-2"; ``notebooks/08_complexity.ipynb``.
+Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with IO-Awareness"
+(forward keeping m and l, Algorithm 1; backward Algorithm 4, with D = rowsum(dO * O)); Dao 2023,
+"FlashAttention-2" (one log-sum-exp per row; forward and backward, Algorithms 1 and 2);
+``notebooks/08_complexity.ipynb``.
 """
 
 from __future__ import annotations
@@ -233,7 +235,7 @@ def flash_attention_forward_np(Q, K, V, mask=None, block_size: int = 128, causal
     Raises:
         ValueError: mismatched shapes (named) or ``block_size < 1``.
 
-    Source: Dao et al. 2022, "FlashAttention", Algorithm 1 (forward, saving the statistics);
+    Source: Dao 2023, "FlashAttention-2", Algorithm 1 (forward, saving one log-sum-exp per row);
     Milakov and Gimelshein 2018 (online softmax); lesson 08.
     """
     Q, K, V = (np.asarray(a, dtype=np.float64) for a in (Q, K, V))
@@ -276,8 +278,9 @@ def flash_attention_backward_np(Q, K, V, O, lse, dO, mask=None, block_size: int 
     shape of O). Returns float64 arrays of the shapes of Q, K, V (a key head's gradient summed
     over the query heads that share it); a query with no visible key gets ``dQ = 0``.
 
-    Source: Dao et al. 2022, Algorithm 2 (backward, recomputing P); Dao 2023 (FlashAttention-2,
-    D = rowsum(dO * O)); lesson 08.
+    Source: Dao 2023, "FlashAttention-2", Algorithm 2 (backward, recomputing P from the lse);
+    Dao et al. 2022, Algorithm 4 (FlashAttention-1's backward, where D = rowsum(dO * O) first
+    appears); lesson 08.
     """
     Q, K, V, O, lse, dO = (np.asarray(a, dtype=np.float64) for a in (Q, K, V, O, lse, dO))
     mask = None if mask is None else np.asarray(mask)
@@ -432,8 +435,8 @@ def flash_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
     Raises:
         ValueError: mismatched shapes (named), ``block_size < 1``, or a non-boolean mask.
 
-    Source: Dao et al. 2022, "FlashAttention: Fast and Memory-Efficient Exact Attention with
-    IO-Awareness", Algorithms 1 and 2; lesson 08; tested against autograd of
+    Source: Dao 2023, "FlashAttention-2", Algorithms 1 and 2 (one lse per row); Dao et al. 2022,
+    "FlashAttention", Algorithms 1 and 4; lesson 08; tested against autograd of
     :func:`txlearn.attention.scaled_dot_product_attention` and with gradcheck/gradgradcheck.
     """
     if mask is not None and mask.dtype != torch.bool:
