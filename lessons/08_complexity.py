@@ -438,9 +438,8 @@ if sys.platform == "linux":  # the fresh-memory cost is page faults: every page 
 # The remedy is to **block** the computation. Softmax works row by row, so the queries can be
 # processed in blocks of 128 rows: each block's $128 \times T$ matrix takes 2 MiB at T = 4096,
 # which fits in L3 and, being below the 32 MiB threshold, is served from memory the process
-# already holds. Expected: the same output, less time for the same FLOPs, and (the cause, which
-# unlike the time does not depend on how busy the machine is) far fewer page faults: the count of
-# first touches of fresh pages that the kernel reports for the process. (The two are timed in
+# already holds. Expected: the same output, less time for the same FLOPs, and far fewer page
+# faults: the count of first touches of fresh pages that the kernel reports for the process. (The two are timed in
 # turn, the fastest of four each, so that a busy moment of the machine hits both alike.)
 
 # %%
@@ -457,25 +456,29 @@ for _ in range(4):
     t_whole = min(t_whole, time_callable(lambda: scaled_dot_product_attention(Q, K, V), repeats=1,
                                                   clock=CLOCK))
     t_blocked = min(t_blocked, time_callable(lambda: query_blocked(Q, K, V), repeats=1, clock=CLOCK))
-faults_whole = page_faults(lambda: scaled_dot_product_attention(Q, K, V))
-faults_blocked = page_faults(lambda: query_blocked(Q, K, V))
+# the fewest of three calls each: a call that first grows the heap faults once for that growth
+faults_whole = min(page_faults(lambda: scaled_dot_product_attention(Q, K, V)) or 0
+                   for _ in range(3))
+faults_blocked = min(page_faults(lambda: query_blocked(Q, K, V)) or 0 for _ in range(3))
 print(f"T = 4096: whole {t_whole / 4096**2 * 1e9:.1f} ns/entry, 128-query blocks "
       f"{t_blocked / 4096**2 * 1e9:.1f} ns/entry ({t_whole / t_blocked:.1f}x faster; T = 512 whole: "
       f"{per_entry_ns[1]:.1f}); max |difference| {block_gap:.1e}")
 print(f"page faults per call: whole {faults_whole}, blocked {faults_blocked} "
       f"(the 64 MiB score matrix alone spans {64 * 2**20 // 4096} pages of 4 KiB)")
 assert block_gap < 1e-5           # the same attention, to float32 rounding
-if sys.platform == "linux":       # fresh memory is the cost: the whole matrix faults, the blocks hardly
-    assert faults_whole > 1000 and faults_whole > 20 * faults_blocked
 
 # %% [markdown]
 # On a quiet machine the blocks were 1.5 to 2.3 times as fast, close to the time per entry of
 # T = 512: quadratic again. The speed-up is printed, not asserted: on the loaded 2-core machine
 # that runs this course's CI it once fell below 1.1 (other programs share the memory bus and the
-# L3, and they slow the blocked loop too). What does not move with the load is the cause: the
-# whole call takes one page fault per 4 KiB page of each of its two fresh 64 MiB matrices (the
-# scores and the weights: 32,770 in our runs; fewer where the kernel hands out 2 MiB pages), the
-# blocked one none, because its 2 MiB blocks come back from memory the process already holds.
+# L3, and they slow the blocked loop too). The cause shows in the page faults: in our runs the
+# whole call took one per 4 KiB page of each of its two fresh 64 MiB matrices (the scores and
+# the weights: 32,770), the blocked one none, because its 2 MiB blocks come back from memory the
+# process already holds. Those counts are printed, not asserted: they depend on what the C
+# library holds at that moment (a free stretch of 64 MiB at the top of its heap would serve the
+# whole call without a fault), and in one run of the course's tests under load the assert that
+# the whole call faults twenty times as often as the blocked one failed. Section 3's sweep, which
+# asserts the 32 MiB rule, is where the mechanism is checked.
 #
 # "Attention time is quadratic in T" describes the work; on a real machine the time also pays
 # for where the $T \times T$ matrix lives. Blocking the queries keeps it in cache and gives the
