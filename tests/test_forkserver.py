@@ -636,3 +636,66 @@ def test_what_the_server_mapped_stays_mapped(counters):
     if not _mseal_works():
         pytest.skip("no mseal on this kernel (Linux 6.10): the residual README states")
     assert changed == 0, wrote["remapped"]
+
+
+DEV_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+             "/dev/pts/ptmx")
+
+TOUCH = f'''
+import json, os
+_W = []
+for _p in {DEV_NODES!r}:
+    for _act in (lambda: os.utime(_p), lambda: os.utime(_p, ns=(0, 0)),
+                 lambda: os.utime(os.open(_p, os.O_RDONLY | os.O_NOCTTY))):
+        try:
+            _act()
+            _W.append(0)
+        except OSError as _err:
+            _W.append(_err.errno)
+def softmax(x, axis=-1):
+    raise ValueError("TOUCHED " + json.dumps(_W))
+'''
+
+STAT = f'''
+import json, os
+_R = []
+for _p in {DEV_NODES!r}:
+    try:
+        _s = os.stat(_p)
+        _R.append(max(_s.st_atime_ns, _s.st_mtime_ns, _s.st_ctime_ns))
+    except OSError as _err:
+        _R.append(_err.errno)
+def softmax(x, axis=-1):
+    raise ValueError("TIMES " + json.dumps(_R))
+'''
+
+
+@pytest.mark.parametrize("who", ["root", "an ordinary user"])
+def test_no_runner_sets_the_times_of_a_device_node(who):
+    # bubblewrap's /dev binds the host's null, zero, full, random, urandom and tty, and its
+    # --remount-ro /dev leaves those binds (and the sandbox's devpts) writable: os.utime(path)
+    # (write permission suffices for "now") set the host's /dev/null times, to the nanosecond
+    # the writer chose, read by every later runner of every server and run. The filter makes
+    # the utime calls do nothing, and /dev/pts is an empty read-only folder (no pty: writing
+    # one sets its ptmx's times)
+    folder = Path(tempfile.mkdtemp(prefix="txlearn-devnodes-", dir="/tmp"))
+    os.chmod(folder, 0o755)
+    host = {p: os.stat(p).st_mtime_ns for p in DEV_NODES[:5]}
+    paths = [_notebook(SOLUTION, folder / n / "01_softmax.ipynb", answers={"stable_softmax": a})
+             for n, a in (("a_reader", STAT), ("b_writer", TOUCH), ("c_reader", STAT))]
+    try:
+        if who == "root":
+            graded = _grade_counting(paths)
+            assert len(graded["started"]) == 1, graded
+            fb = {s: r["stable_softmax"].feedback for s, r in graded["by"].items()}
+        else:
+            from tests.test_grading_attacks import _as_ordinary_user
+            fb = {r[0]: r[3]["stable_softmax"] for r in _as_ordinary_user(paths, ROOMY, jobs=1)}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    first, second = (json.loads(fb[r].split("TIMES ", 1)[1].splitlines()[0])
+                     for r in ("a_reader", "c_reader"))
+    assert "TOUCHED " in fb["b_writer"], fb["b_writer"]
+    assert first == second, (first, second)
+    assert {p: os.stat(p).st_mtime_ns for p in DEV_NODES[:5]} == host
+    assert first[-1] == 2, first      # no /dev/pts/ptmx: ENOENT

@@ -218,7 +218,9 @@ def bwrap_argv(bwrap: str, *, view_dir: str, files: list[tuple[str, int]], limit
         argv += ["--ro-bind-try", extra, extra]
     sizes = writable_mb(limits)
     argv += ["--dev", "/dev", "--size", str(sizes["/dev/shm"] << 20), "--tmpfs", "/dev/shm",
-             "--chmod", "1777", "/dev/shm", "--remount-ro", "/dev"]
+             "--chmod", "1777", "/dev/shm",
+             "--tmpfs", "/dev/pts", "--remount-ro", "/dev/pts",  # no pty (a write sets ptmx times)
+             "--remount-ro", "/dev"]
     for folder in (HOME, "/tmp"):   # before the binds: a venv under /tmp stays visible
         argv += ["--size", str(sizes[folder] << 20), "--tmpfs", folder, "--chmod", "1777", folder]
     bound = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", *roots]

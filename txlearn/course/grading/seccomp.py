@@ -42,6 +42,10 @@ address-space limit counts (issue 25):
 - no namespace or mount of its own: ``unshare``, ``setns``, ``mount``, ``umount2``,
   ``pivot_root``, ``chroot`` and the new mount API (``fsopen`` ... ``mount_setattr``) fail (an
   unprivileged user namespace would let the code mount a tmpfs of unbounded size);
+- no file's times set (``utime``, ``utimes``, ``futimesat``, ``utimensat``: done as nothing,
+  returning 0): bubblewrap's ``/dev`` binds the host's ``null``, ``zero``, ``full``,
+  ``random``, ``urandom`` and ``tty`` writable, and setting one's times to "now" needs only
+  write permission: a runner wrote them to the nanosecond, read by every later runner;
 - on x86-64, the x32 and 32-bit system call tables are refused whole (ENOSYS).
 
 Known architectures: x86-64 and aarch64 (their system call numbers are below). On another one
@@ -84,7 +88,8 @@ ARCHES = {
         "inotify_init1": 294, "fanotify_init": 300, "fanotify_mark": 301, "flock": 73,
         "fcntl": 72, "fadvise64": 221, "madvise": 28, "process_madvise": 440, "preadv2": 327,
         "pwritev2": 328, "mincore": 27, "cachestat": 451, "io_setup": 206, "pipe": 22,
-        "pipe2": 293, "userfaultfd": 323, "pidfd_open": 434}),
+        "pipe2": 293, "userfaultfd": 323, "pidfd_open": 434, "utime": 132, "utimes": 235,
+        "futimesat": 261, "utimensat": 280}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -97,14 +102,18 @@ ARCHES = {
         "inotify_init1": 26, "inotify_add_watch": 27, "fanotify_init": 262,
         "fanotify_mark": 263, "flock": 32, "fcntl": 25, "fadvise64": 223, "madvise": 233,
         "process_madvise": 440, "preadv2": 286, "pwritev2": 287, "mincore": 232,
-        "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434}),
+        "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434,
+        "utimensat": 88}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
            **{name: errno.ENOTSUP for name in ("setxattr", "lsetxattr", "fsetxattr",
                                                "setxattrat")},
            "flock": errno.ENOLCK, "mincore": errno.ENOSYS, "cachestat": errno.ENOSYS,
-           "io_setup": errno.ENOSYS}
+           "io_setup": errno.ENOSYS,
+           # a file's times (done as nothing, returning 0): the sandbox's /dev binds the host's
+           # device nodes writable, and "now" needs only write permission
+           **{name: 0 for name in ("utime", "utimes", "futimesat", "utimensat")}}
 # calls refused for some arguments only: {name: (argument, [(test, value, errno)])}, the test
 # "eq" (the argument's low 32 bits equal value) or "set" (they have a bit of value); errno 0
 # makes the call do nothing and succeed
