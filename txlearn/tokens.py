@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import regex  # the `\p{L}` classes of GPT-2's pattern; installed with transformers (and tokenizers' users)
+import regex  # GPT-2's pattern needs `\p{L}` (declared in pyproject; transformers needs it too)
 
 __all__ = ["GPT2_SPLIT_PATTERN", "HF_BYTE_ORDER", "BPE", "byte_to_unicode", "pretokenize",
            "count_pairs", "train_bpe", "encode", "decode", "from_byte_level"]
@@ -160,8 +160,9 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), byte_order=None,
     Each step merges the most frequent pair (ties: the smallest ``(rank(a), rank(b))``, a byte's
     rank its position in ``byte_order``, default the byte value; a merged token's rank its id),
     then recounts only the pre-tokens that held that pair. ``overlaps`` as in :func:`count_pairs`;
-    ``byte_order=HF_BYTE_ORDER, overlaps=True`` is the ``tokenizers`` trainer's rule. Training stops early when no pair is
-    left. Raises TypeError for a non-str text, ValueError when ``vocab_size`` is below
+    ``byte_order=HF_BYTE_ORDER, overlaps=True`` is the ``tokenizers`` trainer's rule. Training
+    stops early when no pair is left. BPE: Sennrich et al. 2016 (section 3.2); on bytes, after
+    GPT-2's split: Radford et al. 2019 (section 2.2). Raises TypeError for a non-str text, ValueError when ``vocab_size`` is below
     256 + the number of special tokens, for a bad special token or a ``byte_order`` that is not
     a permutation of 0..255."""
     if not isinstance(text, str):
@@ -199,7 +200,8 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), byte_order=None,
         vocab[new_id] = vocab[best[0]] + vocab[best[1]]
         for k in where.pop(best):
             old, n = words[k], weights[k]
-            for pair, c in count_pairs(old, overlaps=overlaps).items():     # the incremental update: this word only
+            # the incremental update: only this word's counts change
+            for pair, c in count_pairs(old, overlaps=overlaps).items():
                 pairs[pair] -= c * n
                 if pairs[pair] <= 0:
                     del pairs[pair]
@@ -295,7 +297,8 @@ def from_byte_level(tokens, merges, special_tokens=()) -> BPE:
         if i in special.values():
             vocab[i] = t.encode("utf-8")
             continue
-        vocab[i] = bytes(decoder[c] for c in t) if all(c in decoder for c in t) else t.encode("utf-8")
+        stand_ins = all(c in decoder for c in t)
+        vocab[i] = bytes(decoder[c] for c in t) if stand_ins else t.encode("utf-8")
         index.setdefault(t, i)
     pairs = []
     for m in merges:
