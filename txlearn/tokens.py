@@ -162,9 +162,9 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), byte_order=None,
     then recounts only the pre-tokens that held that pair. ``overlaps`` as in :func:`count_pairs`;
     ``byte_order=HF_BYTE_ORDER, overlaps=True`` is the ``tokenizers`` trainer's rule. Training
     stops early when no pair is left. BPE: Sennrich et al. 2016 (section 3.2); on bytes, after
-    GPT-2's split: Radford et al. 2019 (section 2.2). Raises TypeError for a non-str text, ValueError when ``vocab_size`` is below
-    256 + the number of special tokens, for a bad special token or a ``byte_order`` that is not
-    a permutation of 0..255."""
+    GPT-2's split: Radford et al. 2019 (section 2.2). Raises TypeError for a non-str text,
+    ValueError when ``vocab_size`` is below 256 + the number of special tokens, for a bad special
+    token or a ``byte_order`` that is not a permutation of 0..255."""
     if not isinstance(text, str):
         raise TypeError(f"train_bpe takes a str, not {type(text).__name__}")
     special_tokens = _check_specials(special_tokens)
