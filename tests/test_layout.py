@@ -99,7 +99,7 @@ def _check_stems():
 # ---- the layers: imports run downhill ----------------------------------------------------------
 
 COMPONENTS = {"softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
-              "flash_attention", "sliding_window", "counting", "measuring", "recurrent", "sampling",
+              "flash_attention", "sliding_window", "counting", "measuring", "recurrent", "sampling", "tokens",
               "plotting"}
 
 

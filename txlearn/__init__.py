@@ -3,7 +3,8 @@
 The components, one module per lesson, in the order the course builds them: ``softmax`` (01),
 ``masks`` and ``attention`` (02), ``heads`` (03), ``positional`` (04), ``ffn`` (05), ``norms`` (06),
 ``layer`` (07), what a layer costs (08: ``counting``, ``measuring``, ``recurrent`` and
-``flash_attention``), and ``sampling`` (choosing the next token, 09); ``precision`` states the
+``flash_attention``), ``sampling`` (choosing the next token, 09) and ``tokens`` (byte-level BPE:
+where the tokens come from); ``precision`` states the
 dtype rule (float32 arithmetic for float16/bfloat16 inputs); ``plotting`` draws the course's
 figures. Then what is built from them, ``models`` (the character model, the MiniLM encoder, the
 Llama-style decoder), what trains them, ``training`` (data, configuration, schedule, loop,
@@ -20,7 +21,8 @@ __version__ = "0.1.0"
 
 _MODULES = (
     "softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
-    "counting", "measuring", "recurrent", "flash_attention", "sampling", "precision", "plotting",
+    "counting", "measuring", "recurrent", "flash_attention", "sampling", "tokens", "precision",
+    "plotting",
     "models", "training", "learner_calls", "checks", "capstone", "course", "cli",
 )
 
