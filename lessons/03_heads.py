@@ -159,6 +159,14 @@ for head in range(2):
 assert min(acc_prev, acc_first) > 0.99
 assert on_prev.max() > 0.95 and on_first.max() > 0.95
 assert on_prev.argmax() != on_first.argmax()            # two different heads
+for seed in (1, 2):                                     # the same split on two more seeds
+    _, acc_p, acc_f, w_s = train_two_lookups(n_heads=2, seed=seed)
+    prev_s, first_s = w_s[:, t, t - 1].mean(-1), w_s[:, t, 0].mean(-1)
+    print(f"  seed {seed}: accuracy prev {acc_p:.3f}, first {acc_f:.3f}; previous-token head "
+          f"{int(prev_s.argmax())} ({prev_s.max():.3f}), first-token head {int(first_s.argmax())} "
+          f"({first_s.max():.3f})")
+    assert min(acc_p, acc_f) > 0.99 and min(prev_s.max(), first_s.max()) > 0.95
+    assert prev_s.argmax() != first_s.argmax()
 
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.2))
 for head, ax in enumerate(axes):
@@ -174,6 +182,9 @@ show(fig, alt=f"Two heatmaps of mean attention weight over 512 sequences, query 
      "since the first query sees only itself.")
 
 # %% [markdown]
+# The split does not depend on luck: it holds on each of the three seeds asserted above (and
+# on the two more we tried); only which head takes which role changes from seed to seed.
+#
 # Now the same layer with **one** head of the full width (same parameter count), the same
 # training and the same seed. One row of softmax weights cannot put a weight near 1 on two
 # keys, so we expect the head to share its weight between $t-1$ and $0$, and both accuracies to
