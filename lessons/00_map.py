@@ -90,6 +90,7 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 # | $n_{layers}$ | depth: layers in a stack (the paper's $N$) | 6 |
 # | $n_{vocab}$ | vocabulary size (never $V$) | 103 characters in lesson 09 |
 # | $Q, K, V$ | queries, keys, values: $(\dots, L, d_k)$, $(\dots, S, d_k)$, $(\dots, S, d_v)$ | |
+# | $Z, P$ | the scaled scores $Z = Q K^\top / \sqrt{d_k}$ and the weights $P = \mathrm{softmax}(Z)$, $(\dots, L, S)$; $dZ$ is $\partial \mathcal{L} / \partial Z$ (never $S$, which counts keys) | `dZ = softmax_vjp(P, dP)` |
 # | $W_Q, W_K, W_V, W_O$ | attention projections, shape $(d_{in}, d_{out})$, applied on the right: $x W$ | `mha.W_Q` |
 # | $W_1, W_2, W_3$ | FFN weights; $W_3$ is SwiGLU's gate | `ffn.W_1: (d_model, d_ff)` |
 # | $E$ | token embedding table, $(n_{vocab}, d_{model})$ | `E[ids]` |

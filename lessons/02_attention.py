@@ -667,8 +667,8 @@ assert table["nn.MultiheadAttention, key_padding_mask"] == "True = hidden"
 #
 # | forward | backward |
 # |---|---|
-# | $S = Q K^\top / \sqrt{d_k}$ | $dQ = dS\,K / \sqrt{d_k}$ $(L \times d_k)$, $\quad dK = dS^\top Q / \sqrt{d_k}$ $(S \times d_k)$ |
-# | $P = \mathrm{softmax}(S)$, row by row | $dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big)$ $(L \times S)$ |
+# | $Z = Q K^\top / \sqrt{d_k}$ | $dQ = dZ\,K / \sqrt{d_k}$ $(L \times d_k)$, $\quad dK = dZ^\top Q / \sqrt{d_k}$ $(S \times d_k)$ |
+# | $P = \mathrm{softmax}(Z)$, row by row | $dZ = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big)$ $(L \times S)$ |
 # | $O = P V$ | $dP = dO\,V^\top$ $(L \times S)$, $\quad dV = P^\top dO$ $(S \times d_v)$ |
 #
 # The last line: $O_{l} = \sum_s P_{ls} V_s$, so $\partial \mathcal{L} / \partial V_s =
@@ -776,7 +776,7 @@ for T_s in (128, 512, 2048):
 # - Without a mask, attention is permutation-equivariant; with a causal mask it is not (output 0
 #   is the first token's value).
 # - The backward pass is four products and one softmax VJP ($dV = P^\top dO$, $dP = dO V^\top$,
-#   $dS = P \odot (dP - \mathrm{rowsum}(dP \odot P))$, $dQ = dS K/\sqrt{d_k}$, $dK = dS^\top Q/\sqrt{d_k}$),
+#   $dZ = P \odot (dP - \mathrm{rowsum}(dP \odot P))$, $dQ = dZ K/\sqrt{d_k}$, $dK = dZ^\top Q/\sqrt{d_k}$),
 #   equal to autograd; masked keys and empty rows get no gradient; training keeps $T^2$ numbers per head.
 #
 # **Exercises:** [`work/02_attention.ipynb`](../work/02_attention.ipynb) (the causal mask; attention with a mask).

@@ -881,13 +881,13 @@ assert np.abs(acc_f / l_f[:, None] - attention_np(q_f, K_f, V_f)).max() < 1e-12
 # %% [markdown]
 # **The backward pass, one block at a time.** Lesson 02's backward needs $P$ and
 # $\mathrm{rowsum}(dP \odot P)$. The first is recomputed per block from the saved lse,
-# $P_j = e^{S_j - \mathrm{lse}}$, already final (no running maximum, nothing to rescale). The
+# $P_j = e^{Z_j - \mathrm{lse}}$, already final (no running maximum, nothing to rescale). The
 # second would need every block at once, but it has a closed form that needs none:
 # $\sum_k P_{ik}\, dP_{ik} = \sum_k P_{ik}\, (dO_i \cdot v_k) = dO_i \cdot O_i$, so
 # $D = \mathrm{rowsum}(dO \odot O)$ is computed once (already in Dao et al. 2022's
 # Algorithm 4). Then per block
-# $dV_j = P_j^\top dO$, $dS_j = P_j \odot (dO\,V_j^\top - D)$, $dQ \mathrel{+}= dS_j K_j / \sqrt{d_k}$ and
-# $dK_j = dS_j^\top Q / \sqrt{d_k}$. `FlashAttentionFunction` is an autograd Function whose
+# $dV_j = P_j^\top dO$, $dZ_j = P_j \odot (dO\,V_j^\top - D)$, $dQ \mathrel{+}= dZ_j K_j / \sqrt{d_k}$ and
+# $dK_j = dZ_j^\top Q / \sqrt{d_k}$. `FlashAttentionFunction` is an autograd Function whose
 # forward saves Q, K, V, O and lse and whose backward is these lines; we expect its gradients to
 # equal ordinary attention's in float64 (with the bottom-right causal mask for $L \ne S$, built
 # block by block by `causal=True`, and grouped-query heads), and what it saves to be

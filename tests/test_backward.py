@@ -86,8 +86,8 @@ def test_softmax_vjp_passes_gradcheck_and_gradgradcheck():
 def test_attention_backward_golden():
     # d_k = 1 (scale 1): q = 1, keys 0 and ln 3 -> scores [0, ln 3], P = [1/4, 3/4];
     # V = [1, 0] -> O = 1/4; dO = 1: dV = P^T dO = [1/4, 3/4]; dP = dO V^T = [1, 0];
-    # rowsum(dP * P) = 1/4 -> dS = P * (dP - 1/4) = [3/16, -3/16];
-    # dQ = dS K = -3 ln 3 / 16; dK = dS^T Q = [3/16, -3/16]. A third key, masked: no gradient.
+    # rowsum(dP * P) = 1/4 -> dZ = P * (dP - 1/4) = [3/16, -3/16];
+    # dQ = dZ K = -3 ln 3 / 16; dK = dZ^T Q = [3/16, -3/16]. A third key, masked: no gradient.
     Q = torch.tensor([[1.0]], dtype=F64)
     K = torch.tensor([[0.0], [math.log(3.0)], [5.0]], dtype=F64)
     V = torch.tensor([[1.0], [0.0], [7.0]], dtype=F64)

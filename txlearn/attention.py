@@ -16,8 +16,8 @@ The backward pass (lesson 02, section 9) is written out by hand in :func:`attent
 and its NumPy twin: with ``S = Q K^T / sqrt(d_k)``, ``P = softmax(S)``, ``O = P V`` and the
 upstream gradient ``dO``,
 
-    dV = P^T dO,   dP = dO V^T,   dS = P * (dP - rowsum(dP * P)),
-    dQ = dS K / sqrt(d_k),   dK = dS^T Q / sqrt(d_k).
+    dV = P^T dO,   dP = dO V^T,   dZ = P * (dP - rowsum(dP * P)),
+    dQ = dZ K / sqrt(d_k),   dK = dZ^T Q / sqrt(d_k).
 """
 
 from __future__ import annotations
@@ -214,10 +214,10 @@ def attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: to
 
         dV = P^T dO                       O_l = sum_s P_ls V_s, so dV_s = sum_l P_ls dO_l
         dP = dO V^T                       (..., L, S)
-        dS = P * (dP - rowsum(dP * P))    the softmax's vector-Jacobian product, per query row
-        dQ = dS K / sqrt(d_k),   dK = dS^T Q / sqrt(d_k)
+        dZ = P * (dP - rowsum(dP * P))    the softmax's vector-Jacobian product, per query row
+        dQ = dZ K / sqrt(d_k),   dK = dZ^T Q / sqrt(d_k)
 
-    Masks: a masked entry has ``P = 0``, so ``dS = 0`` there: no gradient flows into a key a
+    Masks: a masked entry has ``P = 0``, so ``dZ = 0`` there: no gradient flows into a key a
     query may not see, and a fully masked row (all its P are 0) gets ``dQ = 0`` and sends
     nothing to any key or value, never NaN. Broadcasting: Q, K and V may broadcast over their
     leading axes (a K of shape ``(B, n_kv_heads, 1, S, d_k)`` against a Q of
@@ -260,9 +260,9 @@ def attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: to
         P = upcast(weights).to(Qc.dtype)
     dV = P.transpose(-2, -1) @ dOc  # (..., S, L) @ (..., L, d_v) -> (..., S, d_v)
     dP = dOc @ Vc.transpose(-2, -1)  # (..., L, d_v) @ (..., d_v, S) -> (..., L, S)
-    dS = softmax_vjp(P, dP)  # (..., L, S); 0 wherever P is 0 (masked keys, empty rows)
-    dQ = (dS @ Kc) * scale  # (..., L, S) @ (..., S, d_k) -> (..., L, d_k)
-    dK = (dS.transpose(-2, -1) @ Qc) * scale  # (..., S, L) @ (..., L, d_k) -> (..., S, d_k)
+    dZ = softmax_vjp(P, dP)  # (..., L, S); 0 wherever P is 0 (masked keys, empty rows)
+    dQ = (dZ @ Kc) * scale  # (..., L, S) @ (..., S, d_k) -> (..., L, d_k)
+    dK = (dZ.transpose(-2, -1) @ Qc) * scale  # (..., S, L) @ (..., L, d_k) -> (..., S, d_k)
     return (_sum_to(dQ, tuple(Q.shape)).to(dtype), _sum_to(dK, tuple(K.shape)).to(dtype),
             _sum_to(dV, tuple(V.shape)).to(dtype))
 
@@ -285,7 +285,7 @@ def attention_backward_np(Q, K, V, dO, mask=None, weights=None):
         _check_weights(P.shape, (*lead, Q.shape[-2], K.shape[-2]))
     dV = np.swapaxes(P, -2, -1) @ dO  # (..., S, d_v)
     dP = dO @ np.swapaxes(V, -2, -1)  # (..., L, S)
-    dS = softmax_vjp_np(P, dP)  # (..., L, S)
-    dQ = dS @ K * scale  # (..., L, d_k)
-    dK = np.swapaxes(dS, -2, -1) @ Q * scale  # (..., S, d_k)
+    dZ = softmax_vjp_np(P, dP)  # (..., L, S)
+    dQ = dZ @ K * scale  # (..., L, d_k)
+    dK = np.swapaxes(dZ, -2, -1) @ Q * scale  # (..., S, d_k)
     return _sum_to(dQ, Q.shape), _sum_to(dK, K.shape), _sum_to(dV, V.shape)

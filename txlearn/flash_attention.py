@@ -7,7 +7,7 @@ unnormalised output ``acc`` (:func:`online_softmax_update`), so peak memory grow
 a fixed block size. :func:`tiled_attention` is that forward pass under ordinary autograd (which
 still saves every block's probabilities: quadratic memory with gradients). :func:`flash_attention`
 keeps, per query row, only the log-sum-exp ``lse_i = log sum_j exp(s_ij)``; its backward pass
-recomputes each block's probabilities ``P_j = exp(S_j - lse)`` and never holds an (L, S) matrix.
+recomputes each block's probabilities ``P_j = exp(Z_j - lse)`` and never holds an (L, S) matrix.
 NumPy float64 references (``_np``) sit beside the PyTorch versions, tested equal to
 :func:`txlearn.attention.scaled_dot_product_attention`, to autograd and to each other.
 
@@ -269,11 +269,11 @@ def flash_attention_backward_np(Q, K, V, O, lse, dO, mask=None, block_size: int 
     dO_i . O_i``), each block recomputes its probabilities from the saved log-sum-exp and runs
     lesson 02's backward on them:
 
-        P_j = exp(S_j - lse),  dV_j = P_j^T dO,  dP_j = dO V_j^T,  dS_j = P_j * (dP_j - D),
-        dQ += dS_j K_j / sqrt(d_k),  dK_j = dS_j^T Q / sqrt(d_k)
+        P_j = exp(Z_j - lse),  dV_j = P_j^T dO,  dP_j = dO V_j^T,  dZ_j = P_j * (dP_j - D),
+        dQ += dZ_j K_j / sqrt(d_k),  dK_j = dZ_j^T Q / sqrt(d_k)
 
     Nothing is rescaled: lse is final, so every block's P is final. `dlse` (the gradient of a
-    loss that uses lse itself; None = 0) adds ``P_j * dlse`` to dS_j (``d lse_i / d s_ij = P_ij``).
+    loss that uses lse itself; None = 0) adds ``P_j * dlse`` to dZ_j (``d lse_i / d s_ij = P_ij``).
     Args are those of :func:`flash_attention_forward_np` plus its outputs O, lse and ``dO`` (the
     shape of O). Returns float64 arrays of the shapes of Q, K, V (a key head's gradient summed
     over the query heads that share it); a query with no visible key gets ``dQ = 0``.
@@ -304,9 +304,9 @@ def flash_attention_backward_np(Q, K, V, O, lse, dO, mask=None, block_size: int 
             s = np.where(block, s, -np.inf)
         P = np.exp(s - lse_safe)  # (..., L, b), final: lse is the whole row's
         dP = dOg @ np.swapaxes(Vg[..., start:stop, :], -1, -2)  # (..., L, b)
-        dS = P * (dP - D)
-        dQ += dS @ Kg[..., start:stop, :] * scale
-        dK_block = np.swapaxes(dS, -1, -2) @ Qg * scale  # (..., b, d_k)
+        dZ = P * (dP - D)
+        dQ += dZ @ Kg[..., start:stop, :] * scale
+        dK_block = np.swapaxes(dZ, -1, -2) @ Qg * scale  # (..., b, d_k)
         dV_block = np.swapaxes(P, -1, -2) @ dOg  # (..., b, d_v)
         if n_rep > 1:  # a key head's gradient sums over the query heads of its group
             dK_block, dV_block = dK_block.sum(axis=-3), dV_block.sum(axis=-3)
@@ -366,16 +366,16 @@ def _flash_backward(Q, K, V, O, lse, dO, dlse, mask, block_size: int, causal: bo
         if block is not None:
             s = s.masked_fill(~block, -math.inf)
         P = torch.exp(s - lse_safe)  # (..., L, b): final probabilities, recomputed
-        dS = P * (dOg @ V_j.transpose(-1, -2) - D)  # (..., L, b)
-        dQ_j = (dS @ K_j) * scale
+        dZ = P * (dOg @ V_j.transpose(-1, -2) - D)  # (..., L, b)
+        dQ_j = (dZ @ K_j) * scale
         dQ = dQ_j if dQ is None else dQ + dQ_j
-        dK_j = (dS.transpose(-1, -2) @ Qg) * scale  # (..., b, d_k)
+        dK_j = (dZ.transpose(-1, -2) @ Qg) * scale  # (..., b, d_k)
         dV_j = P.transpose(-1, -2) @ dOg  # (..., b, d_v)
         if n_rep > 1:  # summed over the query heads that share the key head
             dK_j, dV_j = dK_j.sum(dim=-3), dV_j.sum(dim=-3)
         dK_blocks.append(dK_j)
         dV_blocks.append(dV_j)
-        del s, P, dS
+        del s, P, dZ
     return (dQ.reshape(Q.shape).to(Q.dtype), torch.cat(dK_blocks, dim=-2).to(K.dtype),
             torch.cat(dV_blocks, dim=-2).to(V.dtype))
 
@@ -415,7 +415,7 @@ def flash_attention(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
     The forward pass is the online softmax over key blocks (:func:`tiled_attention`); unlike
     it, the computation runs inside :class:`FlashAttentionFunction`, which saves for the
     backward pass only Q, K, V, the output and one log-sum-exp per query row, and recomputes
-    each block's probabilities ``exp(S_j - lse)`` in its own backward pass (lesson 08). Autograd
+    each block's probabilities ``exp(Z_j - lse)`` in its own backward pass (lesson 08). Autograd
     through :func:`tiled_attention` keeps every block's intermediate results instead, which
     makes its memory with gradients grow like T^2.
 

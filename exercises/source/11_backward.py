@@ -62,11 +62,11 @@ check("softmax_vjp", softmax_vjp)
 # Write `attention_backward(Q, K, V, dO, mask=None)` for `Q (..., L, d_k)`, `K (..., S, d_k)`,
 # `V (..., S, d_v)` (the same leading axes) and `dO (..., L, d_v)`, returning `(dQ, dK, dV)` of
 # the shapes of Q, K and V. First recompute the forward pass's weights $P$ from Q and K
-# ($S = Q K^\top / \sqrt{d_k}$, hidden entries get weight exactly 0, a row with no visible key
+# ($Z = Q K^\top / \sqrt{d_k}$, hidden entries get weight exactly 0, a row with no visible key
 # gets $P = 0$), then
 #
-# $$dV = P^\top dO, \quad dP = dO\,V^\top, \quad dS = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big),
-#   \quad dQ = \frac{dS\,K}{\sqrt{d_k}}, \quad dK = \frac{dS^\top Q}{\sqrt{d_k}}.$$
+# $$dV = P^\top dO, \quad dP = dO\,V^\top, \quad dZ = P \odot \big(dP - \mathrm{rowsum}(dP \odot P)\big),
+#   \quad dQ = \frac{dZ\,K}{\sqrt{d_k}}, \quad dK = \frac{dZ^\top Q}{\sqrt{d_k}}.$$
 #
 # The middle step is your `softmax_vjp`, row by row. `np.swapaxes(K, -1, -2)` transposes the last
 # two axes of a batched array.
@@ -85,9 +85,9 @@ def attention_backward(Q, K, V, dO, mask=None):
     P = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
     dV = np.swapaxes(P, -1, -2) @ dO                              # (..., S, d_v)
     dP = dO @ np.swapaxes(V, -1, -2)                              # (..., L, S)
-    dS = softmax_vjp(P, dP)
-    dQ = dS @ K / np.sqrt(d_k)                                    # (..., L, d_k)
-    dK = np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d_k)               # (..., S, d_k)
+    dZ = softmax_vjp(P, dP)
+    dQ = dZ @ K / np.sqrt(d_k)                                    # (..., L, d_k)
+    dK = np.swapaxes(dZ, -1, -2) @ Q / np.sqrt(d_k)               # (..., S, d_k)
     return dQ, dK, dV
     ### END SOLUTION
 
@@ -282,9 +282,9 @@ check("flash_forward", flash_forward)
 # returns them) and `dO` of the shape of O. Go over the key blocks again, and for each block $j$
 # recompute its *final* weights from the saved lse (no running maximum, nothing to rescale):
 #
-# $$P_j = e^{S_j - \mathrm{lse}}, \quad dV_j = P_j^\top dO, \quad dP_j = dO\,V_j^\top, \quad
-#   dS_j = P_j \odot (dP_j - D), \quad dQ \mathrel{+}= \frac{dS_j K_j}{\sqrt{d_k}}, \quad
-#   dK_j = \frac{dS_j^\top Q}{\sqrt{d_k}},$$
+# $$P_j = e^{Z_j - \mathrm{lse}}, \quad dV_j = P_j^\top dO, \quad dP_j = dO\,V_j^\top, \quad
+#   dZ_j = P_j \odot (dP_j - D), \quad dQ \mathrel{+}= \frac{dZ_j K_j}{\sqrt{d_k}}, \quad
+#   dK_j = \frac{dZ_j^\top Q}{\sqrt{d_k}},$$
 #
 # with $D = \mathrm{rowsum}(dO \odot O)$, computed once: it equals lesson 02's
 # $\mathrm{rowsum}(dP \odot P)$ over *all* keys, because
@@ -307,9 +307,9 @@ def flash_backward(Q, K, V, O, lse, dO, mask=None, block_size=4):
             s = np.where(mask[..., start:stop], s, -np.inf)
         P = np.exp(s - lse_safe)                                  # the block's final weights
         dV[..., start:stop, :] = np.swapaxes(P, -1, -2) @ dO
-        dS = P * (dO @ np.swapaxes(V_j, -1, -2) - D)
-        dQ += dS @ K_j / np.sqrt(d_k)
-        dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d_k)
+        dZ = P * (dO @ np.swapaxes(V_j, -1, -2) - D)
+        dQ += dZ @ K_j / np.sqrt(d_k)
+        dK[..., start:stop, :] = np.swapaxes(dZ, -1, -2) @ Q / np.sqrt(d_k)
     return dQ, dK, dV
     ### END SOLUTION
 

@@ -69,9 +69,9 @@ def att(*, scale=1.0, p_t=True, inner=True, dk_t=True, dq_t=False, **weights):
             P = _weights(Q, K, mask, **weights)
         dV = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
         dP = dO @ np.swapaxes(V, -1, -2)
-        dS = vjp_ref(P, dP) if inner else P * dP
-        dQ = (np.swapaxes(dS, -1, -2) if dq_t else dS) @ K * scale / np.sqrt(d_k)
-        dK = (np.swapaxes(dS, -1, -2) if dk_t else dS) @ Q * scale / np.sqrt(d_k)
+        dZ = vjp_ref(P, dP) if inner else P * dP
+        dQ = (np.swapaxes(dZ, -1, -2) if dq_t else dZ) @ K * scale / np.sqrt(d_k)
+        dK = (np.swapaxes(dZ, -1, -2) if dk_t else dZ) @ Q * scale / np.sqrt(d_k)
         return dQ, dK, dV
     return attention_backward
 
@@ -81,8 +81,8 @@ def att_with_vjp(vjp):
     def attention_backward(Q, K, V, dO, mask=None):
         d_k = Q.shape[-1]
         P = _weights(Q, K, mask)
-        dS = vjp(P, dO @ np.swapaxes(V, -1, -2))
-        return (dS @ K / np.sqrt(d_k), np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d_k),
+        dZ = vjp(P, dO @ np.swapaxes(V, -1, -2))
+        return (dZ @ K / np.sqrt(d_k), np.swapaxes(dZ, -1, -2) @ Q / np.sqrt(d_k),
                 np.swapaxes(P, -1, -2) @ dO)
     return attention_backward
 
@@ -97,8 +97,8 @@ def att_full_transpose(Q, K, V, dO, mask=None):  # K.T, V.T: every axis of a bat
         scores = np.where(mask, scores, -np.inf)
     e = np.exp(scores - scores.max(axis=-1, keepdims=True))
     P = e / e.sum(axis=-1, keepdims=True)
-    dS = vjp_ref(P, dO @ V.T)
-    return dS @ K / np.sqrt(d_k), dS.T @ Q / np.sqrt(d_k), P.T @ dO
+    dZ = vjp_ref(P, dO @ V.T)
+    return dZ @ K / np.sqrt(d_k), dZ.T @ Q / np.sqrt(d_k), P.T @ dO
 
 
 def att_d_k_from_V(Q, K, V, dO, mask=None):  # the scale of V's width d_v, forward and backward
@@ -110,8 +110,8 @@ def att_d_k_from_V(Q, K, V, dO, mask=None):  # the scale of V's width d_v, forwa
     e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
     total = e.sum(axis=-1, keepdims=True)
     P = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
-    dS = vjp_ref(P, dO @ np.swapaxes(V, -1, -2))
-    return (dS @ K / np.sqrt(d), np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d),
+    dZ = vjp_ref(P, dO @ np.swapaxes(V, -1, -2))
+    return (dZ @ K / np.sqrt(d), np.swapaxes(dZ, -1, -2) @ Q / np.sqrt(d),
             np.swapaxes(P, -1, -2) @ dO)
 
 
@@ -120,8 +120,8 @@ def att_one_key_empty(Q, K, V, dO, mask=None):  # a row with one visible key tre
     P = _weights(Q, K, mask)
     if mask is not None:
         P = np.where(np.broadcast_to(mask, P.shape).sum(axis=-1, keepdims=True) <= 1, 0.0, P)
-    dS = vjp_ref(P, dO @ np.swapaxes(V, -1, -2))
-    return (dS @ K / np.sqrt(d_k), np.swapaxes(dS, -1, -2) @ Q / np.sqrt(d_k),
+    dZ = vjp_ref(P, dO @ np.swapaxes(V, -1, -2))
+    return (dZ @ K / np.sqrt(d_k), np.swapaxes(dZ, -1, -2) @ Q / np.sqrt(d_k),
             np.swapaxes(P, -1, -2) @ dO)
 
 # ------------------------------------------------------------------ layer_norm_backward
@@ -281,10 +281,10 @@ def flash_bwd(*, block_softmax=False, D_block=False, p_t=True, scale=1.0, s_scal
                 else:
                     P = np.exp(s - lse_safe)
                 dP = dO @ np.swapaxes(V_j, -1, -2)
-                dS = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
+                dZ = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
                 dV[..., start:stop, :] = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
-                dQ += dS @ K_j * scale / np.sqrt(d_k)
-                dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q * scale / np.sqrt(d_k)
+                dQ += dZ @ K_j * scale / np.sqrt(d_k)
+                dK[..., start:stop, :] = np.swapaxes(dZ, -1, -2) @ Q * scale / np.sqrt(d_k)
         return dQ, dK, dV
     return flash_backward
 
@@ -317,7 +317,7 @@ WRONG = {
         ("1/sqrt(d_k) applied twice", (att(scale=1 / np.sqrt(3.0)),), "twice"),
         ("P instead of P^T in dV", (att(p_t=False),), "dv = p^t do, not p do"),
         ("the softmax's rowsum term dropped", (att(inner=False),), "you dropped the rowsum term"),
-        ("dS Q instead of dS^T Q for dK", (att(dk_t=False),), "transpose ds"),
+        ("dZ Q instead of dZ^T Q for dK", (att(dk_t=False),), "transpose dz"),
         ("the mask ignored when P is recomputed", (att(use_mask=False),), "recompute p with the mask"),
         ("-1e9 added instead of hiding keys", (att(additive=True),), "adding -1e9"),
         ("NaN on a row that sees no key", (att(guard=False),), "never divide by its empty sum"),
@@ -325,7 +325,7 @@ WRONG = {
         ("a row with one visible key treated as empty", (att_one_key_empty,),
          "only a row with no visible key"),
         ("d_k taken from V", (att_d_k_from_V,), "v's width d_v"),
-        ("dS^T K for dQ", (att(dq_t=True),), "you transposed ds (ds^t k)"),
+        ("dZ^T K for dQ", (att(dq_t=True),), "you transposed dz (dz^t k)"),
     ],
     "layer_norm_backward": [
         ("dgamma as the sum of dy", (ln_dgamma("no xhat"),), "you summed dy alone"),
@@ -370,7 +370,7 @@ WRONG = {
          "what does that do to dq and dk"),
         ("the scores recomputed without 1/sqrt(d_k)", (flash_bwd(s_scaled=False),),
          "are not the forward's weights"),
-        ("the mask ignored when recomputing", (flash_bwd(use_mask=False),), "recompute s_j with the mask"),
+        ("the mask ignored when recomputing", (flash_bwd(use_mask=False),), "recompute z_j with the mask"),
         ("NaN on a row that sees no key", (flash_bwd(guard=False),), "use lse = 0 for such rows"),
     ],
 }

@@ -106,16 +106,16 @@ def softmax_vjp(softmax_vjp):
 # ----------------------------------------------------------------------------- attention_backward
 
 ATT_NO_SCALE = ("the scores are Q K^T / sqrt(d_k): what does that do to dQ and dK?",
-                "dQ = dS K / sqrt(d_k) and dK = dS^T Q / sqrt(d_k): you left out the 1/sqrt(d_k)")
+                "dQ = dZ K / sqrt(d_k) and dK = dZ^T Q / sqrt(d_k): you left out the 1/sqrt(d_k)")
 ATT_DOUBLE_SCALE = ("how many times does 1/sqrt(d_k) appear?",
                     "you divided by sqrt(d_k) twice (by d_k): once in the scores of the forward, "
                     "once in dQ and dK")
 ATT_P_NOT_T = ("which way round is dV?",
                "O = P V, so dV_s = sum_l P_ls dO_l: dV = P^T dO, not P dO")
 ATT_NO_INNER = ("the softmax's backward pass has two terms",
-                "dS = P * (dP - rowsum(dP * P)): you dropped the rowsum term (lesson 01's <s, g>)")
+                "dZ = P * (dP - rowsum(dP * P)): you dropped the rowsum term (lesson 01's <s, g>)")
 ATT_DK_NOT_T = ("dK has one row per key",
-                "dK = dS^T Q / sqrt(d_k): transpose dS (you used dS Q)")
+                "dK = dZ^T Q / sqrt(d_k): transpose dZ (you used dZ Q)")
 ATT_MASK_IGNORED = ("may a hidden key receive a gradient?",
                     "recompute P with the mask, as the forward did: hidden keys get weight 0, so "
                     "no gradient flows into them")
@@ -139,10 +139,10 @@ ATT_D_V = ("which width is d_k?",
            "d_k is the width of a query and a key (Q's last axis): you scaled the scores, dQ and "
            "dK by the square root of V's width d_v")
 ATT_DQ_T = ("dQ has one row per query",
-            "dQ = dS K / sqrt(d_k): dS (L, S) times K (S, d_k); you transposed dS (dS^T K), "
+            "dQ = dZ K / sqrt(d_k): dZ (L, S) times K (S, d_k); you transposed dZ (dZ^T K), "
             "which only has the right shape when L = S")
-ATT_DEFAULT = ("dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)), dQ = dS K / sqrt(d_k), "
-               "dK = dS^T Q / sqrt(d_k)",)
+ATT_DEFAULT = ("dV = P^T dO, dP = dO V^T, dZ = P * (dP - rowsum(dP * P)), dQ = dZ K / sqrt(d_k), "
+               "dK = dZ^T Q / sqrt(d_k)",)
 
 
 def _att_variant(Q, K, V, dO, mask, *, scale=1.0, p_t=True, inner=True, dk_t=True, use_mask=True,
@@ -158,10 +158,10 @@ def _att_variant(Q, K, V, dO, mask, *, scale=1.0, p_t=True, inner=True, dk_t=Tru
         P = np.where(np.broadcast_to(mask, P.shape).sum(axis=-1, keepdims=True) <= 1, 0.0, P)
     dV = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
     dP = dO @ np.swapaxes(V, -1, -2)
-    dS = softmax_vjp_np(P, dP) if inner else P * dP
+    dZ = softmax_vjp_np(P, dP) if inner else P * dP
     c = scale / math.sqrt(d_k)
-    dK = (np.swapaxes(dS, -1, -2) @ Q if dk_t else dS @ Q) * c
-    dQ = (np.swapaxes(dS, -1, -2) if dq_t else dS) @ K * c
+    dK = (np.swapaxes(dZ, -1, -2) @ Q if dk_t else dZ @ Q) * c
+    dQ = (np.swapaxes(dZ, -1, -2) if dq_t else dZ) @ K * c
     return dQ, dK, dV
 
 
@@ -493,24 +493,24 @@ def flash_forward(flash_forward):
 # ----------------------------------------------------------------------------- flash_backward
 
 FB_BLOCK_SOFTMAX = ("which statistics make a block's weights final?",
-                    "recompute P_j = exp(S_j - lse) from the whole row's saved log-sum-exp; you "
+                    "recompute P_j = exp(Z_j - lse) from the whole row's saved log-sum-exp; you "
                     "normalised each block with its own maximum and sum, as if it held every key")
 FB_BLOCK_D = ("D is a sum over every key of the row",
               "use D = rowsum(dO * O), computed once before the loop; rowsum(dP_j * P_j) over "
               "one block is only part of it")
 FB_P_NOT_T = ("which way round is dV?", "dV_j = P_j^T dO (one row per key), not P_j dO")
 FB_NO_SCALE = ("the scores are Q K^T / sqrt(d_k): what does that do to dQ and dK?",
-               "dQ += dS_j K_j / sqrt(d_k) and dK_j = dS_j^T Q / sqrt(d_k)")
+               "dQ += dZ_j K_j / sqrt(d_k) and dK_j = dZ_j^T Q / sqrt(d_k)")
 FB_S_UNSCALED = ("recompute the scores exactly as the forward did",
-                 "S_j = Q K_j^T / sqrt(d_k): without the scale, exp(S_j - lse) are not the "
+                 "Z_j = Q K_j^T / sqrt(d_k): without the scale, exp(Z_j - lse) are not the "
                  "forward's weights")
 FB_MASK = ("may a hidden key receive a gradient?",
-           "recompute S_j with the mask (hidden keys at -inf, so P = 0 there)")
-FB_NAN = ("what is exp(S - lse) for a row that sees no key?",
-          "lse = -inf there, and exp(-inf + inf) is NaN: use lse = 0 for such rows (their S are "
+           "recompute Z_j with the mask (hidden keys at -inf, so P = 0 there)")
+FB_NAN = ("what is exp(Z - lse) for a row that sees no key?",
+          "lse = -inf there, and exp(-inf + inf) is NaN: use lse = 0 for such rows (their Z are "
           "all -inf, so P = 0)")
-FB_DEFAULT = ("P_j = exp(S_j - lse), dV_j = P_j^T dO, dS_j = P_j (dO V_j^T - D) with D = "
-              "rowsum(dO O), dQ += dS_j K_j / sqrt(d_k), dK_j = dS_j^T Q / sqrt(d_k)",)
+FB_DEFAULT = ("P_j = exp(Z_j - lse), dV_j = P_j^T dO, dZ_j = P_j (dO V_j^T - D) with D = "
+              "rowsum(dO O), dQ += dZ_j K_j / sqrt(d_k), dK_j = dZ_j^T Q / sqrt(d_k)",)
 
 
 def _fb_wrongs(Q, K, V, O, lse, dO, mask, block):

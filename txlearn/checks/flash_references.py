@@ -83,9 +83,9 @@ def fb_variant(Q, K, V, O, lse, dO, mask, block, *, weights="lse", D_block=False
             s = np.where(mask[..., start:stop], s, -np.inf)
         P = masked_softmax_np(s, np.isfinite(s)) if weights == "block" else np.exp(s - lse_safe)
         dP = dO @ np.swapaxes(V_j, -1, -2)
-        dS = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
+        dZ = P * (dP - ((dP * P).sum(axis=-1, keepdims=True) if D_block else D))
         c = scale / math.sqrt(d_k)
-        dQ = dQ + dS @ K_j * c
-        dK[..., start:stop, :] = np.swapaxes(dS, -1, -2) @ Q * c
+        dQ = dQ + dZ @ K_j * c
+        dK[..., start:stop, :] = np.swapaxes(dZ, -1, -2) @ Q * c
         dV[..., start:stop, :] = (np.swapaxes(P, -1, -2) if p_t else P) @ dO
     return np.concatenate([dQ.ravel(), dK.ravel(), dV.ravel()])
