@@ -105,6 +105,12 @@ assert torch.allclose(out, summed, atol=1e-5)
 # %% [markdown]
 # ## 2. Heads specialise
 #
+# The claim is that different heads learn different jobs (in trained language models: syntax,
+# coreference, long-range links). Here we show the mechanism on a task built for it; heads of
+# real models are measured later: lesson 09 finds previous-token and subject-noun heads in a
+# trained BERT and in our character model, lesson 10 sink, previous-token and induction heads in
+# a real LLM, each against a baseline.
+#
 # A small synthetic task needs two different lookups at once: at every position $t \ge 1$,
 # predict **the previous token** $x_{t-1}$ and **the first token** $x_0$. A single attention layer
 # (causal mask, token plus learned position embeddings, $d_{model} = 32$) with two heads is
@@ -497,7 +503,8 @@ assert abs(1 - w_gqa / w_mha - 0.4375) < 1e-12
 # %% [markdown]
 # ## Summary
 #
-# - Heads split $d_{model}$ into $n_{heads}$ slices of $d_k$; they add no parameters, and the
+# - Heads split the projected features $x W_Q$, $x W_K$, $x W_V$ (each $d_{model}$ wide) into
+#   $n_{heads}$ slices of $d_k$; they add no parameters, and the
 #   output is a sum of per-head contributions through $W_O$.
 # - Trained on a task that needs two lookups, two heads specialise (previous token, first
 #   token). One head of the same width splits its weight about evenly *on average* and still

@@ -206,7 +206,11 @@ show(fig, alt="Scatter plot of the twelve input points, their shaded convex hull
 # So the accurate statement is not "attention stays in the hull" but: **attention applies no
 # nonlinearity to a token's vector.** Each head mixes linearly mapped values with weights that sum
 # to 1; everything nonlinear in it is in the weights (the softmax of the scores), not in what is
-# mixed. With one head the output stays in the hull of the mapped values, with several in the sum
+# mixed. (This is the attention operation itself. In a full layer the LayerNorm before it, lesson
+# 06, is also a function of each token's own vector, and not a linear one: it recentres the
+# vector (a linear step) and divides it by its own standard deviation (a nonlinear one, since the
+# divisor depends on the vector). It changes a vector's length, not the direction of its
+# recentred part; the FFN is where a token's features are bent.) With one head the output stays in the hull of the mapped values, with several in the sum
 # of the heads' hulls, and a deep stack of attention alone collapses towards averages (the first
 # figure). A function applied to each token's own vector, like ReLU, comes from the FFN: it leaves
 # both sets.

@@ -4,7 +4,7 @@
 # Each sub-layer of the transformer (attention, FFN) is wrapped as
 #
 # $$\text{post-LN (the paper, sec. 3.1):}\;\; \mathrm{LayerNorm}(x + F(x)) \qquad
-# \text{pre-LN (GPT-2 onwards):}\;\; x + F(\mathrm{LayerNorm}(x)).$$
+# \text{pre-LN (GPT-2 and most models since):}\;\; x + F(\mathrm{LayerNorm}(x)).$$
 #
 # This lesson measures why the residual $x + \dots$ is there (gradients through depth), what
 # LayerNorm and RMSNorm do to the same activations, and how the two orders differ in gradients and

@@ -496,7 +496,9 @@ show(fig, alt=f"Two heatmaps of the decoder's cross-attention weights, output po
 # through a $W_Q$, $W_K$ pair that matches a decoder position to the mirrored source position
 # (with sinusoidal encodings that is a linear map: $\sin(\omega(T-1-t))$ and
 # $\cos(\omega(T-1-t))$ are fixed combinations of $\sin \omega t$ and $\cos \omega t$). In
-# translation the same map is the word alignment between the two sentences.
+# translation, cross-attention maps often look like a soft word alignment between the two
+# sentences (Bahdanau et al. 2015 drew them so), but they are not one in general: reading
+# alignments off a transformer's heads takes care, and Garg et al. 2019 train a head for it.
 
 # %% [markdown]
 # ## The backward pass of the whole layer, assembled from its pieces
