@@ -676,10 +676,10 @@ assert table["nn.MultiheadAttention, key_padding_mask"] == "True = hidden"
 # $\partial \mathcal{L} / \partial P_{ls} = dO_l \cdot V_s$. The middle line is lesson 01's
 # vector-Jacobian product of the softmax, once per query row: $\mathrm{rowsum}(dP \odot P)$ is
 # $\langle s, g \rangle$ there. The first line is the product rule for
-# $S_{ls} = q_l \cdot k_s / \sqrt{d_k}$: each query gets its scores' gradients times the keys,
+# $Z_{ls} = q_l \cdot k_s / \sqrt{d_k}$: each query gets its scores' gradients times the keys,
 # each key its scores' gradients times the queries, and both keep the $1/\sqrt{d_k}$.
 #
-# **Masks.** A masked entry has $P_{ls} = 0$, so $dS_{ls} = 0$ and $dV$ gets nothing from that
+# **Masks.** A masked entry has $P_{ls} = 0$, so $dZ_{ls} = 0$ and $dV$ gets nothing from that
 # pair: no gradient flows into a key its query may not see. A query that sees no key at all has
 # a row of zeros in $P$ (section 6): its $dQ$ is 0 and it sends nothing to any key, and nothing
 # in the computation divides by its empty sum, so nothing is NaN.

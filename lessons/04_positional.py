@@ -295,9 +295,10 @@ assert sinusoidal_encoding(40, 16).shape == (40, 16)   # the formula has no maxi
 #
 # (before the $1/\sqrt{d_k}$). The positions enter through absolute $p_i$ and $p_j$; only the
 # last term compares two positions, and it depends on the offset $j - i$ alone only for special
-# $A$: with $A = I$ it is section 3's $\sum_k \cos(\Delta\,\omega_k)$, with a learned $A$ in
-# general not. Measured, for the sinusoidal table and a random $A$: the four terms add up to the
-# score, and the position-position term is not constant along the diagonals $j - i =$ const.
+# $A$: with $A = I$ it is section 3's $\sum_k \cos(\Delta\,\omega_k)$, with a general $A$
+# (a trained one, or the random one below) not. Measured, for the sinusoidal table and a random
+# $A$: the four terms add up to the score, and the position-position term is not constant along
+# the diagonals $j - i =$ const.
 
 # %%
 T4, d4 = 24, 16
@@ -322,7 +323,7 @@ print("spread along diagonals: " + ", ".join(f"{n} {diagonal_spread(t):.2f}" for
       + f"; p p^T (A = I) {diagonal_spread(p4 @ p4.T):.1e}")
 assert gap4 < 1e-12
 assert diagonal_spread(p4 @ p4.T) < 1e-12                  # A = I: a function of the offset
-assert diagonal_spread(terms["position-position"]) > 0.1   # a learned A: not any more
+assert diagonal_spread(terms["position-position"]) > 0.1   # a general A (here random): not any more
 
 # %% [markdown]
 # ## 5. Rotary encodings: relative positions inside the dot product
@@ -809,8 +810,8 @@ show(fig, alt="Two line plots against the position t from 0 to 127 (running mean
 #   cost grows by more than 0.05 nats from the first level to the second).
 #
 # *Surprise, for the claim we started from:* the sinusoidal formula, the one position vector
-# meant to extend, still pays a third of a nat or more past 32; no positional encoding keeps its
-# small cost at an equal loss, but in the time the others take it learns only a bigram's worth.
+# meant to extend, still pays more than a quarter of a nat past 32 (asserted > 0.25); no
+# positional encoding keeps its small cost at an equal loss, but in the time the others take it learns only a bigram's worth.
 # The encoding that both learns and extends puts no position in any vector: ALiBi.
 # Published measurements point the same way (Press et al. 2022 for ALiBi against sinusoidal and
 # rotary encodings; Kazemnejad et al. 2023 for causal models without positions). These are tiny

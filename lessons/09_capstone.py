@@ -689,9 +689,9 @@ print(f"pretrained encoder: max |ours - sentence-transformers| = {diff:.1e} over
 #   head leans towards repeating the current character).
 # - Training: the loss falls by more than 0.3 nats once the run makes 20 steps, and the
 #   validation loss goes 0.8 below uniform after 30 (asserted when reached; `make test` usually
-#   reaches both). Below the bigram by at least 0.3 nats: full budget only. Our full-budget
-#   figure, 1.21 nats/char (1.10 below the bigram, three runs of the command on a quiet 2-core
-#   CPU), is a measurement reported here and in docs/measurements.md, asserted only as that 0.3
+#   reaches both). Below the bigram by at least 0.3 nats: full budget only. The old fixed
+#   recipe's figure (section 4: d 128, T 128, 2,700 steps), 1.21 nats/char (1.10 below the
+#   bigram, three runs of the command on a quiet 2-core CPU), is a measurement reported here and in docs/measurements.md, asserted only as that 0.3
 #   margin.
 # - Samples: the share of real words rises by more than 15 points (full budget only; measured 0%
 #   to 91% after 2,700 steps). Cached and uncached greedy generation give the same characters

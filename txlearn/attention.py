@@ -13,7 +13,7 @@ rounded by up to 0.25 (``tests/test_precision.py`` measures it on large, close l
 is the (L, S) scores held in float32, twice the bytes of float16 ones.
 
 The backward pass (lesson 02, section 9) is written out by hand in :func:`attention_backward`
-and its NumPy twin: with ``S = Q K^T / sqrt(d_k)``, ``P = softmax(S)``, ``O = P V`` and the
+and its NumPy twin: with ``Z = Q K^T / sqrt(d_k)``, ``P = softmax(Z)``, ``O = P V`` and the
 upstream gradient ``dO``,
 
     dV = P^T dO,   dP = dO V^T,   dZ = P * (dP - rowsum(dP * P)),
@@ -208,8 +208,8 @@ def attention_backward(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, dO: to
                        mask: torch.Tensor | None = None, weights: torch.Tensor | None = None):
     """Gradients of scaled dot-product attention, written by hand: ``(dQ, dK, dV)``.
 
-    Forward (:func:`scaled_dot_product_attention`): ``S = Q K^T / sqrt(d_k)``,
-    ``P = masked_softmax(S, mask)``, ``O = P V``. Backward, one product at a time (each line is
+    Forward (:func:`scaled_dot_product_attention`): ``Z = Q K^T / sqrt(d_k)``,
+    ``P = masked_softmax(Z, mask)``, ``O = P V``. Backward, one product at a time (each line is
     the chain rule through one forward line, lesson 02, section 9):
 
         dV = P^T dO                       O_l = sum_s P_ls V_s, so dV_s = sum_l P_ls dO_l
