@@ -112,16 +112,19 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 # | NN | lesson | what it measures |
 # |---|---|---|
 # | 00 | the map (this notebook) | the layer diagram; an environment check against the declared versions |
-# | 01 | softmax and the $1/\sqrt{d_k}$ scale | Var$(q \cdot k)$ grows as $d_k$; softmax saturation and its vanishing Jacobian; float32 overflow and the max-shift |
-# | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V, and why $W_Q = W_K$ forces a Gram matrix; attention heatmaps; causal and padding masks; generating text one token at a time; masking by adding $-10^9$ or BERT's $-10^4$ and where each fails; permutation equivariance, and how a causal mask breaks it |
+# | 01 | softmax and the $1/\sqrt{d_k}$ scale | Var$(q \cdot k)$ grows as $d_k$; softmax saturation and its vanishing Jacobian; float32 overflow and the max-shift; the softmax's backward pass by hand, against autograd; the gradient that reaches $W_Q$ |
+# | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V, and why $W_Q = W_K$ forces a Gram matrix; attention heatmaps; causal and padding masks; generating text one token at a time; masking by adding $-10^9$ or BERT's $-10^4$ and where each fails; permutation equivariance, and how a causal mask breaks it; attention's backward pass ($dQ, dK, dV$) by hand |
 # | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; how one head copes with two lookups; GQA's grouping; the KV cache; KV-cache memory of MHA, GQA, MQA for real model sizes |
 # | 04 | positional encodings | order blindness without them; a causal model learning positions without them; sinusoidal, learned, RoPE, ALiBi; loss past the trained length for each, trained to a comparable loss, and RoPE with position interpolation |
 # | 05 | the position-wise FFN | attention alone stays in the values' convex hull; the FFN leaves it; ReLU/GELU/SwiGLU; its share of parameters and FLOPs |
-# | 06 | residuals and normalisation | gradient norm vs depth with and without residuals; LayerNorm and RMSNorm; post-LN vs pre-LN |
-# | 07 | one full layer | the forward pass step by step on a tiny example; equality with `torch.nn.TransformerEncoderLayer`; the paper's dropout and label smoothing; cross-attention |
-# | 08 | complexity | time and memory vs $T$ and $d_{model}$ (log-log slopes); RNN comparison; tiled online-softmax attention |
-# | 09 | capstone | a small causal transformer trained on real text on a CPU; a real pretrained encoder rebuilt from the course's modules |
-# | 10 | a modern decoder | RMSNorm, RoPE, GQA and SwiGLU in one model; SmolLM2-135M read from its file into it and matched to `transformers`; what its heads do |
+# | 06 | residuals and normalisation | gradient norm vs depth with and without residuals; LayerNorm and RMSNorm; post-LN vs pre-LN, at initialisation and in training; norms in float16; their backward passes by hand |
+# | 07 | one full layer | the forward pass step by step on a tiny example; equality with `torch.nn.TransformerEncoderLayer`; embedding and output head; cross-attention; the whole layer's backward pass from its pieces; the paper's dropout and label smoothing |
+# | 08 | complexity | parameters, FLOPs and memory counted; time and memory vs $T$ and $d_{model}$ (log-log slopes); RNN comparison; the paper's Table 1 measured; tiled online-softmax attention; FlashAttention's forward and backward; what one decoded token costs (GQA); sliding windows |
+# | 09 | capstone | a small causal transformer trained on real text on a CPU, sized for its budget; samples; what its heads attend to; a real pretrained encoder rebuilt from the course's modules; previous-token and subject-noun heads against baselines; sentence similarity |
+# | 10 | a modern decoder | RMSNorm, RoPE, GQA and SwiGLU in one model; SmolLM2-135M read from its file into it and matched to `transformers`; the RoPE pairing trap; the KV cache; sink, previous-token and induction heads, and ablations showing which heads it needs |
+#
+# Exercise sets 01 to 10 follow their lessons; set 11 (backpropagation by hand) draws on lessons
+# 01, 02, 06, 07 and 08 and comes after lesson 08.
 #
 # ## How to work through the course
 #
