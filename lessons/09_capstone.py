@@ -657,6 +657,71 @@ assert max(from_each.values()) > 0.8 * subj_w      # ...but it is not the only q
 # ablations of lesson 10).
 
 # %% [markdown]
+# ### Coreference: does a pronoun look at the noun it means?
+#
+# The seed's claim names coreference among what heads specialise in. A pronoun probe, built like
+# the one above: 40 templated sentences of 11 tokens with two nouns of different number, and a
+# pronoun that can only mean one of them. In half, the pronoun is the subject of the second
+# clause and means the first noun ("The cat found the farmers and **it** smiled."); in the other
+# half it is an object and means the second noun ("The dogs found the king and watched **it**.").
+# The noun it means therefore sits at a different position in each half, so a head that looks a
+# fixed distance back, or always at the first noun, cannot score on both. Baselines: the
+# pronoun's weight on the other noun, and the key-matched weight (what the other queries put on
+# the antecedent). The head is chosen on half of the sentences and measured on the rest.
+
+# %%
+rng_c = np.random.default_rng(11)
+people = [("dog", "dogs"), ("cat", "cats"), ("bird", "birds"), ("horse", "horses"), ("girl", "girls"),
+          ("boy", "boys"), ("king", "kings"), ("doctor", "doctors"), ("student", "students"),
+          ("farmer", "farmers")]
+verbs = ["saw", "met", "found", "helped", "called"]
+coref, kinds = [], np.arange(40) % 2      # kind 0: the pronoun means the first noun; 1: the second
+for kind in kinds:
+    a, b = rng_c.choice(len(people), size=2, replace=False)
+    plural = rng_c.integers(2)            # the number of the noun the pronoun means
+    if kind == 0:
+        coref.append(f"The {people[a][plural]} {rng_c.choice(verbs)} the {people[b][1 - plural]} "
+                     f"and {['it', 'they'][plural]} {rng_c.choice(['left', 'smiled', 'waited'])}.")
+    else:
+        coref.append(f"The {people[a][1 - plural]} {rng_c.choice(verbs)} the {people[b][plural]} "
+                     f"and {rng_c.choice(['thanked', 'followed', 'watched'])} {['it', 'them'][plural]}.")
+coref_batch = tokenize(coref, tokenizer)
+assert coref_batch["attention_mask"].all() and coref_batch["input_ids"].shape[1] == 11  # one piece each
+with torch.no_grad():
+    _, W_coref = encoder(coref_batch["input_ids"], coref_batch["attention_mask"], return_weights=True)
+W_coref = torch.stack(W_coref, dim=1).numpy()                 # (40, 6, 12, 11, 11)
+i_c = np.arange(len(coref))
+PRONOUN, MEANT, OTHER = np.where(kinds == 0, 7, 8), np.where(kinds == 0, 2, 5), np.where(kinds == 0, 5, 2)
+to_meant = W_coref[i_c, :, :, PRONOUN, MEANT]                   # (40, 6, 12)
+to_other = W_coref[i_c, :, :, PRONOUN, OTHER]
+key_matched_c = np.stack([np.mean([W_coref[i, :, :, q, MEANT[i]] for q in range(1, 10)
+                                   if q not in (PRONOUN[i], MEANT[i])], axis=0) for i in i_c])
+choose_c, held_c = i_c % 4 < 2, i_c % 4 >= 2                       # both kinds in both halves
+l_c, h_c = np.unravel_index((to_meant[choose_c] - to_other[choose_c]).mean(0).argmax(), (6, 12))
+meant_w, other_w, key_w = (v[held_c, l_c, h_c].mean() for v in (to_meant, to_other, key_matched_c))
+wins_c = [(to_meant[held_c & (kinds == k), l_c, h_c] > to_other[held_c & (kinds == k), l_c, h_c]).mean()
+          for k in (0, 1)]
+print(f"e.g. {coref[0]!r}, {coref[1]!r}")
+print(f"chosen on 20 sentences: layer {l_c}, head {h_c}. On the other 20: pronoun -> the noun it "
+      f"means {meant_w:.2f}, -> the other noun {other_w:.2f}; key-matched (other queries -> that "
+      f"noun) {key_w:.2f}; the meant noun above the other in {wins_c[0]:.0%} (first noun meant) "
+      f"and {wins_c[1]:.0%} (second noun meant) of the sentences")
+print(f"median head, pronoun -> meant minus -> other: "
+      f"{np.median((to_meant[held_c] - to_other[held_c]).mean(0)):+.3f}")
+assert meant_w > 3 * other_w and meant_w > 2 * key_w and min(wins_c) > 0.8
+
+# %% [markdown]
+# One head sends the pronoun to the noun it means, whichever of the two positions that is
+# (asserted: more than three times its weight on the other noun, twice the key-matched baseline,
+# and the right noun in more than 80% of each kind of sentence), while the median head shows no
+# preference. In our run it is the same head as the syntactic probe's. A caution the templates
+# cannot lift: here the pronoun and the noun it means always agree in **number** and the other
+# noun never does, so a head that matches singular with singular and plural with plural scores
+# just as well. Telling reference from number matching needs sentences where only meaning
+# decides ("The trophy did not fit in the suitcase because it was too big"), which a 6-layer
+# sentence-embedding model is not expected to resolve; we have not measured that.
+
+# %% [markdown]
 # ## 9. Sentence similarity
 #
 # Embeddings have unit length, so the dot product is the cosine similarity. Paraphrases should
@@ -729,6 +794,10 @@ print(f"pretrained encoder: max |ours - sentence-transformers| = {diff:.1e} over
 #   key-matched baseline (the same head's weight on the subject from the other queries) the verb
 #   is 1.5 times above the average, but the word before the subject and the full stop look at
 #   it about as much: a subject-noun head, not a verb-to-subject link.
+# - A coreference probe: the same kind of choice finds a head that sends a pronoun to the noun it
+#   means, first or second in the sentence, at more than 3 times the other noun and twice the
+#   key-matched baseline (right in over 80% of each kind). The templates let number agreement
+#   decide, so reference and number matching are not told apart.
 #
 # Try `txlearn train --text yourfile.txt` and
 # `txlearn sample checkpoints/capstone.safetensors --prompt "class "`. Exercises:
