@@ -1,0 +1,69 @@
+"""The commands for the systems a class uses: ``txlearn gradescope`` (argparse, added to the
+``txlearn`` command by ``txlearn.cli``). Each stops with one line (exit status 2) on bad input."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["add_parsers"]
+
+GRADESCOPE_HELP = """\
+Build one Gradescope autograder zip per exercise set (Gradescope: a programming assignment,
+"Zip file upload"). Each zip holds setup.sh (Ubuntu's python3 and bubblewrap, a venv with the CPU
+build of PyTorch, txlearn's wheel packed in the zip, the set's data), run_autograder (grades
+/autograder/submission/ and writes /autograder/results/results.json: a test per exercise and per
+exercise's hidden cases), the course's exercise sources, the course file (--course: deadlines,
+extensions and the late penalty; lateness from Gradescope's submission time) and the set's
+hidden cases (--hidden), which the submission's code cannot read. Students upload the set's
+notebook and, for sets that build on earlier answers (04, 07, 09, 10), those notebooks too.
+The submission runs in bubblewrap where it starts, else in container mode (docs/containers.md).
+"""
+
+
+def _error(text: str) -> int:
+    print(f"txlearn: error: {text}", file=sys.stderr)
+    return 2
+
+
+def _cmd_gradescope(args) -> int:
+    from txlearn.course.gradebook.course import CourseFileError
+    from txlearn.course.grading.sets import GradingError
+    from txlearn.course.lms.gradescope import GradescopeError, build_autograder, build_wheel
+
+    for name, path in (("--hidden", args.hidden), ("--course", args.course),
+                       ("--wheel", args.wheel)):
+        if path and not Path(path).exists():
+            return _error(f"{name} {path}: no such file or folder")
+    try:
+        with tempfile.TemporaryDirectory(prefix="txlearn-gradescope-") as tmp:
+            wheel = Path(args.wheel) if args.wheel else build_wheel(Path(tmp))
+            for set_name in args.sets:
+                out = build_autograder(set_name, Path(args.out), wheel=wheel,
+                                       hidden=Path(args.hidden) if args.hidden else None,
+                                       course_file=Path(args.course) if args.course else None,
+                                       hidden_visibility=args.hidden_visibility)
+                print(f"wrote {out}")
+    except (GradescopeError, GradingError, CourseFileError) as err:
+        return _error(str(err))
+    return 0
+
+
+def add_parsers(sub) -> None:
+    """Add ``gradescope`` to ``sub`` (the ``txlearn`` command's subparsers)."""
+    import argparse
+
+    p = sub.add_parser("gradescope", help="build a Gradescope autograder zip per exercise set",
+                       description=GRADESCOPE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("sets", nargs="+", metavar="SET", help="exercise sets (01 or 01_softmax)")
+    p.add_argument("--out", default="gradescope", metavar="DIR",
+                   help="where the zips go (default: gradescope/)")
+    p.add_argument("--hidden", metavar="DIR", help="the hidden-case folder (txlearn grade --help)")
+    p.add_argument("--course", metavar="FILE", help="the course file (deadlines, penalty)")
+    p.add_argument("--hidden-visibility", default="after_published",
+                   choices=("after_published", "hidden", "after_due_date"),
+                   help="when students see their hidden-case tests (default after_published)")
+    p.add_argument("--wheel", metavar="FILE", help="a txlearn wheel to pack (default: build one)")
+    p.set_defaults(func=_cmd_gradescope)
