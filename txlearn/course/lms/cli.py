@@ -1,5 +1,6 @@
-"""The commands for the systems a class uses: ``txlearn gradescope`` (argparse, added to the
-``txlearn`` command by ``txlearn.cli``). Each stops with one line (exit status 2) on bad input."""
+"""The commands for the systems a class uses: ``txlearn gradescope`` and ``collect`` (argparse,
+added to the ``txlearn`` command by ``txlearn.cli``). Each stops with one line (exit status 2) on
+bad input."""
 
 from __future__ import annotations
 
@@ -50,9 +51,56 @@ def _cmd_gradescope(args) -> int:
     return 0
 
 
+def _cmd_collect(args) -> int:
+    from txlearn.course.gradebook.course import CourseFileError, load_course
+    from txlearn.course.lms.collect import CollectError, collect
+
+    if not Path(args.download).exists():
+        return _error(f"{args.download}: no such file or folder")
+    try:
+        course = load_course(Path(args.course)) if args.course else None
+        rows, notes = collect(Path(args.download), Path(args.out), layout=args.layout,
+                              set_name=args.set, course=course)
+    except (CollectError, CourseFileError) as err:
+        return _error(str(err))
+    students = {r["student"] for r in rows}
+    print(f"wrote {len(rows)} notebook(s) of {len(students)} student(s) into {args.out} and "
+          f"{Path(args.out) / 'manifest.csv'}")
+    for note in notes:
+        print(f"txlearn: warning: {note}", file=sys.stderr)
+    return 0
+
+
+COLLECT_HELP = """\
+Turn an LMS's bulk download (a zip, or the folder it was unpacked into) into the folders txlearn
+grade reads: OUT/<student>/NN_name.ipynb and OUT/manifest.csv (student, set, submitted_at, and
+the LMS's own keys, which the feedback upload needs). Layouts: canvas ("Download Submissions":
+name_userid_attachmentid_file, late marker, -N for a file uploaded again), moodle ("Download all
+submissions": Full Name_participantid_assignsubmission_file_/file), gradescope ("Export
+Submissions": submission_metadata.yml beside submission_<id>/ folders). Only Gradescope's
+export carries submission times; for the others submitted_at is left empty and grading says
+that lateness then comes from the files' modification times.
+"""
+
+
 def add_parsers(sub) -> None:
-    """Add ``gradescope`` to ``sub`` (the ``txlearn`` command's subparsers)."""
+    """Add ``gradescope`` and ``collect`` to ``sub`` (the ``txlearn`` command's subparsers)."""
     import argparse
+
+    p = sub.add_parser("collect", help="turn a Canvas, Moodle or Gradescope download into "
+                                       "submissions/ and its manifest.csv",
+                       description=COLLECT_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("download", metavar="DOWNLOAD", help="the download: a zip or a folder")
+    p.add_argument("--layout", required=True, choices=("canvas", "moodle", "gradescope"),
+                   help="the LMS it came from")
+    p.add_argument("--out", default="submissions", metavar="DIR",
+                   help="the submissions folder (default: submissions/)")
+    p.add_argument("--set", metavar="SET", help="the set of every notebook (default: each "
+                                                "file's name)")
+    p.add_argument("--course", metavar="FILE", help="a course file whose roster names the "
+                                                    "student folders (Canvas id, e-mail)")
+    p.set_defaults(func=_cmd_collect)
 
     p = sub.add_parser("gradescope", help="build a Gradescope autograder zip per exercise set",
                        description=GRADESCOPE_HELP,
