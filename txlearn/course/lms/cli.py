@@ -1,4 +1,5 @@
-"""The commands for the systems a class uses: ``txlearn gradescope`` and ``collect`` (argparse,
+"""The commands for the systems a class uses: ``txlearn gradescope``, ``collect`` and
+``feedback-upload`` (argparse,
 added to the ``txlearn`` command by ``txlearn.cli``). Each stops with one line (exit status 2) on
 bad input."""
 
@@ -83,9 +84,48 @@ that lateness then comes from the files' modification times.
 """
 
 
+def _cmd_feedback_upload(args) -> int:
+    from txlearn.course.gradebook.record import now_utc
+    from txlearn.course.gradebook.store import GradebookError, open_gradebook
+    from txlearn.course.lms.feedback_upload import FeedbackUploadError, pack_feedback
+
+    if not Path(args.manifest).is_file():
+        return _error(f"--manifest {args.manifest}: no such file (txlearn collect writes it)")
+    try:
+        with open_gradebook(Path(args.gradebook), readonly=True) as gb:
+            rows = gb.notebooks()
+        packed, left_out = pack_feedback(rows, Path(args.manifest), args.lms, args.set,
+                                         Path(args.out), policy=args.policy, generated=now_utc())
+    except (GradebookError, FeedbackUploadError) as err:
+        return _error(str(err))
+    print(f"wrote {args.out}: {packed} feedback page(s) for {args.lms}'s bulk upload")
+    if left_out:
+        print(f"txlearn: warning: {len(left_out)} graded student(s) not in the manifest for "
+              f"{args.lms}, left out: {', '.join(left_out[:5])}", file=sys.stderr)
+    return 0
+
+
 def add_parsers(sub) -> None:
-    """Add ``gradescope`` and ``collect`` to ``sub`` (the ``txlearn`` command's subparsers)."""
+    """Add ``gradescope``, ``collect`` and ``feedback-upload`` to ``sub`` (the ``txlearn``
+    command's subparsers)."""
     import argparse
+
+    p = sub.add_parser("feedback-upload", help="pack a set's feedback pages for Canvas's or "
+                                               "Moodle's bulk feedback upload",
+                       description="Pack each student's feedback page of one set (the run that "
+                       "counts) into the zip the LMS's bulk upload reads: canvas (Re-Upload "
+                       "Submissions: each page a comment on the student's submission) or moodle "
+                       "(Upload multiple feedback files in a zip). The students' LMS keys come "
+                       "from the manifest txlearn collect wrote from that LMS's download.")
+    p.add_argument("gradebook", metavar="GRADEBOOK", help="the gradebook (e.g. class.db)")
+    p.add_argument("--lms", required=True, choices=("canvas", "moodle"))
+    p.add_argument("--set", required=True, metavar="SET", help="the set (e.g. 01_softmax)")
+    p.add_argument("--manifest", default="submissions/manifest.csv", metavar="FILE",
+                   help="collect's manifest (default: submissions/manifest.csv)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the zip to write")
+    p.add_argument("--policy", choices=("latest", "best"), default="latest",
+                   help="which run counts (default: latest)")
+    p.set_defaults(func=_cmd_feedback_upload)
 
     p = sub.add_parser("collect", help="turn a Canvas, Moodle or Gradescope download into "
                                        "submissions/ and its manifest.csv",
