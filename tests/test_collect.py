@@ -1,5 +1,5 @@
-"""``txlearn collect`` on a synthetic bulk download of each LMS's layout (Canvas's flat zip with its
-late marker and -N resubmissions, Moodle's folder per participant, Gradescope's export with
+"""``txlearn collect`` on a synthetic bulk download of each LMS's layout (Canvas's flat zip with
+its late marker and -N resubmissions, Moodle's folder per participant, Gradescope's export with
 submission_metadata.yml): the student folders, the notebooks and manifest.csv; a wrong layout
 named; a submitted time nobody gave flagged in the gradebook and warned about."""
 

@@ -205,7 +205,8 @@ def test_the_zip_holds_the_scripts_the_wheel_and_only_the_sets_hidden_cases(zips
         any(n.endswith(".dist-info/METADATA") for n in inside)
     # setup.sh: the CPU build of torch from PyTorch's index, in txlearn's declared range, then
     # the packed wheel; bubblewrap for the sandbox
-    assert f"--index-url {gradescope.TORCH_CPU_INDEX} \"{gradescope.torch_requirement()}\"" in setup
+    torch = gradescope.torch_requirement()
+    assert f'--index-url {gradescope.TORCH_CPU_INDEX} "{torch}"' in setup
     assert gradescope.torch_requirement().startswith("torch") and "<3" in \
         gradescope.torch_requirement()
     assert f'"$root/source/{wheel_name}"' in setup and "bubblewrap" in setup
@@ -257,3 +258,25 @@ def test_the_student_is_the_roster_entry_of_their_email():
         "bob@uni.example"
     assert autograder.student_of({"users": [{"name": "../Eve"}]}, course) == "_Eve"
     assert autograder.student_of({}, course) == "student"
+
+
+def test_the_command_builds_zips_and_refuses_bad_input_in_one_line(zips, tmp_path, capsys):
+    from txlearn import cli
+
+    with zipfile.ZipFile(zips["01"]) as archive:
+        wheel_name, = [n for n in archive.namelist() if n.startswith("wheels/")]
+        (tmp_path / Path(wheel_name).name).write_bytes(archive.read(wheel_name))
+    wheel = tmp_path / Path(wheel_name).name
+    out = tmp_path / "zips"
+    assert cli.main(["gradescope", "04", "--wheel", str(wheel), "--out", str(out)]) == 0
+    assert f"wrote {out / '04_positional_autograder.zip'}" in capsys.readouterr().out
+    with zipfile.ZipFile(out / "04_positional_autograder.zip") as archive:
+        assert json.loads(archive.read("autograder.json"))["uses"] == ["03_heads"]
+        assert not [n for n in archive.namelist() if n.startswith(("hidden/", "course.yaml"))]
+    assert cli.main(["gradescope", "99", "--wheel", str(wheel), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("txlearn: error: no exercise set '99' (known: 01_softmax,") and \
+        err.count("\n") == 1
+    assert cli.main(["gradescope", "01", "--hidden", str(tmp_path / "nope"), "--wheel",
+                     str(wheel)]) == 2
+    assert "--hidden" in capsys.readouterr().err

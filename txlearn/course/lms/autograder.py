@@ -159,14 +159,15 @@ def _read_json(path: Path, what: str) -> dict:
     return data
 
 
-def _course(source: Path, set_name: str, student: str, metadata: dict):
-    """The course file of the zip with this submission's time and, where the course file gives
-    the set no deadline, the assignment's ``due_date``."""
+def _course(source: Path, set_name: str, metadata: dict):
+    """(the course file of the zip with this submission's time and, where the course file gives
+    the set no deadline, the assignment's ``due_date``; the student's folder name)."""
     from txlearn.course.gradebook.course import load_course, name_key, parse_time
 
     path = source / "course.yaml"
     course = load_course(path if path.is_file() else None)
     course.path = None      # the student's folder is not beside it: no roster folder check
+    student = student_of(metadata, course)
     assignment = metadata.get("assignment") if isinstance(metadata.get("assignment"), dict) \
         else {}
     try:
@@ -180,19 +181,18 @@ def _course(source: Path, set_name: str, student: str, metadata: dict):
         except ValueError:
             raise AutograderError(f"submission_metadata.json: due_date "
                                   f"{assignment['due_date']!r} is not a time") from None
-    return course
+    return course, student
 
 
 def run(root: Path) -> dict:
     """Grade the submission under ``root`` (the ``/autograder`` layout); returns the results
     (``results.json``'s object). Raises AutograderError for a submission that cannot be graded,
     GradingError or CourseFileError for an autograder that cannot start."""
-    from txlearn.course import grading
+    from txlearn.course import build, grading
     from txlearn.course.gradebook.exports import gradescope_results
     from txlearn.course.gradebook.record import Recorder
     from txlearn.course.grading import sandbox
     from txlearn.course.grading.sets import load_set
-    from txlearn.course import build
 
     source = root / "source"
     config = _read_json(source / CONFIG, "the autograder's configuration")
@@ -205,9 +205,7 @@ def run(root: Path) -> dict:
     if found is None:
         raise grading.GradingError(f"the autograder's course has no set {set_name}")
     cs = load_set(found)
-    course = _course(source, set_name, "", metadata)
-    student = student_of(metadata, course)
-    course = _course(source, set_name, student, metadata)
+    course, student = _course(source, set_name, metadata)
     notebooks = find_notebooks(root / "submission", [set_name, *cs.info.uses])
     work = root / "work" / student
     work.mkdir(parents=True, exist_ok=True)

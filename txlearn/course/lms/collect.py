@@ -13,8 +13,8 @@ them:
   name gets ``-N`` before its extension (``01_softmax-1.ipynb``): of a student's files for one
   set the highest ``N`` is the latest. The names carry **no submission time** (only the ``late``
   marker, kept in the manifest's ``lms_late`` column). The re-upload of feedback finds each
-  student by the user id and attachment id (canvas-lms, ``Assignment#infer_comment_context_from_filename``):
-  both are kept in ``lms_key``.
+  student by the user id and attachment id (canvas-lms,
+  ``Assignment#infer_comment_context_from_filename``): both are kept in ``lms_key``.
 - **Moodle** ("Download all submissions", one folder per student since Moodle 3.1):
   ``<Full Name>_<participant id>_assignsubmission_file_/<file name>`` (Moodle 4.1 and later
   leave out the last underscore). **No submission time** either (Moodle's grading worksheet has

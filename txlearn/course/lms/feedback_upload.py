@@ -13,9 +13,10 @@ that LMS's download. Layouts, as each system reads them:
   (canvas-lms, ``Assignment#infer_comment_context_from_filename``). Written:
   ``smithjane_1234_5678_feedback.html``.
 - **Moodle** (an assignment's "Upload multiple feedback files in a zip", the "Feedback files"
-  feedback type enabled): each file in a folder ``<Full Name>_<participant id>_<plugin type>_<plugin
-  name>_``; Moodle reads the participant id from the second underscore-separated part and the
-  plugin from the third and fourth (mod/assign/feedback/file/importziplib.php). Written:
+  feedback type enabled): each file in a folder
+  ``<Full Name>_<participant id>_<plugin type>_<plugin name>_``; Moodle reads the participant
+  id from the second underscore-separated part and the plugin from the third and fourth
+  (mod/assign/feedback/file/importziplib.php). Written:
   ``Jane Smith_301_assignfeedback_file_/feedback_01_softmax.html``, a feedback file of the file
   feedback plugin.
 

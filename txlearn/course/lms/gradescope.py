@@ -1,9 +1,10 @@
 """Build the Gradescope autograder zip of an exercise set (``txlearn gradescope``).
 
 Gradescope's programming assignments take a zip with ``setup.sh`` and ``run_autograder`` at its
-root (Gradescope Autograder Specifications, gradescope-autograders.readthedocs.io, "Specifications":
-the zip is unpacked into ``/autograder/source/``; ``setup.sh`` runs once, as root, when the image
-is built, on Ubuntu; ``run_autograder`` runs once per submission and must write
+root (Gradescope Autograder Specifications, gradescope-autograders.readthedocs.io,
+"Specifications": the zip is unpacked into ``/autograder/source/``; ``setup.sh`` runs once, as
+root, when the image is built, on Ubuntu; ``run_autograder`` runs once per submission and must
+write
 ``/autograder/results/results.json``). The zip of a set holds:
 
 - ``setup.sh``: installs Ubuntu's ``python3``, ``python3-venv`` and ``bubblewrap``, makes
@@ -163,7 +164,8 @@ def build_autograder(set_name: str, dest: Path, *, wheel: Path, hidden: Path | N
 
     Raises:
         GradescopeError: no such set, a data distribution not installed here.
-        GradingError: the hidden folder is misnamed (:func:`~txlearn.course.grading.validate_hidden`).
+        GradingError: the hidden folder is misnamed
+            (:func:`~txlearn.course.grading.validate_hidden`).
         CourseFileError: the course file cannot be used.
     """
     from txlearn.checks.registry import exercise_modules
