@@ -280,3 +280,20 @@ def test_the_command_builds_zips_and_refuses_bad_input_in_one_line(zips, tmp_pat
     assert cli.main(["gradescope", "01", "--hidden", str(tmp_path / "nope"), "--wheel",
                      str(wheel)]) == 2
     assert "--hidden" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_grade_still_writes_results_json(tmp_path, capsys):
+    root = tmp_path / "ag"
+    (root / "source").mkdir(parents=True)
+    (root / "source" / "autograder.json").write_text('{"set": "01_softmax"}')
+    assert autograder.main([str(root)]) == 0          # the submission's fault: a result
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results == {"score": 0.0, "tests": [], "output": "not graded: no submission "
+                       f"metadata at {root / 'submission_metadata.json'}"}
+    (root / "source" / "autograder.json").write_text("{}")     # the zip's fault: status 2
+    (root / "submission_metadata.json").write_text('{"created_at": "2026-10-05T10:00:00Z"}')
+    assert autograder.main([str(root)]) == 2
+    results = json.loads((root / "results" / "results.json").read_text())
+    assert results["score"] == 0.0 and results["output"].startswith(
+        "the autograder could not start")
+    assert capsys.readouterr().err.count("\n") == 1

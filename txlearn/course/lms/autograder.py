@@ -258,6 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         results = {"score": 0.0, "output": f"the autograder could not start: {err}",
                    "tests": []}
         status = 2
+    except Exception as err:  # noqa: BLE001 - a bug of the autograder: one line, a result
+        first = (str(err).splitlines() or [""])[0][:200]
+        print(f"txlearn autograder: error: {type(err).__name__}: {first}", file=sys.stderr)
+        results = {"score": 0.0, "output": f"the autograder failed ({type(err).__name__}); "
+                                           f"tell your instructor", "tests": []}
+        status = 2
     _write(root / "results" / "results.json", results)
     print(results["output"])
     return status
