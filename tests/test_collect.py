@@ -186,3 +186,18 @@ def test_lateness_from_a_file_time_is_flagged_and_warned(tmp_path):
     row = quiet.row(Submission(path=path, student="alice", set_name="01_softmax"))
     quiet.finish()
     assert row.submitted_from == "manifest" and row.integrity == [] and quiet.warnings == []
+
+
+def test_a_notebook_larger_than_the_grader_reads_is_left_out_with_a_note(tmp_path, monkeypatch):
+    from txlearn.course.grading import submission
+
+    monkeypatch.setattr(submission, "MAX_NOTEBOOK_BYTES", 1000)
+    download = _zip(tmp_path / "c.zip", {
+        "smithbob_5513_9002_01_softmax.ipynb": b"x" * 1001,
+        "liddellalice_5512_9001_01_softmax.ipynb": NB["alice"],
+        "liddellalice_5512_9009_report.pdf": b"%PDF" + b"x" * 5000})    # never read
+    rows, notes = collect(download, tmp_path / "subs", layout="canvas")
+    assert [r["student"] for r in rows] == ["liddellalice"]
+    assert "1 notebook(s) larger than the grader reads left out: " \
+           "smithbob_5513_9002_01_softmax.ipynb" in notes
+    assert not (tmp_path / "subs" / "smithbob").exists()

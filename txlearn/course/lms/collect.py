@@ -69,7 +69,7 @@ class Entry:
     """One file of the download: its path inside it (``/``-separated) and its bytes."""
 
     name: str
-    data: bytes
+    data: bytes | None      # None: larger than the grader reads (left out, with a note)
 
 
 @dataclass
@@ -78,7 +78,7 @@ class Collected:
 
     student: str            # the LMS's name for the student (before the roster)
     set_name: str
-    data: bytes
+    data: bytes | None
     submitted_at: str = ""  # ISO 8601, empty where the layout has none
     lms_key: str = ""
     lms_id: str = ""        # the id that tells two students of one name apart
@@ -88,9 +88,20 @@ class Collected:
     order: int = 0          # resubmission number (Canvas's -N)
 
 
+def _wanted(name: str) -> bool:
+    """Whether collect reads an entry's bytes: notebooks and Gradescope's metadata only (a
+    download also holds PDFs and archives nobody grades here)."""
+    return name.endswith((".ipynb", "/submission_metadata.yml")) or \
+        name == "submission_metadata.yml"
+
+
 def read_download(path: Path) -> list[Entry]:
     """The files of a download: a zip's members (folders skipped) or a folder's files (symbolic
-    links skipped). Raises CollectError when it is neither."""
+    links skipped); the bytes of notebooks and metadata only, none of a file larger than the
+    grader reads (``MAX_NOTEBOOK_BYTES``: its data is None). Raises CollectError when it is
+    neither a folder nor a zip."""
+    from txlearn.course.grading.submission import MAX_NOTEBOOK_BYTES
+
     path = Path(path)
     if path.is_dir():
         out = []
@@ -98,13 +109,17 @@ def read_download(path: Path) -> list[Entry]:
             dirs.sort()
             for name in sorted(files):
                 full = Path(folder) / name
-                if not full.is_symlink():
-                    out.append(Entry(full.relative_to(path).as_posix(), full.read_bytes()))
+                rel = full.relative_to(path).as_posix()
+                if full.is_symlink() or not _wanted(rel):
+                    continue
+                big = full.stat().st_size > MAX_NOTEBOOK_BYTES
+                out.append(Entry(rel, None if big else full.read_bytes()))
         return out
     try:
         with zipfile.ZipFile(path) as archive:
-            return [Entry(i.filename, archive.read(i)) for i in archive.infolist()
-                    if not i.is_dir()]
+            return [Entry(i.filename, None if i.file_size > MAX_NOTEBOOK_BYTES
+                          else archive.read(i)) for i in archive.infolist()
+                    if not i.is_dir() and _wanted(i.filename)]
     except (zipfile.BadZipFile, OSError) as err:
         raise CollectError(f"{path}: neither a folder nor a zip file ({err})") from None
 
@@ -209,6 +224,8 @@ def parse_gradescope(entries: list[Entry], forced: str | None = None) -> list[Co
         raise CollectError("not a Gradescope export: no submission_metadata.yml (expected it "
                            "beside one folder per submission, submission_<id>/)")
     meta_entry = metas[0]
+    if meta_entry.data is None:
+        raise CollectError("submission_metadata.yml is larger than txlearn reads")
     base = meta_entry.name[:-len("submission_metadata.yml")]
     try:
         metadata = yaml.safe_load(meta_entry.data.decode("utf-8")) or {}
@@ -300,6 +317,8 @@ def collect(download: Path, dest: Path, *, layout: str, set_name: str | None = N
     parser = {"canvas": parse_canvas, "moodle": parse_moodle,
               "gradescope": parse_gradescope}[layout]
     found = parser(read_download(Path(download)), set_name)
+    too_large = [c.file for c in found if c.data is None]
+    found = [c for c in found if c.data is not None]
     if not found:
         raise CollectError(f"no exercise notebook (NN_name.ipynb) in the {layout} download "
                            f"{download}")
@@ -330,6 +349,9 @@ def collect(download: Path, dest: Path, *, layout: str, set_name: str | None = N
         notes.append(f"{NO_TIME[layout]}: manifest.csv leaves submitted_at empty, so lateness "
                      f"would come from the files' modification times (the time of this "
                      f"collection); fill it in, or give the course no deadline for these sets")
+    if too_large:
+        notes.append(f"{len(too_large)} notebook(s) larger than the grader reads left out: "
+                     f"{', '.join(too_large[:3])}")
     dropped = len(found) - len(plan)
     if dropped:
         notes.append(f"{dropped} earlier resubmission(s) left out (the latest of each student "
