@@ -139,6 +139,9 @@ def test_set_01_late_and_hostile_gets_its_penalty_and_reads_nothing_hidden(zips,
              f"    pass\n"
              f"else:\n"
              f"    raise RuntimeError('wrote the results')\n")
+    as_root = os.geteuid() == 0      # as Gradescope runs it; as anyone else nothing is locked
+    if not as_root:
+        probe = ""
     nb = json.loads((SOLUTIONS / "01_softmax.ipynb").read_text())
     for cell in nb["cells"]:
         if cell.get("metadata", {}).get("exercise") == "stable_softmax" and \
@@ -161,8 +164,12 @@ def test_set_01_late_and_hostile_gets_its_penalty_and_reads_nothing_hidden(zips,
     # 4 points raw; 2 days 10 hours late is 3 days or part of one at 10 % a day: 30 % off
     assert results["score"] == pytest.approx(2.8), results["output"]
     assert "late penalty 30%" in results["output"], results["output"]
+    if not as_root:   # said, in the output, rather than pretended
+        assert "its hidden cases were not locked away" in results["output"], results["output"]
+        return
     mode = stat.S_IMODE(os.stat(root / "source" / "hidden").st_mode)
     assert os.stat(root / "source" / "hidden").st_uid == autograder.LOCK_UID and mode == 0o700
+    assert "not locked" not in results["output"]
 
 
 def test_set_09_takes_the_earlier_notebooks_from_the_submission(zips, tmp_path):
@@ -181,7 +188,9 @@ def test_set_09_takes_the_earlier_notebooks_from_the_submission(zips, tmp_path):
 def test_set_09_without_its_earlier_notebooks_says_what_to_upload(zips, tmp_path):
     root = _unpack(zips["09"], tmp_path / "ag", {"09_capstone.ipynb":
                                                  SOLUTIONS / "09_capstone.ipynb"}, ON_TIME)
-    results = _run(root)
+    # in this process (what run_autograder runs; nothing is graded, so no sandbox starts)
+    assert autograder.main([str(root)]) == 0
+    results = json.loads((root / "results" / "results.json").read_text())
     assert results["score"] == 0.0 and results["tests"] == []
     assert "no 03_heads.ipynb, 04_positional.ipynb" in results["output"], results["output"]
     assert "upload 09_capstone.ipynb, 03_heads.ipynb" in results["output"], results["output"]
