@@ -30,6 +30,7 @@ The student uploads the set's notebook and, for a set that builds on earlier ans
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import io
 import json
 import shutil
@@ -123,8 +124,11 @@ def build_wheel(dest: Path) -> Path:
             if (build.ROOT / name).is_file():
                 shutil.copy(build.ROOT / name, copy / name)
         dest.mkdir(parents=True, exist_ok=True)
+        # with setuptools installed here (make test's venv), offline; without it (a venv of
+        # Python 3.12 or later has none), pip fetches it for an isolated build
+        isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                              "--no-build-isolation", "--wheel-dir", str(dest), str(copy)],
+                              *isolation, "--wheel-dir", str(dest), str(copy)],
                              capture_output=True, text=True)
         if run.returncode != 0:
             last = (run.stderr.strip().splitlines() or ["no message"])[-1]
