@@ -5,6 +5,7 @@ its own (Gradescope, a Kubernetes job). docs/containers.md says what it protects
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,41 @@ def test_the_command_line_says_what_container_mode_leaves_open(no_bwrap, tmp_pat
     assert ran.returncode == 0, ran.stderr
     assert "container mode" in ran.stderr and "docs/containers.md" in ran.stderr, ran.stderr
     assert "4/4" in ran.stdout, ran.stdout
+
+
+def test_as_root_the_runner_takes_a_uid_where_one_can_run_python_else_drops_capabilities(
+        monkeypatch):
+    import tempfile
+
+    from txlearn.course.grading import installation
+
+    base = Path(tempfile.mkdtemp())     # in /tmp (1777): its own mode decides, not pytest's
+    try:
+        # a Python installation under a folder others may not enter (/root/.pyenv) cannot run
+        # as a leased uid; one whose folders others may pass and read can
+        shut = base / "root"
+        (shut / "py" / "bin").mkdir(parents=True)
+        (shut / "py" / "bin" / "python").write_text("")
+        for path in (base, shut / "py", shut / "py" / "bin", shut / "py" / "bin" / "python"):
+            path.chmod(0o755)
+        shut.chmod(0o700)
+        layout = (str(shut / "py" / "bin" / "python"), (str(shut / "py"),),
+                  (str(shut / "py"),), ())
+        monkeypatch.setattr(sandbox, "python_layout", lambda: layout)
+        assert not sandbox.others_can_run()
+        shut.chmod(0o755)
+        assert sandbox.others_can_run()
+        (shut / "py" / "bin" / "python").chmod(0o711)     # others may pass, not read
+        assert not sandbox.others_can_run()
+    finally:
+        shutil.rmtree(base)
+    limits = {"memory_mb": 512, "cpu_seconds": 5, "file_mb": 4}
+    monkeypatch.setattr(sandbox, "import_mb", lambda preload: 0)
+    monkeypatch.setattr(installation, "python_layout", lambda: layout)
+    with_uid = sandbox.runner_config({}, mode="container", limits=limits, uid=61000,
+                                     view_dir="/v")
+    without = sandbox.runner_config({}, mode="container", limits=limits, uid=None, view_dir="/v")
+    assert with_uid["uid"] == 61000 and not with_uid["drop_capabilities"]
+    assert without["uid"] is None and without["drop_capabilities"] == (os.geteuid() == 0)
+    assert "drop_capabilities" not in sandbox.runner_config({}, mode="bwrap", limits=limits,
+                                                            uid=None, view_dir="/v")

@@ -223,6 +223,7 @@ def _cmd_grade(args) -> int:
 
 def parser(with_training: bool = True) -> argparse.ArgumentParser:
     from txlearn.course.gradebook import cli as gradebook_cli
+    from txlearn.course.lms import cli as lms_cli
 
     top = argparse.ArgumentParser(prog="txlearn", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -279,6 +280,7 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     gradebook_cli.add_grade_arguments(p)
     p.set_defaults(func=_cmd_grade)
     gradebook_cli.add_parsers(sub)
+    lms_cli.add_parsers(sub)
 
     if with_training:
         from txlearn.training import cli  # imports torch: only for the commands that need it

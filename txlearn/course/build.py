@@ -21,6 +21,7 @@ exercise, so regenerating gives byte-identical files.
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,10 @@ import nbformat
 from txlearn.checks.notebook import passed_line
 from txlearn.checks.registry import exercise_modules
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository (txlearn/course/build.py)
+# The course's sources: the repository (txlearn/course/build.py), or, for an installed wheel
+# without one (the Gradescope autograder), the folder TXLEARN_COURSE_ROOT names (it holds
+# exercises/source/, as txlearn.course.lms.gradescope packs it).
+ROOT = Path(os.environ.get("TXLEARN_COURSE_ROOT") or Path(__file__).resolve().parents[2])
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
@@ -305,7 +309,9 @@ def intro_cell(info: SetInfo, names: list[str], titles: dict[str, str]):
     lines += [f"{i}. `{n}`: {titles.get(n) or n}" for i, n in enumerate(names, start=1)]
     if info.uses:
         lines += ["", "This set uses your answers of " + ", ".join(
-            f"`{u}.ipynb`" for u in info.uses) + ": keep those notebooks in the same folder."]
+            f"`{u}.ipynb`" for u in info.uses) + ": keep those notebooks in the same folder, "
+                  "and when you hand this set in (Gradescope or another upload), upload them "
+                  "together with this notebook."]
     lines += ["", "Write each answer in its cell, then run the check cell below it: it prints "
               "`PASSED (public cases): <exercise>` or says what is wrong, with a hint. Run a "
               "failing check again (or call `hint(\"<exercise>\")`) for a more specific hint. "

@@ -265,6 +265,8 @@ def _manifest(path: Path, zone) -> dict:
     out = {}
     for number, row in enumerate(_read_csv(path, ("student", "set", "submitted_at"),
                                            "manifest"), start=2):
+        if not (row["submitted_at"] or "").strip():   # a layout without times (txlearn collect
+            continue                                   # of Canvas, Moodle): the file's time
         key = (name_key(row["student"].strip()), name_key(row["set"].strip()))
         out[key] = _time(f"manifest {path}, line {number}, submitted_at", row["submitted_at"],
                          zone)

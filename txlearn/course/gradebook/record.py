@@ -125,6 +125,7 @@ class Recorder:
         self.recorded = 0
         self.unrecordable: list[str] = []     # "path: why" of each notebook recorded as ERROR
         self.warnings: list[str] = []   # identities in doubt, for the grader to print
+        self.from_file_times: list[str] = []   # notebooks whose lateness is their file's time
         self.run = ""          # added with the first notebook (a run that grades none leaves none)
         self._run_values = dict(command=command[:2000], hidden=str(hidden or ""),
                                 course_file=str(course.path or ""), started_at=now_utc(),
@@ -149,6 +150,10 @@ class Recorder:
         except OSError:
             timing = self.course.lateness(sub.student, sub.set_name, Path("/"))
             timing.submitted_from = "unknown"
+        if timing.submitted_from == "mtime" and timing.deadline:   # a time nobody gave
+            self.from_file_times.append(readable(str(path)))
+            integrity.append("lateness from the file's modification time (no manifest row "
+                             "gives its submission time)")
         results = []
         for r in sub.results:
             stem = mistakes.check_module(r.exercise) if r.status not in ("ERROR", "RETIRED") \
@@ -229,6 +234,15 @@ class Recorder:
         self.recorded += 1
 
     def finish(self) -> None:
-        """Mark the run finished (when it recorded anything)."""
+        """Mark the run finished (when it recorded anything); warn when lateness came from file
+        modification times (a copy or an unzip sets them to its own time: two correct notebooks
+        copied on the day of grading were recorded 58 days late)."""
         if self.run:
             self.gradebook.finish_run(self.run, now_utc())
+        if self.from_file_times:
+            n = len(self.from_file_times)
+            self.warnings.append(
+                f"{n} notebook(s) have no submission time in a manifest: their lateness comes "
+                f"from the files' modification times, which a copy or an unzip resets (e.g. "
+                f"{self.from_file_times[0]}); give their times in manifest.csv (txlearn collect "
+                f"writes it from the LMS's download); the gradebook flags each of them")

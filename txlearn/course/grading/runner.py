@@ -9,8 +9,9 @@ set may import. The runner
 
 1. applies its limits with ``setrlimit`` (address space, CPU time, file size, open files, and
    processes where the sandbox gives it a uid of its own), and, when the sandbox started it as
-   root, drops to that unprivileged uid (and checks that it cannot come back); in container mode
-   (no bubblewrap to load it) it loads the seccomp filter itself, before any learner code;
+   root, drops to that unprivileged uid (and checks that it cannot come back), or, in container
+   mode as root without such a uid, gives up every capability; in container mode (no bubblewrap
+   to load it) it loads the seccomp filter itself, before any learner code;
 2. says hello over the protocol pipes (its own file descriptors, not 0/1/2: raw writes to fd 1
    and 2 go to a sink that the grader caps; stdin is empty);
 3. serves requests (:mod:`~txlearn.course.grading.protocol` messages) until the grader closes
@@ -546,12 +547,44 @@ def _drop_to(uid: int) -> None:
     os._exit(70)
 
 
+def _drop_capabilities() -> None:
+    """Give up every capability for good, staying uid 0 (container mode as root where no other
+    uid can run the interpreter): from the bounding set (so that no exec regains one), the
+    ambient set, then the effective, permitted and inheritable sets; exit unless
+    ``/proc/self/status`` then shows none effective or permitted (the bounding set is emptied
+    where the kernel lets it; either way the filter's no-new-privileges, set next, keeps an exec
+    from gaining any). Root without capabilities cannot read a file it does
+    not own that others may not read (the autograder's hidden cases and results, owned by
+    another uid with mode 0700), nor another process's memory or environment (the grader's).
+    """
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    zero = ctypes.c_ulong(0)
+    cap = 0
+    while cap < 64 and libc.prctl(24, ctypes.c_ulong(cap), zero, zero, zero) == 0:
+        cap += 1   # PR_CAPBSET_DROP, until EINVAL past the kernel's last capability
+    libc.prctl(47, ctypes.c_ulong(4), zero, zero, zero)   # PR_CAP_AMBIENT_CLEAR_ALL
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)           # _LINUX_CAPABILITY_VERSION_3
+    data = (ctypes.c_uint32 * 6)()                          # two words of each set, all zero
+    libc.capset(header, data)
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            left = [line for line in f if line.startswith(("CapEff:", "CapPrm:"))]
+    except OSError:
+        left = ["unreadable"]
+    if len(left) != 2 or any(int(line.split()[1], 16) for line in left):
+        os.write(2, b"the runner could not give up its capabilities\n")
+        os._exit(70)
+
+
 def main(config: dict) -> None:
     """The runner's entry point (``BOOTSTRAP``): limits, privileges, then serve requests."""
     _apply_limits(config["limits"], nproc=bool(config.get("limit_processes")),
                   address_space_mb=config.get("address_space_mb"))
     if config.get("uid") is not None:
         _drop_to(int(config["uid"]))
+    elif config.get("drop_capabilities"):
+        _drop_capabilities()
     if config.get("seccomp"):   # container mode: no bwrap loaded the filter before us
         _install_filter(bytes.fromhex(config["seccomp"]))
     from txlearn.course.grading.protocol import Channel

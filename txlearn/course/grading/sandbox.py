@@ -61,7 +61,8 @@ from txlearn.course.grading.runner import BOOTSTRAP
 
 __all__ = ["available", "bwrap_argv", "python_layout", "start", "wait_hello", "Process",
            "exit_meaning", "kill_group", "close_channel", "runner_config", "UidLease", "NO_SANDBOX_RISKS", "VIEW",
-           "HOME", "FIRST_UID", "CONTAINER_RISKS", "CONTAINER_WAY_OUT", "container_wanted"]
+           "HOME", "FIRST_UID", "CONTAINER_RISKS", "CONTAINER_WAY_OUT", "container_wanted",
+           "others_can_run"]
 
 VIEW = "/opt/txlearn-view"     # the synthetic txlearn inside the sandbox
 HOME = "/home/learner"         # the runner's private working folder inside the sandbox
@@ -78,12 +79,32 @@ NO_SANDBOX_RISKS = (
 CONTAINER_RISKS = (
     "container mode: each submission's code runs in a plain process of this container, with a "
     "private working folder, a cleared environment, limits on memory, CPU time, file size and "
-    "open files, and the seccomp filter (one process, no sockets, no namespaces), but with no "
-    "file view of its own: it can read every file of the container that the grader's user can "
-    "(the installed course, the hidden cases), so the container must hold nothing of other "
-    "students (docs/containers.md)")
+    "open files, and the seccomp filter (one process, no sockets, no namespaces), as a uid of "
+    "its own or, where none can run Python, root without capabilities, but with no file view of "
+    "its own: it can read every file of the container that user can (the installed course, "
+    "hidden cases not locked away), so the container must hold nothing of other students "
+    "(docs/containers.md)")
 CONTAINER_WAY_OUT = ("in a container of its own per submission (Gradescope, a Kubernetes job) "
                      "pass --container or set TXLEARN_SANDBOX=container (docs/containers.md)")
+
+
+def others_can_run() -> bool:
+    """Whether another uid can run the grader's interpreter with its packages: the interpreter,
+    its folders and its ``sys.path`` entries readable by others, every folder above them
+    passable (o+x). Where they are (a venv on the system's Python, as the Gradescope autograder
+    installs it), container mode as root runs each runner as a leased uid of its own; where not
+    (a Python under ``/root``), the runner stays uid 0 and gives up every capability."""
+    python, roots, path, _ = python_layout()
+    for entry in {python, *roots, *path}:
+        try:
+            if not os.stat(entry).st_mode & 0o004:
+                return False
+            for folder in _ancestors(entry + "/x"):
+                if not os.stat(folder).st_mode & 0o001:
+                    return False
+        except OSError:
+            return False
+    return True
 
 
 def container_wanted() -> bool:
@@ -425,7 +446,8 @@ def runner_config(config: dict, *, mode: str, limits: dict, uid: int | None,
         space = int(limits["memory_mb"]) + import_mb(preload)
     out = dict(config, uid=uid, limit_processes=mode == "bwrap", address_space_mb=space,
                sys_path=[VIEW if mode == "bwrap" else view_dir] + python_path)
-    if mode == "container":
+    if mode == "container":   # as root without a uid of its own: root without capabilities
+        out["drop_capabilities"] = uid is None and os.geteuid() == 0
         from txlearn.course.grading.seccomp import program
         code = program()
         out["seccomp"] = code.hex() if code is not None else None
@@ -440,7 +462,8 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
     ``mode``: ``"bwrap"`` (the sandbox), ``"plain"`` (a subprocess, for ``--no-sandbox`` and a
     learner's own ``work/``) or ``"container"`` (the same subprocess, which installs the seccomp
     filter and the address-space limit itself); ``files``: ``(name, host path)`` of the sibling notebooks to copy
-    into the private folder; ``uid``: the job's uid when the grader is root (bwrap mode);
+    into the private folder; ``uid``: the job's uid when the grader is root (bwrap mode, and
+    container mode where :func:`others_can_run`);
     ``hide``: the grader's folders to mask should a bound folder hold them
     (:func:`sensitive_paths`).
     """
@@ -471,6 +494,10 @@ def start(*, mode: str, view_dir: str, files: list[tuple[str, str]], limits: dic
         os.makedirs(os.path.join(home, "tmp"))
         for name, path in files:
             shutil.copyfile(path, os.path.join(home, name))
+        if uid is not None:   # container mode as root: the job's uid owns its private folder
+            for entry in [home, os.path.join(home, "tmp")] + [os.path.join(home, n)
+                                                               for n, _ in files]:
+                os.chown(entry, uid, uid)
         argv = [python, "-I", "-S", "-B", "-c", BOOTSTRAP, json.dumps(config)]
         kwargs = dict(env=_env(home, os.path.join(home, "tmp")), cwd=home)
         fds = []
