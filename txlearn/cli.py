@@ -221,6 +221,18 @@ def _cmd_grade(args) -> int:
     return 1 if any(s.error for s in subs) or unmatched or unrecorded else 0
 
 
+def _cmd_try_hidden(args) -> int:
+    from txlearn.course.grading import GradingError, hidden_trial
+
+    try:
+        trials = hidden_trial.try_hidden(Path(args.hidden), args.set, jobs=args.jobs)
+    except GradingError as err:
+        print(f"txlearn: error: {err}", file=sys.stderr)
+        return 2
+    print(hidden_trial.explain(trials))
+    return 1 if any(t.outcome != "pass" for t in trials) else 0
+
+
 def parser(with_training: bool = True) -> argparse.ArgumentParser:
     from txlearn.course.gradebook import cli as gradebook_cli
 
@@ -279,6 +291,17 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     gradebook_cli.add_grade_arguments(p)
     p.set_defaults(func=_cmd_grade)
     gradebook_cli.add_parsers(sub)
+
+    p = sub.add_parser("try-hidden", help="run your hidden cases on the course's solutions and "
+                                          "explain each failure",
+                       description="Grade the course's solution of every set with a hidden case "
+                       "in DIR, with those cases, and say for each exercise whether they pass it; "
+                       "a failure names the case, got vs expected and the check's reason (what "
+                       "students are never shown). Exit status 1 when one fails.")
+    p.add_argument("hidden", metavar="DIR", help="the hidden-case folder (as for grade --hidden)")
+    p.add_argument("--set", nargs="+", metavar="NAME", help="only these sets")
+    p.add_argument("--jobs", type=int, metavar="N", help="notebooks graded at once")
+    p.set_defaults(func=_cmd_try_hidden)
 
     if with_training:
         from txlearn.training import cli  # imports torch: only for the commands that need it

@@ -31,7 +31,6 @@ run that counts might be someone else's.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -80,20 +79,13 @@ def answer_cells(data: bytes) -> dict[str, str]:
 
 
 def hidden_exercises(hidden: Path | None) -> dict[str, set[str]]:
-    """{check module stem: the exercises it has hidden cases for} of a hidden-case folder (the
-    public functions of each ``<module>.py``, as the grader reads them)."""
-    out: dict[str, set[str]] = {}
+    """{check module stem: the exercises it has hidden cases for} of a hidden-case folder
+    (:func:`txlearn.course.grading.hidden.hidden_functions`; ``{}`` without one)."""
     if hidden is None:
-        return out
-    for path in sorted(Path(hidden).glob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            continue
-        out[path.stem] = {n.name for n in tree.body
-                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                          and not n.name.startswith("_")}
-    return out
+        return {}
+    from txlearn.course.grading.hidden import hidden_functions   # the grader's own reading
+
+    return hidden_functions(Path(hidden))
 
 
 def set_of_file(path: str) -> str:
@@ -159,7 +151,8 @@ class Recorder:
                 mistake=mistakes.mistake_id(r.exercise, r.kind, r.hints, hidden=r.hidden,
                                             status=r.status),
                 hint=mistakes.hint_text(r.hints), hidden=bool(r.hidden),
-                hidden_cases=r.exercise in self.hidden.get(stem, ()), flagged=r.flagged))
+                hidden_cases=r.exercise in self.hidden.get(stem, ()), flagged=r.flagged,
+                instructor_note=getattr(r, "instructor_note", "")))
         return NotebookRow(
             uuid=uuid.uuid4().hex, run_uuid=self.run,
             student=self._student(name_key(sub.student), path),

@@ -33,8 +33,12 @@ doubled and each surrogate written ``\\udce9``) and read back exactly as it was
 (:func:`text_of`); every other text is stored as it is. The pages and exports show it with
 :func:`readable` (the surrogate as its escape ``\\udce9``, as the grader's table does).
 
-Schema version 1 (``PRAGMA user_version``; ``PRAGMA application_id`` = 0x54584C42, "TXLB"):
-the four tables below. A later version adds a migration to :data:`MIGRATIONS`.
+Schema version 2 (``PRAGMA user_version``; ``PRAGMA application_id`` = 0x54584C42, "TXLB"):
+the four tables below. Each later version adds a migration to :data:`MIGRATIONS`, run when the
+file is opened for writing; a file of an older version opened read-only (a report, an export, a
+merge's source) reads a column it lacks as its default (:meth:`Gradebook.columns`). Version 2
+added ``results.instructor_note``: what only the instructor sees of a failed hidden case (its
+case, got vs expected, the check's reason); no page, export or student ever gets it.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ __all__ = ["Gradebook", "GradebookError", "NotebookRow", "ResultRow", "open_grad
            "counting", "identity_clashes", "attempts", "SCHEMA_VERSION", "APPLICATION_ID",
            "DEFAULT_WAIT", "stored_text", "text_of", "readable", "ESCAPED"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x54584C42            # "TXLB"
 DEFAULT_WAIT = 60.0                    # seconds a writer waits for another's transaction
 HEADER = b"SQLite format 3\x00"
@@ -106,6 +110,7 @@ CREATE TABLE results (
     hidden INTEGER NOT NULL,
     hidden_cases INTEGER NOT NULL,
     flagged TEXT NOT NULL,
+    instructor_note TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (notebook_id, position)
 );
 CREATE TABLE answers (
@@ -116,14 +121,17 @@ CREATE TABLE answers (
 );
 """
 
-MIGRATIONS: dict[int, str] = {}        # from version N to N + 1: the SQL that does it
+# from version N to N + 1: the SQL that does it
+MIGRATIONS: dict[int, str] = {
+    1: "ALTER TABLE results ADD COLUMN instructor_note TEXT NOT NULL DEFAULT ''",
+}
 
 NOTEBOOK_COLUMNS = ("uuid", "run_uuid", "student", "set_name", "notebook", "path", "digest",
                     "submitted_at", "submitted_from", "graded_at", "status", "error", "sandbox",
                     "points", "max_points", "deadline", "late_seconds", "penalty", "integrity",
                     "n_results")
 RESULT_COLUMNS = ("position", "exercise", "status", "points", "max_points", "feedback", "kind",
-                  "mistake", "hint", "hidden", "hidden_cases", "flagged")
+                  "mistake", "hint", "hidden", "hidden_cases", "flagged", "instructor_note")
 RUN_COLUMNS = ("uuid", "machine", "started_at", "finished_at", "txlearn_version", "command",
                "hidden", "course_file")
 
@@ -178,6 +186,7 @@ class ResultRow:
     hidden_cases: bool = False
     flagged: str = ""
     position: int = 0
+    instructor_note: str = ""       # a failed hidden case's reason, for the instructor only
 
 
 @dataclass
@@ -326,6 +335,12 @@ class Gradebook:
         except sqlite3.Error as err:
             raise _sqlite_error(self.path, err, self.wait) from None
 
+    def columns(self, table: str, wanted) -> str:
+        """A SELECT list of ``wanted`` columns of ``table``: a column this file lacks (a
+        gradebook of an older schema, opened read-only) is read as its default, ``''``."""
+        have = {r[1] for r in self.read(f"PRAGMA table_info({table})")}
+        return ", ".join(c if c in have else f"'' AS {c}" for c in wanted)
+
     def _texts(self, sql: str) -> list[tuple]:
         return [tuple(text_of(v) for v in r) for r in self.read(sql)]
 
@@ -342,8 +357,8 @@ class Gradebook:
             self.conn.execute("BEGIN")
             rows = self._texts(f"SELECT n.id, {', '.join('n.' + c for c in NOTEBOOK_COLUMNS)}, "
                                f"r.machine FROM notebooks n LEFT JOIN runs r ON r.uuid = n.run_uuid")
-            results = self._texts(f"SELECT notebook_id, {', '.join(RESULT_COLUMNS)} FROM results "
-                                  f"ORDER BY notebook_id, position")
+            results = self._texts(f"SELECT notebook_id, {self.columns('results', RESULT_COLUMNS)}"
+                                  f" FROM results ORDER BY notebook_id, position")
             answers = self._texts("SELECT notebook_id, exercise, source FROM answers") \
                 if with_answers else []
         finally:

@@ -35,7 +35,7 @@ from txlearn.course.grading.view import make_view, view_modules
 
 __all__ = ["grade", "grade_one", "run_checks", "run_quietly", "sandbox_modes", "in_work", "Job",
            "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED",
-           "HIDDEN_HINT", "MAX_FEEDBACK_LINE"]
+           "HIDDEN_HINT", "MAX_FEEDBACK_LINE", "instructor_note"]
 
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "
@@ -174,6 +174,15 @@ def run_quietly(name, objects, namespace, hidden, public=True):
         return run_exercise(name, objects, namespace, hidden=hidden, public=public)
 
 
+def instructor_note(failure) -> str:
+    """What the instructor is told of a failed hidden case: the hidden check's own failure
+    (its case, what differs, got vs expected, its hint), as
+    :func:`txlearn.checks.run_exercise` keeps it (``unredacted``). Never shown to the student:
+    it may quote the hidden case's inputs and what the submission's code made of them."""
+    original = getattr(failure, "unredacted", None) or failure
+    return original.feedback(1)
+
+
 def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[str],
                 retired: set[str], hidden: Path | None) -> None:
     """Every exercise's public cases first, then the hidden cases of those that passed: a
@@ -222,17 +231,21 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
             try:
                 verdict = run_quietly(result.exercise, objects, namespace, hidden, public=False)
                 failed = not verdict.passed
+                note = "" if verdict.passed else instructor_note(verdict.failure)
             except CannotCross:
                 raise
-            except RunnerDied:   # the next exercise's hidden cases start a fresh runner
+            except RunnerDied as err:   # the next exercise's hidden cases start a fresh runner
                 session.close()
+                failed, note = True, f"the runner died during the hidden cases ({err})"
+            except Exception as err:  # noqa: BLE001 - a hidden case that could not use the value
                 failed = True
-            except Exception:  # noqa: BLE001 - a hidden case that could not use the value
-                failed = True
+                note = f"the hidden case itself raised {type(err).__name__}: {err}"
             if failed:
                 result.status, result.points, result.hidden = "FAIL", 0, True
                 result.kind, result.feedback, result.hints = "hidden", HIDDEN_FAILED, \
                     (HIDDEN_HINT,)
+                result.instructor_note = _bounded("\n".join(
+                    clean(line, MAX_FEEDBACK_LINE) for line in note.splitlines()[:12]))
     for name in sorted(retired):
         sub.results.append(Result(sub.student, sub.path.name, name, status="RETIRED",
                                   max_points=0, feedback=f"retired from the course: "
