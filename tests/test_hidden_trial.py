@@ -10,7 +10,8 @@ from tests.test_gradebook import notebook
 from tests.test_gradebook_store import row
 from txlearn import cli
 from txlearn.course import build, grading
-from txlearn.course.gradebook import Recorder, load_course, open_gradebook, write_feedback
+from txlearn.course.gradebook import (SCHEMA_VERSION, Recorder, load_course, open_gradebook,
+                                      write_feedback)
 from txlearn.course.grading import grade_one
 from txlearn.course.grading.hidden_trial import sets_with_hidden_cases, try_hidden
 
@@ -97,13 +98,16 @@ def test_a_gradebook_of_the_first_schema_reads_and_migrates(tmp_path):
     with open_gradebook(db) as gb:
         run = gb.start_run(command="test", started_at="2026-10-02T10:00:00Z", version="0")
         gb.add_notebook(row(run, "s0", 0))
-    conn = sqlite3.connect(db)   # as version 1 wrote it: no instructor_note column
+    conn = sqlite3.connect(db)   # as version 1 wrote it: no instructor_note, no runs.earlier
     conn.execute("ALTER TABLE results DROP COLUMN instructor_note")
+    conn.execute("ALTER TABLE runs DROP COLUMN earlier")
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
     with open_gradebook(db, readonly=True) as gb:    # a report: read as it is, the note blank
         assert [r.instructor_note for r in gb.notebooks()[0].results] == [""] * 4
+        assert gb.notebooks()[0].earlier == "" and gb.runs()[0]["earlier"] == ""
     with open_gradebook(db) as gb:                   # grading: migrated to the new schema
-        assert gb.read("PRAGMA user_version") == [(2,)]
+        assert gb.read("PRAGMA user_version") == [(SCHEMA_VERSION,)] == [(3,)]
         assert "instructor_note" in {c[1] for c in gb.read("PRAGMA table_info(results)")}
+        assert "earlier" in {c[1] for c in gb.read("PRAGMA table_info(runs)")}

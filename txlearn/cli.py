@@ -186,7 +186,8 @@ def _cmd_grade(args) -> int:
     try:
         subs = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
                              set_name=args.set, jobs=args.jobs, no_sandbox=args.no_sandbox,
-                             container=args.container, on_graded=recorder)
+                             container=args.container, on_graded=recorder,
+                             earlier=args.earlier)
     except grading.GradingError as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
         return 2
@@ -285,6 +286,10 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
                    help="container mode, for a container per submission (Gradescope): limits "
                         "and the seccomp filter without bubblewrap (docs/containers.md)")
     p.add_argument("--hidden", metavar="DIR", help="folder of instructor-only cases (see above)")
+    p.add_argument("--earlier", choices=("own", "reference"), default="own",
+                   help="where sets that use earlier sets' answers (04, 07, 09, 10) get them: "
+                        "own (the student's notebooks beside it; default) or reference (the "
+                        "course's solutions: a mistake there is not charged again)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", metavar="FILE", help="write one row per exercise to FILE")
     out.add_argument("--json", metavar="FILE", help="write the results, nested per notebook")

@@ -52,7 +52,8 @@ def start_recording(args, paths: list[Path]):
     command = "txlearn grade " + " ".join(str(p) for p in paths[:20]) + \
         (f" ... ({len(paths)} notebooks)" if len(paths) > 20 else "")
     return Recorder(gradebook, course, hidden=Path(args.hidden).resolve() if args.hidden else None,
-                    command=command, version=txlearn.__version__)
+                    command=command, version=txlearn.__version__,
+                    earlier=getattr(args, "earlier", "own") or "own")
 
 
 def _open(args):

@@ -19,9 +19,10 @@ import os
 from pathlib import Path
 
 from txlearn.course.gradebook.pages import Raw, badge, esc, folders, page, pre, slug, table
+from txlearn.course.gradebook.record import earlier_sets
 from txlearn.course.gradebook.store import NotebookRow, counting
 
-__all__ = ["write_feedback", "feedback_page", "late_text", "what_to_fix"]
+__all__ = ["write_feedback", "feedback_page", "late_text", "what_to_fix", "earlier_note"]
 
 
 def late_text(seconds: float) -> str:
@@ -82,6 +83,19 @@ def _score_block(row: NotebookRow) -> str:
     return table(None, rows)
 
 
+def earlier_note(row: NotebookRow) -> str:
+    """What a page says of where a set that uses earlier sets got their answers ("" for a set
+    that uses none): the run's policy (``txlearn grade --earlier``)."""
+    used = earlier_sets(row.set_name)
+    if not used:
+        return ""
+    if row.earlier == "reference":
+        return (f"This set was graded with the course's reference answers for {', '.join(used)} "
+                f"in place of your own, so a mistake there is counted in its own set only.")
+    return (f"This set was graded with your own answers in {', '.join(used)} (the notebooks "
+            f"beside it).")
+
+
 def _exercise_rows(row: NotebookRow) -> str:
     out = []
     for r in row.results:
@@ -121,6 +135,8 @@ def feedback_page(row: NotebookRow, history: list[NotebookRow], *, policy: str,
     parts = [_score_block(row)]
     if row.status != "ERROR":
         parts.append("<h2>Exercises</h2>")
+        if earlier_note(row):
+            parts.append(f'<p class="note">{esc(earlier_note(row))}</p>')
         if hidden_ran:
             parts.append('<p class="note">"PASSED (public cases)" in your notebook means the '
                          'public cases passed; the grader also ran hidden cases, named "hidden" '

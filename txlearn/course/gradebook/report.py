@@ -14,6 +14,9 @@ exercise, over the run that counts for each student (the policy,
 - ``mistakes``: each mistake identifier that fired, with its hint's first level, on how many
   students in the run that counts (``students``) and in any of their graded runs
   (``students_ever``: mistakes since fixed count too), most frequent first;
+- ``earlier``: for a set that uses earlier sets' answers, how many graded students got them from
+  their own notebooks (``own``) and how many from the course's reference answers
+  (``reference``: ``txlearn grade --earlier reference``), by the run that counts;
 - ``not_graded_notebooks``: each notebook of the set that could not be graded in the run that
   counts, with its student, file name, path and the grader's reason (issue 36);
 - ``attempts``: the pass rate of students' first, second, ... distinct submissions (one per
@@ -31,6 +34,7 @@ from pathlib import Path
 
 from txlearn.course.gradebook import mistakes as mistake_ids
 from txlearn.course.gradebook.pages import esc, figure, page, svg_figure, table
+from txlearn.course.gradebook.record import earlier_sets
 from txlearn.course.gradebook.store import NotebookRow, attempts, counting, identity_clashes
 
 __all__ = ["class_report", "write_report", "report_page"]
@@ -123,6 +127,8 @@ def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: 
             "resubmitted": sum(1 for t in set_tries.values() if len(t) > 1),
             "exercises": [_exercise(e, mine, history, set_tries)
                           for e in _exercise_order(rows, set_name)],
+            "earlier": dict(sorted(Counter(row.earlier or "own" for row in graded
+                                           if earlier_sets(set_name)).items())),
             "not_graded_notebooks": [
                 {"student": row.student, "notebook": row.notebook, "path": row.path,
                  "reason": row.error.removeprefix("not graded: ")}
@@ -198,6 +204,11 @@ def _set_section(data: dict, plots: bool) -> str:
              f"<p>{data['students']} student(s); {data['not_graded']} not graded; mean score "
              f"{esc(data['mean_score'])} of {data['max_points']}; {data['late']} late; "
              f"{data['resubmitted']} re-submitted.</p>"]
+    if data.get("earlier"):
+        said = {"own": "their own notebooks", "reference": "the course's reference answers"}
+        parts.append(f"<p>The earlier sets' answers this set uses came from "
+                     + esc("; ".join(f"{said.get(k, k)}: {n} student(s)"
+                                     for k, n in data["earlier"].items())) + ".</p>")
     if data.get("not_graded_notebooks"):
         parts.append(f"<h3>Not graded: {len(data['not_graded_notebooks'])} notebook(s) to "
                      f"follow up (their feedback pages say what to fix)</h3>")

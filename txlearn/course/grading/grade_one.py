@@ -35,7 +35,7 @@ from txlearn.course.grading.view import make_view, view_modules
 
 __all__ = ["grade", "grade_one", "run_checks", "run_quietly", "sandbox_modes", "in_work", "Job",
            "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED",
-           "HIDDEN_HINT", "MAX_FEEDBACK_LINE", "instructor_note"]
+           "HIDDEN_HINT", "MAX_FEEDBACK_LINE", "instructor_note", "reference_notebook", "EARLIER"]
 
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "
@@ -46,6 +46,7 @@ DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of
 HIDDEN_FAILED = ("failed a hidden case (it passed every public case; a hidden case reports "
                  "nothing about what your code did there)")
 HIDDEN_HINT = "Re-read the exercise: a hidden case tries inputs the public cases do not."
+EARLIER = ("own", "reference")   # where later sets get the earlier sets' answers (grade())
 MAX_FEEDBACK_LINE = 1000   # characters of one feedback line as recorded (a check quoting what a
 # runner reported, a state-dict shape of 500,000 dimensions, made one line of 1.5 MB in the JSON,
 # the CSV and the gradebook)
@@ -63,6 +64,7 @@ class Job:
     source: Path | None
     mode: str
     refused: str = ""     # why the run refuses this path before reading it (:func:`linked_paths`)
+    earlier: str = "own"  # the earlier sets' answers: "own" (its sibling notebooks), "reference"
 
 
 def error_rows(sub: Submission, cs: CourseSet | None) -> None:
@@ -95,6 +97,9 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
         sub.integrity += notes
         files = []
         for used in cs.info.uses:
+            if job.earlier == "reference":   # the course's answers stand in for the student's
+                files.append((f"{used}.ipynb", str(reference_notebook(used))))
+                continue
             sibling = job.path.parent / f"{used}.ipynb"
             if sibling.is_symlink():
                 raise GradingError(f"{used}.ipynb beside it is a symbolic link")
@@ -158,6 +163,17 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
             r.integrity = "; ".join(sub.integrity)
     sub.graded_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return sub
+
+
+def reference_notebook(set_name: str) -> Path:
+    """The course's solution notebook of an earlier set, whose answer cells stand in for a
+    student's own under ``earlier="reference"`` (:func:`grade`). Raises GradingError when the
+    course has none (run txlearn build)."""
+    path = build.Layout().solutions / f"{set_name}.ipynb"
+    if not path.is_file():
+        raise GradingError(f"--earlier reference: the course has no {path.name} in "
+                           f"{path.parent} (run txlearn build)")
+    return path
 
 
 def _bounded(text: str) -> str:
@@ -327,7 +343,7 @@ def linked_paths(paths: list[Path]) -> list[str]:
 
 def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None = None,
           jobs: int | None = None, no_sandbox: bool = False, container: bool = False,
-          limits: dict | None = None, on_graded=None) -> list[Submission]:
+          limits: dict | None = None, on_graded=None, earlier: str = "own") -> list[Submission]:
     """Grade notebooks, each in its own sandboxed runner; return one Submission per path, in order.
 
     ``hidden``: instructor-only cases (:func:`validate_hidden` checks the folder first; format in
@@ -337,14 +353,21 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
     (:func:`sandbox_modes`; docs/containers.md). ``limits``: override the sets'
     sandbox limits (tests shorten them). ``on_graded(sub)``: called in this thread with each
     Submission as soon as it is graded, in the order they finish (the gradebook records each
-    notebook then). Originals are only read.
+    notebook then). ``earlier``: where a set that uses earlier sets' answers (04, 07, 09, 10)
+    gets them: ``"own"``, the student's sibling notebooks (a mistake there costs points here
+    too), or ``"reference"``, the course's solution notebooks of those sets
+    (:func:`reference_notebook`: each set graded on its own answers only, no double jeopardy;
+    the student's earlier notebooks are then not needed). Originals are only read.
 
     Raises:
         GradingError: the run cannot start (a misnamed hidden case, an unknown ``set_name``, no
-            sandbox for a path that needs one). A file that cannot be graded is not an
-            exception: its Submission has ``error`` set and ERROR rows.
+            sandbox for a path that needs one, an ``earlier`` other than own or reference). A
+            file that cannot be graded is not an exception: its Submission has ``error`` set
+            and ERROR rows.
     """
     paths = [Path(p) for p in paths]
+    if earlier not in EARLIER:
+        raise GradingError(f"--earlier {earlier}: use {' or '.join(EARLIER)}")
     if hidden is not None:
         validate_hidden(Path(hidden))
         hidden = Path(hidden).resolve()
@@ -359,7 +382,7 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
     for number, (path, mode) in enumerate(zip(paths, modes)):
         source = forced or build.find_source(path.stem)
         student = Path(os.path.abspath(path)).parent.name
-        jobs_list.append(Job(number, path, student, source, mode, refused[number]))
+        jobs_list.append(Job(number, path, student, source, mode, refused[number], earlier))
     # notebooks of one set in two folders of one name (a/alice/ and b/alice/): the gradebook and
     # the reports would take one for the other (the later counted, the earlier lost), so neither
     # is graded; which of them is the student's own cannot be told here
