@@ -112,10 +112,11 @@ def _cmd_feedback(args) -> int:
 def _cmd_report(args) -> int:
     from txlearn.course.gradebook.report import write_report
 
-    rows, _, policy = _open(args)
+    rows, course, policy = _open(args)
     json_path = Path(args.json) if args.json else Path(args.out).with_suffix(".json")
     data = write_report(rows, Path(args.out), policy=policy, generated=_now(),
-                        source=str(args.gradebook), json_path=json_path, plots=not args.no_plots)
+                        source=str(args.gradebook), json_path=json_path, plots=not args.no_plots,
+                        roster=sorted(course.roster) or None)
     print(f"wrote {args.out} and {json_path}: {data['students']} student(s), "
           f"{len(data['sets'])} set(s); the run that counts: {policy}")
     return 0

@@ -19,6 +19,10 @@ exercise, over the run that counts for each student (the policy,
   (``reference``: ``txlearn grade --earlier reference``), by the run that counts;
 - ``not_graded_notebooks``: each notebook of the set that could not be graded in the run that
   counts, with its student, file name, path and the grader's reason (issue 36);
+- ``instructor`` (:mod:`~txlearn.course.gradebook.report_instructor`): per set, the students
+  behind each mistake, the roster's students with no notebook of it, and later sets' failures
+  whose cause is one of its exercises (a set-09 failure through set 03's attention shown as set
+  03's mistake);
 - ``attempts``: the pass rate of students' first, second, ... distinct submissions (one per
   notebook digest, :func:`~txlearn.course.gradebook.store.attempts`), and ``fixed``: students
   whose first submission failed the exercise and whose last one passes it.
@@ -35,6 +39,7 @@ from pathlib import Path
 from txlearn.course.gradebook import mistakes as mistake_ids
 from txlearn.course.gradebook.pages import esc, figure, page, svg_figure, table
 from txlearn.course.gradebook.record import earlier_sets
+from txlearn.course.gradebook.report_instructor import instructor_section, instructor_view
 from txlearn.course.gradebook.store import NotebookRow, attempts, counting, identity_clashes
 
 __all__ = ["class_report", "write_report", "report_page"]
@@ -104,8 +109,11 @@ def _exercise(name: str, counted: list[NotebookRow], history: dict, tries: dict)
 
 
 def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: str = "",
-                 source: str = "") -> dict:
-    """The report's numbers (the JSON twin), from every stored notebook row."""
+                 source: str = "", roster=None) -> dict:
+    """The report's numbers (the JSON twin), from every stored notebook row; ``roster``: the
+    course file's student names, for the instructor view's non-submitters
+    (:func:`~txlearn.course.gradebook.report_instructor.instructor_view`, under
+    ``instructor``)."""
     counted = counting(rows, policy)
     tries = attempts(rows)
     sets = sorted({s for _, s in counted})
@@ -137,7 +145,7 @@ def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: 
     return {"generated": generated, "gradebook": source, "policy": policy,
             "students": len({student for student, _ in counted}),
             "notebooks_recorded": len(rows), "identity_warnings": identity_clashes(rows),
-            "sets": out_sets}
+            "sets": out_sets, "instructor": instructor_view(rows, counted, roster)}
 
 
 # ---- the page ---------------------------------------------------------------------------------
@@ -246,7 +254,8 @@ def report_page(data: dict, *, plots: bool = True) -> str:
             f"of the hint that fired (<code>module.CONSTANT</code> of the check module; "
             f"<code>module.hint-xxxxxxxx</code> for an inline hint).</p>"]
     body += [f'<p class="note">Warning: {esc(w)}</p>' for w in data.get("identity_warnings", [])]
-    body += [_set_section(s, plots) for s in data["sets"]]
+    body += [_set_section(s, plots) + instructor_section(data["instructor"], s["set"])
+             if "instructor" in data else _set_section(s, plots) for s in data["sets"]]
     return page("What the class got wrong", "\n".join(body),
                 subtitle=f"from {data['gradebook']}", footer=f"Written by txlearn report on "
                 f"{data['generated']}; the numbers are in the JSON file beside it. This page "
@@ -255,10 +264,10 @@ def report_page(data: dict, *, plots: bool = True) -> str:
 
 def write_report(rows: list[NotebookRow], dest: Path, *, policy: str = "latest",
                  generated: str = "", source: str = "", json_path: Path | None = None,
-                 plots: bool = True) -> dict:
+                 plots: bool = True, roster=None) -> dict:
     """Write the report's HTML page to ``dest`` and its JSON twin to ``json_path`` (default:
-    ``dest`` with ``.json``); returns the numbers."""
-    data = class_report(rows, policy=policy, generated=generated, source=source)
+    ``dest`` with ``.json``); returns the numbers. ``roster``: as for :func:`class_report`."""
+    data = class_report(rows, policy=policy, generated=generated, source=source, roster=roster)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(report_page(data, plots=plots), encoding="utf-8")
