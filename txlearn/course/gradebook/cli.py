@@ -100,9 +100,9 @@ def _guard(command):
 def _cmd_feedback(args) -> int:
     from txlearn.course.gradebook.feedback import write_feedback
 
-    rows, _, policy = _open(args)
+    rows, course, policy = _open(args)
     written = write_feedback(rows, Path(args.out), policy=policy, students=args.student,
-                             sets=args.set, generated=_now())
+                             sets=args.set, generated=_now(), zone=course.zone)
     print(f"wrote {len(written)} feedback page(s) into {args.out} (index: "
           f"{Path(args.out) / 'index.html'}); the run that counts: {policy}")
     return 0
@@ -116,7 +116,7 @@ def _cmd_report(args) -> int:
     json_path = Path(args.json) if args.json else Path(args.out).with_suffix(".json")
     data = write_report(rows, Path(args.out), policy=policy, generated=_now(),
                         source=str(args.gradebook), json_path=json_path, plots=not args.no_plots,
-                        roster=sorted(course.roster) or None)
+                        roster=sorted(course.roster) or None, time_zone=course.zone_name)
     print(f"wrote {args.out} and {json_path}: {data['students']} student(s), "
           f"{len(data['sets'])} set(s); the run that counts: {policy}")
     return 0

@@ -37,6 +37,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from txlearn.course.gradebook import mistakes as mistake_ids
+from txlearn.course.gradebook.course import shown_time, zone_named
 from txlearn.course.gradebook.pages import esc, figure, page, svg_figure, table
 from txlearn.course.gradebook.record import earlier_sets
 from txlearn.course.gradebook.report_instructor import instructor_section, instructor_view
@@ -109,11 +110,12 @@ def _exercise(name: str, counted: list[NotebookRow], history: dict, tries: dict)
 
 
 def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: str = "",
-                 source: str = "", roster=None) -> dict:
+                 source: str = "", roster=None, time_zone: str = "UTC") -> dict:
     """The report's numbers (the JSON twin), from every stored notebook row; ``roster``: the
     course file's student names, for the instructor view's non-submitters
     (:func:`~txlearn.course.gradebook.report_instructor.instructor_view`, under
-    ``instructor``)."""
+    ``instructor``); ``time_zone``: the course's zone by name, in which the page shows its
+    times (the JSON keeps them in UTC)."""
     counted = counting(rows, policy)
     tries = attempts(rows)
     sets = sorted({s for _, s in counted})
@@ -142,7 +144,7 @@ def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: 
                  "reason": row.error.removeprefix("not graded: ")}
                 for row in mine if row.status == "ERROR"],
         })
-    return {"generated": generated, "gradebook": source, "policy": policy,
+    return {"generated": generated, "timezone": time_zone, "gradebook": source, "policy": policy,
             "students": len({student for student, _ in counted}),
             "notebooks_recorded": len(rows), "identity_warnings": identity_clashes(rows),
             "sets": out_sets, "instructor": instructor_view(rows, counted, roster)}
@@ -258,16 +260,20 @@ def report_page(data: dict, *, plots: bool = True) -> str:
              if "instructor" in data else _set_section(s, plots) for s in data["sets"]]
     return page("What the class got wrong", "\n".join(body),
                 subtitle=f"from {data['gradebook']}", footer=f"Written by txlearn report on "
-                f"{data['generated']}; the numbers are in the JSON file beside it. This page "
+                f"{shown_time(data['generated'], zone_named(data.get('timezone', 'UTC')))} "
+                f"(times in the course's time zone, {data.get('timezone', 'UTC')}); the numbers "
+                f"are in the JSON file beside it. This page "
                 f"needs no network.")
 
 
 def write_report(rows: list[NotebookRow], dest: Path, *, policy: str = "latest",
                  generated: str = "", source: str = "", json_path: Path | None = None,
-                 plots: bool = True, roster=None) -> dict:
+                 plots: bool = True, roster=None, time_zone: str = "UTC") -> dict:
     """Write the report's HTML page to ``dest`` and its JSON twin to ``json_path`` (default:
-    ``dest`` with ``.json``); returns the numbers. ``roster``: as for :func:`class_report`."""
-    data = class_report(rows, policy=policy, generated=generated, source=source, roster=roster)
+    ``dest`` with ``.json``); returns the numbers. ``roster``, ``time_zone``: as for
+    :func:`class_report`."""
+    data = class_report(rows, policy=policy, generated=generated, source=source, roster=roster,
+                        time_zone=time_zone)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(report_page(data, plots=plots), encoding="utf-8")
