@@ -257,7 +257,8 @@ def main(argv=None) -> int:
         _timed("report (HTML with plots + JSON)",
                lambda: write_report(rows, out / "report.html", source=str(db)))
         for fmt in ("wide", "canvas", "moodle"):
-            _timed(f"export {fmt}", lambda: write_export(rows, fmt, out / f"{fmt}.csv", course))
+            _timed(f"export {fmt}", lambda: write_export(rows, fmt, out / f"{fmt}.csv", course,
+                                                         skip_unidentified=True))
         _timed("export gradescope (a results.json per notebook)",
                lambda: write_export(rows, "gradescope", out / "gradescope", course))
         _timed("feedback pages", lambda: write_feedback(rows, out / "feedback"))

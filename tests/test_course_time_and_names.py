@@ -97,7 +97,8 @@ def test_a_name_in_another_unicode_form_is_the_same_student(tmp_path, folder, in
 penalty: {{per_day: 0.5, max: 1.0}}
 sets: {{01_softmax: "2026-10-05T12:00:00Z"}}
 extensions: {{"{in_file}": {{01_softmax: 2 days}}}}
-roster: {{"{in_file}": {{name: "Garc\u00eda, {in_file}", email: jose@uni.example}}}}
+roster: {{"{in_file}": {{name: "Garc\u00eda, {in_file}", email: jose@uni.example,
+                        sis_login_id: jgarcia}}}}
 """, [(in_file, "01_softmax", "2026-10-06T12:00:00Z")])
     assert folder != in_file and unicodedata.normalize("NFC", folder) == \
         unicodedata.normalize("NFC", in_file)                          # two spellings, one name
@@ -111,7 +112,7 @@ roster: {{"{in_file}": {{name: "Garc\u00eda, {in_file}", email: jose@uni.example
     assert (timing.late_seconds, timing.penalty) == (0.0, 0.0)
     assert course.identity(folder)["email"] == "jose@uni.example"
     rows = [row("r", folder, 1)]                                       # a gradebook row
-    assert canvas_rows(rows, course)[2][0] == f"Garc\u00eda, {in_file}"
+    assert canvas_rows(rows, course)[2][0:4] == [f"Garc\u00eda, {in_file}", "", "", "jgarcia"]
     assert moodle_rows(rows, course)[1][3] == "jose@uni.example"
     assert name_key(NFD) == name_key(NFC) == NFC
 

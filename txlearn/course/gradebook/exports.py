@@ -4,8 +4,16 @@ autograder ``results.json``.
 Every score is the run that counts (the policy, :func:`~txlearn.course.gradebook.store.counting`)
 after its late penalty; a set a student has no notebook for, or whose notebook could not be graded
 (ERROR), is left blank (not a zero: the LMS, or the instructor, decides what it scores). Students are identified by the course file's roster
-(:mod:`~txlearn.course.gradebook.course`); without a roster entry the student's folder name stands
-in for the LMS login (Canvas's "SIS Login ID", Moodle's "ID number"). Every CSV cell is written
+(:mod:`~txlearn.course.gradebook.course`); a course file without a roster lets the student's
+folder name stand in for the LMS login (Canvas's "SIS Login ID", Moodle's "ID number").
+
+**Identity.** An import matches each row on one identity: Canvas on ``ID``, ``SIS User ID`` or
+``SIS Login ID``; Moodle on the column the instructor maps (``Email address`` to useremail, the
+default here, or ``ID number`` to useridnumber: ``match``). A row without it is not written
+blank (Moodle aborts on a blank email, or credits the row to the student before it): a student
+without a roster entry when the course file has a roster, or without the mapped key, makes
+:func:`write_export` refuse with the students named (:func:`unidentified`), or, with
+``skip_unidentified``, leave them out for the instructor to enter by hand. Every CSV cell is written
 by :func:`~txlearn.course.csv_cells.csv_cell` (as the grader's are): numbers exactly (shortest
 round trip), text with a formula character at its start or after a separator a spreadsheet may
 split on given an apostrophe (a folder named like a formula would run as one when the file is
@@ -53,12 +61,14 @@ from txlearn.course.gradebook.course import Course
 from txlearn.course.gradebook.store import NotebookRow, counting, readable
 
 __all__ = ["wide_rows", "canvas_rows", "moodle_rows", "gradescope_results", "write_csv_rows",
-           "write_export", "FORMATS", "CANVAS_COLUMNS", "MOODLE_COLUMNS", "HIDDEN_VISIBILITY"]
+           "write_export", "unidentified", "FORMATS", "CANVAS_COLUMNS", "MOODLE_COLUMNS",
+           "HIDDEN_VISIBILITY", "MOODLE_MATCH"]
 
 FORMATS = ("wide", "canvas", "moodle", "gradescope")
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 MOODLE_COLUMNS = ["First name", "Last name", "ID number", "Email address"]
 HIDDEN_VISIBILITY = ("after_published", "hidden", "after_due_date")
+MOODLE_MATCH = {"email": "email", "idnumber": "id_number"}   # what the import maps -> roster key
 
 
 def write_csv_rows(rows: list[list], path: Path) -> None:
@@ -97,16 +107,48 @@ def wide_rows(rows: list[NotebookRow], *, policy: str = "latest") -> list[list]:
     return out
 
 
+def _identity(course: Course, student: str, fmt: str, match: str = "email") -> dict | None:
+    """The identity an export writes for ``student`` (roster keys), None when the import has
+    nothing to match the row on (module docstring, "Identity"): the folder name stands in only
+    where the course file has no roster at all."""
+    ident = dict(course.identity(student) or {})
+    if fmt == "canvas":
+        if not any(ident.get(k) for k in ("canvas_id", "sis_user_id", "sis_login_id")):
+            if course.roster:
+                return None
+            ident["sis_login_id"] = student
+        return ident
+    key = MOODLE_MATCH[match]
+    if not ident.get(key) and key == "id_number" and not course.roster:
+        ident["id_number"] = student
+    return ident if ident.get(key) else None
+
+
+def unidentified(rows: list[NotebookRow], fmt: str, course: Course, *, policy: str = "latest",
+                 match: str = "email") -> list[str]:
+    """The students a Canvas or Moodle export has no identity for (sorted; [] for the other
+    formats). Raises ValueError for an unknown ``match``."""
+    if match not in MOODLE_MATCH:
+        raise ValueError(f"match {match!r}: use one of {', '.join(MOODLE_MATCH)}")
+    if fmt not in ("canvas", "moodle"):
+        return []
+    _, students, _, _ = _table(rows, policy)
+    return [s for s in students if _identity(course, s, fmt, match) is None]
+
+
 def canvas_rows(rows: list[NotebookRow], course: Course, *, policy: str = "latest") -> list[list]:
-    """Canvas's gradebook import: the header, the ``Points Possible`` row, one row per student."""
+    """Canvas's gradebook import: the header, the ``Points Possible`` row, one row per student
+    with an identity to match on (:func:`unidentified` lists the others)."""
     counted, students, sets, maxima = _table(rows, policy)
     titles = [f"{course.title(s)} ({course.canvas_ids[s]})" if s in course.canvas_ids
               else course.title(s) for s in sets]
     out = [CANVAS_COLUMNS + titles, ["Points Possible", "", "", "", ""] + [maxima[s] for s in sets]]
     for student in students:
-        ident = course.identity(student) or {}
+        ident = _identity(course, student, "canvas")
+        if ident is None:
+            continue
         out.append([ident.get("name", student), ident.get("canvas_id", ""),
-                    ident.get("sis_user_id", ""), ident.get("sis_login_id", student),
+                    ident.get("sis_user_id", ""), ident.get("sis_login_id", ""),
                     ident.get("section", "")] + [_score(counted.get((student, s))) for s in sets])
     return out
 
@@ -120,14 +162,19 @@ def _names(full: str) -> tuple[str, str]:
     return (" ".join(parts[:-1]), parts[-1]) if len(parts) > 1 else ("", full)
 
 
-def moodle_rows(rows: list[NotebookRow], course: Course, *, policy: str = "latest") -> list[list]:
-    """Moodle's CSV grade import: identity columns, then one column per set."""
+def moodle_rows(rows: list[NotebookRow], course: Course, *, policy: str = "latest",
+                match: str = "email") -> list[list]:
+    """Moodle's CSV grade import: identity columns, then one column per set; one row per student
+    with the identity the import maps on (``match``: email or idnumber; :func:`unidentified`
+    lists the others)."""
     counted, students, sets, _ = _table(rows, policy)
     out = [MOODLE_COLUMNS + [course.title(s) for s in sets]]
     for student in students:
-        ident = course.identity(student) or {}
+        ident = _identity(course, student, "moodle", match)
+        if ident is None:
+            continue
         first, last = _names(ident.get("name", ""))
-        out.append([first, last, ident.get("id_number", student), ident.get("email", "")]
+        out.append([first, last, ident.get("id_number", ""), ident.get("email", "")]
                    + [_score(counted.get((student, s))) for s in sets])
     return out
 
@@ -164,8 +211,14 @@ def gradescope_results(row: NotebookRow, *, hidden_visibility: str = "after_publ
 
 def write_export(rows: list[NotebookRow], fmt: str, dest: Path, course: Course | None = None, *,
                  policy: str = "latest", hidden_visibility: str = "after_published",
-                 student: str | None = None, set_name: str | None = None) -> list[Path]:
+                 student: str | None = None, set_name: str | None = None, match: str = "email",
+                 skip_unidentified: bool = False) -> list[Path]:
     """Write the export ``fmt`` (one of :data:`FORMATS`) to ``dest``; returns the files written.
+
+    ``match`` (Moodle): the identity its import maps on, ``email`` or ``idnumber``. Canvas and
+    Moodle refuse (ValueError naming them) students without that identity, or, with
+    ``skip_unidentified``, leave them out (:func:`unidentified` lists them); nothing is written
+    when they refuse.
 
     ``gradescope``: one notebook's ``results.json`` when ``dest`` ends in ``.json`` (the run that
     counts of ``student`` and ``set_name``, or the gradebook's only one), else a folder with
@@ -196,9 +249,18 @@ def write_export(rows: list[NotebookRow], fmt: str, dest: Path, course: Course |
         return out
     makers = {"wide": lambda: wide_rows(rows, policy=policy),
               "canvas": lambda: canvas_rows(rows, course, policy=policy),
-              "moodle": lambda: moodle_rows(rows, course, policy=policy)}
+              "moodle": lambda: moodle_rows(rows, course, policy=policy, match=match)}
     if fmt not in makers:
         raise ValueError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
+    missing = unidentified(rows, fmt, course, policy=policy, match=match)
+    if missing and not skip_unidentified:
+        shown = readable(", ".join(missing[:5])) + (", ..." if len(missing) > 5 else "")
+        what = ("ID, SIS User ID or SIS Login ID" if fmt == "canvas" else
+                "email" if match == "email" else "ID number")
+        raise ValueError(f"{fmt}: {len(missing)} student(s) have no {what} in the course file's "
+                         f"roster for the import to match on ({shown}): add them to the roster, "
+                         f"or pass --skip-unidentified to leave them out (listed) and enter "
+                         f"their grades by hand; nothing was written")
     dest.parent.mkdir(parents=True, exist_ok=True)
     write_csv_rows(makers[fmt](), dest)
     return [dest]

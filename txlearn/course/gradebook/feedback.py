@@ -16,12 +16,15 @@ that runs (no script; every text escaped, :mod:`~txlearn.course.gradebook.pages`
 from __future__ import annotations
 
 import os
+from datetime import timezone
 from pathlib import Path
 
+from txlearn.course.gradebook.course import shown_time, zone_name
 from txlearn.course.gradebook.pages import Raw, badge, esc, folders, page, pre, slug, table
+from txlearn.course.gradebook.record import earlier_sets
 from txlearn.course.gradebook.store import NotebookRow, counting
 
-__all__ = ["write_feedback", "feedback_page", "late_text", "what_to_fix"]
+__all__ = ["write_feedback", "feedback_page", "late_text", "what_to_fix", "earlier_note"]
 
 
 def late_text(seconds: float) -> str:
@@ -68,18 +71,32 @@ def what_to_fix(error: str) -> str:
     return FIX_DEFAULT
 
 
-def _score_block(row: NotebookRow) -> str:
+def _score_block(row: NotebookRow, zone) -> str:
     if row.status == "ERROR":
         return (f'<p class="note">Not graded: {esc(row.error.removeprefix("not graded: "))}</p>\n'
                 f'<p><strong>What to do:</strong> {esc(what_to_fix(row.error))}.</p>')
+    how = "from the file time" if row.submitted_from == "mtime" else "as collected"
     rows = [["raw score", f"{row.points} / {row.max_points}"],
-            ["submitted", f"{row.submitted_at} ({'from the file time' if row.submitted_from == 'mtime' else 'as collected'})"]]
+            ["submitted", f"{shown_time(row.submitted_at, zone)} ({how})"]]
     if row.deadline:
-        rows.append(["deadline", row.deadline + " (extensions included)"])
+        rows.append(["deadline", shown_time(row.deadline, zone) + " (extensions included)"])
         rows.append(["lateness", late_text(row.late_seconds)])
         rows.append(["late penalty", f"{row.penalty:.0%} of the raw score"])
     rows.append(["score", f"{row.score:g} / {row.max_points}"])
     return table(None, rows)
+
+
+def earlier_note(row: NotebookRow) -> str:
+    """What a page says of where a set that uses earlier sets got their answers ("" for a set
+    that uses none): the run's policy (``txlearn grade --earlier``)."""
+    used = earlier_sets(row.set_name)
+    if not used:
+        return ""
+    if row.earlier == "reference":
+        return (f"This set was graded with the course's reference answers for {', '.join(used)} "
+                f"in place of your own, so a mistake there is counted in its own set only.")
+    return (f"This set was graded with your own answers in {', '.join(used)} (the notebooks "
+            f"beside it).")
 
 
 def _exercise_rows(row: NotebookRow) -> str:
@@ -104,10 +121,10 @@ def _answers(row: NotebookRow) -> str:
     return "<h2>Your answer cells, as graded</h2>\n" + "\n".join(parts)
 
 
-def _history(rows: list[NotebookRow], counted: NotebookRow) -> str:
+def _history(rows: list[NotebookRow], counted: NotebookRow, zone) -> str:
     if len(rows) < 2:
         return ""
-    body = [[r.graded_at, r.submitted_at, r.digest[:12] or "-",
+    body = [[shown_time(r.graded_at, zone), shown_time(r.submitted_at, zone), r.digest[:12] or "-",
              "not graded" if r.status == "ERROR" else f"{r.score:g} / {r.max_points}",
              "counts" if r.uuid == counted.uuid else ""] for r in rows]
     return ("<h2>Every grading of this set</h2>\n"
@@ -115,12 +132,15 @@ def _history(rows: list[NotebookRow], counted: NotebookRow) -> str:
 
 
 def feedback_page(row: NotebookRow, history: list[NotebookRow], *, policy: str,
-                  generated: str) -> str:
-    """The HTML of one student's feedback page for one set."""
+                  generated: str, zone=timezone.utc) -> str:
+    """The HTML of one student's feedback page for one set; its times in ``zone`` (the course's
+    time zone, named on the page)."""
     hidden_ran = any(r.hidden_cases for r in row.results)
-    parts = [_score_block(row)]
+    parts = [_score_block(row, zone)]
     if row.status != "ERROR":
         parts.append("<h2>Exercises</h2>")
+        if earlier_note(row):
+            parts.append(f'<p class="note">{esc(earlier_note(row))}</p>')
         if hidden_ran:
             parts.append('<p class="note">"PASSED (public cases)" in your notebook means the '
                          'public cases passed; the grader also ran hidden cases, named "hidden" '
@@ -130,19 +150,24 @@ def feedback_page(row: NotebookRow, history: list[NotebookRow], *, policy: str,
         parts.append("<h2>Integrity notes</h2>\n<ul>"
                      + "".join(f"<li>{esc(n)}</li>" for n in row.integrity) + "</ul>")
     parts.append(_answers(row))
-    parts.append(_history(history, row))
+    parts.append(_history(history, row, zone))
     return page(f"Feedback: {row.set_name}", "\n".join(p for p in parts if p),
-                subtitle=f"{row.student} · notebook {row.notebook} · graded {row.graded_at}",
-                footer=f"Written by txlearn feedback on {generated} from the gradebook (the run "
-                       f"that counts: {policy}). This page needs no network.")
+                subtitle=f"{row.student} · notebook {row.notebook} · graded "
+                         f"{shown_time(row.graded_at, zone)}",
+                footer=f"Written by txlearn feedback on {shown_time(generated, zone)} from the "
+                       f"gradebook (the run that counts: {policy}). Times are in the course's "
+                       f"time zone, {zone_name(zone)}. This page needs no network.")
 
 
 def write_feedback(rows: list[NotebookRow], dest: Path, *, policy: str = "latest",
-                   students=None, sets=None, generated: str = "") -> list[Path]:
+                   students=None, sets=None, generated: str = "",
+                   zone=timezone.utc) -> list[Path]:
     """Write one page per (student, set) that counts into ``dest`` (``<student>/<set>.html``,
     the student's folder name made file-safe and distinct from every other student's,
     :func:`~txlearn.course.gradebook.pages.folders`),
-    and ``index.html``; ``students``/``sets`` limit which. Returns the pages' paths."""
+    and ``index.html``; ``students``/``sets`` limit which; ``zone``: the course's time zone
+    (:attr:`~txlearn.course.gradebook.course.Course.zone`), in which every page shows its times
+    and which it names. Returns the pages' paths."""
     dest = Path(dest)
     counted = counting(rows, policy)
     history: dict[tuple[str, str], list[NotebookRow]] = {}
@@ -159,7 +184,7 @@ def write_feedback(rows: list[NotebookRow], dest: Path, *, policy: str = "latest
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{slug(set_name)}.html"
         text = feedback_page(row, history[(student, set_name)], policy=policy,
-                             generated=generated)
+                             generated=generated, zone=zone)
         tmp = path.with_suffix(".html.tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
@@ -173,6 +198,8 @@ def write_feedback(rows: list[NotebookRow], dest: Path, *, policy: str = "latest
     (dest / "index.html").write_text(page(
         "Feedback pages", table(["student", "set", "score", "not graded because"], listing),
         subtitle=f"{len(written)} page(s), the run that counts: {policy}. Hand each student "
-                 f"their own folder.", footer=f"Written by txlearn feedback on {generated}."),
+                 f"their own folder.", footer=f"Written by txlearn feedback on "
+                                             f"{shown_time(generated, zone)} "
+                                             f"({zone_name(zone)})."),
         encoding="utf-8")
     return written

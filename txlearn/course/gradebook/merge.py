@@ -37,9 +37,10 @@ class Merged:
 
 def _merge_one(target: Gradebook, source: Gradebook) -> Merged:
     out = Merged(source.path)
-    runs = source.read(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs")
+    runs = source.read(f"SELECT {source.columns('runs', RUN_COLUMNS)} FROM runs")
     notebooks = source.read(f"SELECT id, {', '.join(NOTEBOOK_COLUMNS)} FROM notebooks")
-    results = source.read(f"SELECT notebook_id, {', '.join(RESULT_COLUMNS)} FROM results")
+    results = source.read(f"SELECT notebook_id, {source.columns('results', RESULT_COLUMNS)} "
+                          f"FROM results")
     answers = source.read("SELECT notebook_id, exercise, source FROM answers")
     by_notebook: dict[int, list] = {}
     for r in results:

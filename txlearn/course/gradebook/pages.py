@@ -1,12 +1,16 @@
 """The HTML of the gradebook's pages: one self-contained offline file each, everything escaped.
 
-Every page the gradebook writes (feedback, class report, similarity) is built here: a fixed
-skeleton with its style inline, no script, no external resource (figures are inline SVG), and
+Every page the gradebook writes (feedback, class report, similarity) is built here, rendered
+from the Jinja2 templates beside this module (``templates/page.html``: the skeleton;
+``templates/table.html``: every table) with autoescaping on: a fixed skeleton with its style
+inline, no script, no external resource (figures are inline SVG), and
 a Content-Security-Policy that forbids scripts and every load but inline styles and ``data:``
 images, so a page works from a folder, a zip or an e-mail attachment. Text reaches a page only
 through :func:`esc` (``html.escape`` with quotes) or :func:`pre`: whatever a submission wrote
 (a folder name, an exception message, an answer cell holding ``<script>``) is shown as text,
-never run; the policy is a second wall, not the first.
+never run; the policy is a second wall, not the first. In the templates every ``{{ value }}``
+goes through :func:`esc` (the environment's ``finalize``), so a template cannot forget it; HTML
+this module made is passed as :class:`Raw` (a ``markupsafe.Markup``) and kept as it is.
 """
 
 from __future__ import annotations
@@ -14,12 +18,15 @@ from __future__ import annotations
 import html
 import io
 import re
+from pathlib import Path
 
 from txlearn.checks.feedback import show_marks
 from txlearn.course.gradebook.store import readable
 
 __all__ = ["esc", "pre", "page", "table", "Raw", "figure", "svg_figure", "badge", "slug",
-           "folders", "CSP"]
+           "folders", "render", "CSP", "TEMPLATES"]
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; "
        "base-uri 'none'; form-action 'none'")
@@ -64,19 +71,35 @@ def badge(text: str, kind: str = "") -> str:
     return f'<span class="badge {safe}">{esc(text)}</span>'
 
 
+def _escaped(value):
+    """What a template shows of ``value``: :func:`esc` of it, or HTML this module made as it is."""
+    from markupsafe import Markup
+
+    if isinstance(value, Raw):
+        return Markup(value.html)
+    return value if isinstance(value, Markup) else Markup(esc(value))
+
+
+_environment = None
+
+
+def render(name: str, **values) -> str:
+    """Template ``name`` of :data:`TEMPLATES` rendered with ``values`` (autoescaped, each value
+    through :func:`esc`; an undefined name raises jinja2's UndefinedError)."""
+    global _environment
+    if _environment is None:
+        from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+        _environment = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                                   finalize=_escaped, undefined=StrictUndefined,
+                                   keep_trailing_newline=True)
+    return _environment.get_template(name).render(**values)
+
+
 def table(header: list[str] | None, rows: list[list], numeric: set[int] = frozenset()) -> str:
     """A table (``header`` None: none); every cell escaped unless it is a :class:`Raw` (HTML
     this module made)."""
-    def cell(tag, i, value):
-        cls = ' class="num"' if i in numeric else ""
-        body = value.html if isinstance(value, Raw) else esc(value)
-        return f"<{tag}{cls}>{body}</{tag}>"
-
-    head = "" if header is None else \
-        "<tr>" + "".join(cell("th", i, h) for i, h in enumerate(header)) + "</tr>\n"
-    body = "\n".join("<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>"
-                     for row in rows)
-    return f"<table>\n{head}{body}\n</table>"
+    return render("table.html", header=header, rows=rows, numeric=set(numeric)).rstrip("\n")
 
 
 class Raw:
@@ -87,14 +110,10 @@ class Raw:
 
 
 def page(title: str, body: str, *, subtitle: str = "", footer: str = "") -> str:
-    """A whole page: ``title`` and ``subtitle`` escaped, ``body`` HTML built with :func:`esc`."""
-    sub = f'<p class="sub">{esc(subtitle)}</p>' if subtitle else ""
-    foot = f"<footer>{esc(footer)}</footer>" if footer else ""
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{esc(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
-            f"<h1>{esc(title)}</h1>\n{sub}\n{body}\n{foot}\n</body>\n</html>\n")
+    """A whole page (``templates/page.html``): ``title``, ``subtitle`` and ``footer`` escaped,
+    ``body`` HTML built with :func:`esc` and this module's helpers."""
+    return render("page.html", title=title, subtitle=subtitle, footer=footer, body=Raw(body),
+                  csp=Raw(CSP), style=Raw(STYLE))
 
 
 def figure(width: float, height: float):

@@ -31,7 +31,6 @@ run that counts might be someone else's.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -44,7 +43,7 @@ from txlearn.course.gradebook.course import Course, name_key
 from txlearn.course.gradebook.store import (Gradebook, NotebookRow, ResultRow, readable,
                                             stored_text, text_of)
 
-__all__ = ["Recorder", "set_of_file", "answer_cells", "hidden_exercises", "now_utc",
+__all__ = ["Recorder", "set_of_file", "earlier_sets", "answer_cells", "hidden_exercises", "now_utc",
            "MAX_ANSWER_CHARS"]
 
 MAX_ANSWER_CHARS = 20_000
@@ -80,20 +79,28 @@ def answer_cells(data: bytes) -> dict[str, str]:
 
 
 def hidden_exercises(hidden: Path | None) -> dict[str, set[str]]:
-    """{check module stem: the exercises it has hidden cases for} of a hidden-case folder (the
-    public functions of each ``<module>.py``, as the grader reads them)."""
-    out: dict[str, set[str]] = {}
+    """{check module stem: the exercises it has hidden cases for} of a hidden-case folder
+    (:func:`txlearn.course.grading.hidden.hidden_functions`; ``{}`` without one)."""
     if hidden is None:
-        return out
-    for path in sorted(Path(hidden).glob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError):
-            continue
-        out[path.stem] = {n.name for n in tree.body
-                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                          and not n.name.startswith("_")}
-    return out
+        return {}
+    from txlearn.course.grading.hidden import hidden_functions   # the grader's own reading
+
+    return hidden_functions(Path(hidden))
+
+
+def earlier_sets(set_name: str) -> tuple[str, ...]:
+    """The earlier sets whose answers ``set_name`` uses (its source's ``uses:``; () for a set
+    the course does not know), for the pages that state a run's earlier-sets policy."""
+    from txlearn.course import build
+
+    if set_name not in _USES:
+        source = build.find_source(set_name)
+        _USES[set_name] = tuple(build.set_info(build.read_source(source), source.stem,
+                                               source.name).uses) if source else ()
+    return _USES[set_name]
+
+
+_USES: dict[str, tuple[str, ...]] = {}
 
 
 def set_of_file(path: str) -> str:
@@ -115,11 +122,12 @@ class Recorder:
     ``course``: the course file (deadlines, extensions, penalty, manifest); ``hidden``: the
     run's hidden-case folder (which exercises had hidden cases is recorded per result);
     ``command``: how the run was started (kept with the run, which is added with the first
-    notebook). :meth:`finish` marks the run done.
+    notebook); ``earlier``: the run's earlier-sets policy (``own`` or ``reference``, as
+    ``txlearn grade --earlier`` gave it). :meth:`finish` marks the run done.
     """
 
     def __init__(self, gradebook: Gradebook, course: Course, *, hidden: Path | None = None,
-                 command: str = "txlearn grade", version: str = ""):
+                 command: str = "txlearn grade", version: str = "", earlier: str = "own"):
         self.gradebook, self.course = gradebook, course
         self.hidden = hidden_exercises(hidden)
         self.recorded = 0
@@ -129,7 +137,7 @@ class Recorder:
         self.run = ""          # added with the first notebook (a run that grades none leaves none)
         self._run_values = dict(command=command[:2000], hidden=str(hidden or ""),
                                 course_file=str(course.path or ""), started_at=now_utc(),
-                                version=version)
+                                version=version, earlier=earlier)
 
     def row(self, sub) -> NotebookRow:
         """The notebook row of a graded Submission (results, lateness, answers)."""
@@ -164,7 +172,8 @@ class Recorder:
                 mistake=mistakes.mistake_id(r.exercise, r.kind, r.hints, hidden=r.hidden,
                                             status=r.status),
                 hint=mistakes.hint_text(r.hints), hidden=bool(r.hidden),
-                hidden_cases=r.exercise in self.hidden.get(stem, ()), flagged=r.flagged))
+                hidden_cases=r.exercise in self.hidden.get(stem, ()), flagged=r.flagged,
+                instructor_note=getattr(r, "instructor_note", "")))
         return NotebookRow(
             uuid=uuid.uuid4().hex, run_uuid=self.run,
             student=self._student(name_key(sub.student), path),

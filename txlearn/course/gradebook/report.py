@@ -14,8 +14,15 @@ exercise, over the run that counts for each student (the policy,
 - ``mistakes``: each mistake identifier that fired, with its hint's first level, on how many
   students in the run that counts (``students``) and in any of their graded runs
   (``students_ever``: mistakes since fixed count too), most frequent first;
+- ``earlier``: for a set that uses earlier sets' answers, how many graded students got them from
+  their own notebooks (``own``) and how many from the course's reference answers
+  (``reference``: ``txlearn grade --earlier reference``), by the run that counts;
 - ``not_graded_notebooks``: each notebook of the set that could not be graded in the run that
   counts, with its student, file name, path and the grader's reason (issue 36);
+- ``instructor`` (:mod:`~txlearn.course.gradebook.report_instructor`): per set, the students
+  behind each mistake, the roster's students with no notebook of it, and later sets' failures
+  whose cause is one of its exercises (a set-09 failure through set 03's attention shown as set
+  03's mistake);
 - ``attempts``: the pass rate of students' first, second, ... distinct submissions (one per
   notebook digest, :func:`~txlearn.course.gradebook.store.attempts`), and ``fixed``: students
   whose first submission failed the exercise and whose last one passes it.
@@ -30,7 +37,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from txlearn.course.gradebook import mistakes as mistake_ids
+from txlearn.course.gradebook.course import shown_time, zone_named
 from txlearn.course.gradebook.pages import esc, figure, page, svg_figure, table
+from txlearn.course.gradebook.record import earlier_sets
+from txlearn.course.gradebook.report_instructor import instructor_section, instructor_view
 from txlearn.course.gradebook.store import NotebookRow, attempts, counting, identity_clashes
 
 __all__ = ["class_report", "write_report", "report_page"]
@@ -100,8 +110,12 @@ def _exercise(name: str, counted: list[NotebookRow], history: dict, tries: dict)
 
 
 def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: str = "",
-                 source: str = "") -> dict:
-    """The report's numbers (the JSON twin), from every stored notebook row."""
+                 source: str = "", roster=None, time_zone: str = "UTC") -> dict:
+    """The report's numbers (the JSON twin), from every stored notebook row; ``roster``: the
+    course file's student names, for the instructor view's non-submitters
+    (:func:`~txlearn.course.gradebook.report_instructor.instructor_view`, under
+    ``instructor``); ``time_zone``: the course's zone by name, in which the page shows its
+    times (the JSON keeps them in UTC)."""
     counted = counting(rows, policy)
     tries = attempts(rows)
     sets = sorted({s for _, s in counted})
@@ -123,15 +137,17 @@ def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: 
             "resubmitted": sum(1 for t in set_tries.values() if len(t) > 1),
             "exercises": [_exercise(e, mine, history, set_tries)
                           for e in _exercise_order(rows, set_name)],
+            "earlier": dict(sorted(Counter(row.earlier or "own" for row in graded
+                                           if earlier_sets(set_name)).items())),
             "not_graded_notebooks": [
                 {"student": row.student, "notebook": row.notebook, "path": row.path,
                  "reason": row.error.removeprefix("not graded: ")}
                 for row in mine if row.status == "ERROR"],
         })
-    return {"generated": generated, "gradebook": source, "policy": policy,
+    return {"generated": generated, "timezone": time_zone, "gradebook": source, "policy": policy,
             "students": len({student for student, _ in counted}),
             "notebooks_recorded": len(rows), "identity_warnings": identity_clashes(rows),
-            "sets": out_sets}
+            "sets": out_sets, "instructor": instructor_view(rows, counted, roster)}
 
 
 # ---- the page ---------------------------------------------------------------------------------
@@ -198,6 +214,11 @@ def _set_section(data: dict, plots: bool) -> str:
              f"<p>{data['students']} student(s); {data['not_graded']} not graded; mean score "
              f"{esc(data['mean_score'])} of {data['max_points']}; {data['late']} late; "
              f"{data['resubmitted']} re-submitted.</p>"]
+    if data.get("earlier"):
+        said = {"own": "their own notebooks", "reference": "the course's reference answers"}
+        parts.append(f"<p>The earlier sets' answers this set uses came from "
+                     + esc("; ".join(f"{said.get(k, k)}: {n} student(s)"
+                                     for k, n in data["earlier"].items())) + ".</p>")
     if data.get("not_graded_notebooks"):
         parts.append(f"<h3>Not graded: {len(data['not_graded_notebooks'])} notebook(s) to "
                      f"follow up (their feedback pages say what to fix)</h3>")
@@ -235,19 +256,24 @@ def report_page(data: dict, *, plots: bool = True) -> str:
             f"of the hint that fired (<code>module.CONSTANT</code> of the check module; "
             f"<code>module.hint-xxxxxxxx</code> for an inline hint).</p>"]
     body += [f'<p class="note">Warning: {esc(w)}</p>' for w in data.get("identity_warnings", [])]
-    body += [_set_section(s, plots) for s in data["sets"]]
+    body += [_set_section(s, plots) + instructor_section(data["instructor"], s["set"])
+             if "instructor" in data else _set_section(s, plots) for s in data["sets"]]
     return page("What the class got wrong", "\n".join(body),
                 subtitle=f"from {data['gradebook']}", footer=f"Written by txlearn report on "
-                f"{data['generated']}; the numbers are in the JSON file beside it. This page "
+                f"{shown_time(data['generated'], zone_named(data.get('timezone', 'UTC')))} "
+                f"(times in the course's time zone, {data.get('timezone', 'UTC')}); the numbers "
+                f"are in the JSON file beside it. This page "
                 f"needs no network.")
 
 
 def write_report(rows: list[NotebookRow], dest: Path, *, policy: str = "latest",
                  generated: str = "", source: str = "", json_path: Path | None = None,
-                 plots: bool = True) -> dict:
+                 plots: bool = True, roster=None, time_zone: str = "UTC") -> dict:
     """Write the report's HTML page to ``dest`` and its JSON twin to ``json_path`` (default:
-    ``dest`` with ``.json``); returns the numbers."""
-    data = class_report(rows, policy=policy, generated=generated, source=source)
+    ``dest`` with ``.json``); returns the numbers. ``roster``, ``time_zone``: as for
+    :func:`class_report`."""
+    data = class_report(rows, policy=policy, generated=generated, source=source, roster=roster,
+                        time_zone=time_zone)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(report_page(data, plots=plots), encoding="utf-8")

@@ -33,8 +33,14 @@ doubled and each surrogate written ``\\udce9``) and read back exactly as it was
 (:func:`text_of`); every other text is stored as it is. The pages and exports show it with
 :func:`readable` (the surrogate as its escape ``\\udce9``, as the grader's table does).
 
-Schema version 1 (``PRAGMA user_version``; ``PRAGMA application_id`` = 0x54584C42, "TXLB"):
-the four tables below. A later version adds a migration to :data:`MIGRATIONS`.
+Schema version 3 (``PRAGMA user_version``; ``PRAGMA application_id`` = 0x54584C42, "TXLB"):
+the four tables below. Each later version adds a migration to :data:`MIGRATIONS`, run when the
+file is opened for writing; a file of an older version opened read-only (a report, an export, a
+merge's source) reads a column it lacks as its default (:meth:`Gradebook.columns`). Version 2
+added ``results.instructor_note``: what only the instructor sees of a failed hidden case (its
+case, got vs expected, the check's reason); no page, export or student ever gets it. Version 3
+added ``runs.earlier``: where that run's later sets got the earlier sets' answers (``own``: the
+student's notebooks; ``reference``: the course's; ``''`` for runs before it, which were own).
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ __all__ = ["Gradebook", "GradebookError", "NotebookRow", "ResultRow", "open_grad
            "counting", "identity_clashes", "attempts", "SCHEMA_VERSION", "APPLICATION_ID",
            "DEFAULT_WAIT", "stored_text", "text_of", "readable", "ESCAPED"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 APPLICATION_ID = 0x54584C42            # "TXLB"
 DEFAULT_WAIT = 60.0                    # seconds a writer waits for another's transaction
 HEADER = b"SQLite format 3\x00"
@@ -66,7 +72,8 @@ CREATE TABLE runs (
     txlearn_version TEXT NOT NULL,
     command TEXT NOT NULL,
     hidden TEXT NOT NULL DEFAULT '',
-    course_file TEXT NOT NULL DEFAULT ''
+    course_file TEXT NOT NULL DEFAULT '',
+    earlier TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE notebooks (
     id INTEGER PRIMARY KEY,
@@ -106,6 +113,7 @@ CREATE TABLE results (
     hidden INTEGER NOT NULL,
     hidden_cases INTEGER NOT NULL,
     flagged TEXT NOT NULL,
+    instructor_note TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (notebook_id, position)
 );
 CREATE TABLE answers (
@@ -116,16 +124,20 @@ CREATE TABLE answers (
 );
 """
 
-MIGRATIONS: dict[int, str] = {}        # from version N to N + 1: the SQL that does it
+# from version N to N + 1: the SQL that does it
+MIGRATIONS: dict[int, str] = {
+    1: "ALTER TABLE results ADD COLUMN instructor_note TEXT NOT NULL DEFAULT ''",
+    2: "ALTER TABLE runs ADD COLUMN earlier TEXT NOT NULL DEFAULT ''",
+}
 
 NOTEBOOK_COLUMNS = ("uuid", "run_uuid", "student", "set_name", "notebook", "path", "digest",
                     "submitted_at", "submitted_from", "graded_at", "status", "error", "sandbox",
                     "points", "max_points", "deadline", "late_seconds", "penalty", "integrity",
                     "n_results")
 RESULT_COLUMNS = ("position", "exercise", "status", "points", "max_points", "feedback", "kind",
-                  "mistake", "hint", "hidden", "hidden_cases", "flagged")
+                  "mistake", "hint", "hidden", "hidden_cases", "flagged", "instructor_note")
 RUN_COLUMNS = ("uuid", "machine", "started_at", "finished_at", "txlearn_version", "command",
-               "hidden", "course_file")
+               "hidden", "course_file", "earlier")
 
 
 ESCAPED = "\ufffe"       # first character of a stored text that was escaped (a noncharacter)
@@ -178,6 +190,7 @@ class ResultRow:
     hidden_cases: bool = False
     flagged: str = ""
     position: int = 0
+    instructor_note: str = ""       # a failed hidden case's reason, for the instructor only
 
 
 @dataclass
@@ -208,6 +221,7 @@ class NotebookRow:
     answers: dict = field(default_factory=dict)
     id: int = 0
     machine: str = ""               # its run's (read with the row; not a column of its own)
+    earlier: str = ""               # its run's earlier-sets policy (own, reference; "" before it)
 
     @property
     def score(self) -> float:
@@ -281,14 +295,15 @@ class Gradebook:
         return out
 
     def start_run(self, *, command: str, hidden: str = "", course_file: str = "",
-                  started_at: str, version: str) -> str:
-        """Add a run; returns its UUID."""
+                  started_at: str, version: str, earlier: str = "own") -> str:
+        """Add a run; returns its UUID. ``earlier``: where its later sets got the earlier sets'
+        answers (``own`` or ``reference``)."""
         run = uuid.uuid4().hex
         self.write(lambda cur: cur.execute(
             "INSERT INTO runs (uuid, machine, started_at, txlearn_version, command, hidden, "
-            "course_file) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "course_file, earlier) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [stored_text(v) for v in (run, socket.gethostname(), started_at, version, command,
-                                      hidden, course_file)]))
+                                      hidden, course_file, earlier)]))
         return run
 
     def finish_run(self, run: str, finished_at: str) -> None:
@@ -326,12 +341,19 @@ class Gradebook:
         except sqlite3.Error as err:
             raise _sqlite_error(self.path, err, self.wait) from None
 
+    def columns(self, table: str, wanted) -> str:
+        """A SELECT list of ``wanted`` columns of ``table``: a column this file lacks (a
+        gradebook of an older schema, opened read-only) is read as its default, ``''``."""
+        have = {r[1] for r in self.read(f"PRAGMA table_info({table})")}
+        return ", ".join(c if c in have else f"'' AS {c}" for c in wanted)
+
     def _texts(self, sql: str) -> list[tuple]:
         return [tuple(text_of(v) for v in r) for r in self.read(sql)]
 
     def runs(self) -> list[dict]:
         """Every run, oldest first."""
-        rows = self._texts(f"SELECT {', '.join(RUN_COLUMNS)} FROM runs ORDER BY started_at, uuid")
+        rows = self._texts(f"SELECT {self.columns('runs', RUN_COLUMNS)} FROM runs "
+                           f"ORDER BY started_at, uuid")
         return [dict(zip(RUN_COLUMNS, r)) for r in rows]
 
     def notebooks(self, *, with_answers: bool = True) -> list[NotebookRow]:
@@ -340,10 +362,12 @@ class Gradebook:
         notebook is never seen."""
         try:
             self.conn.execute("BEGIN")
+            earlier = "r.earlier" if self.columns("runs", ["earlier"]) == "earlier" else "''"
             rows = self._texts(f"SELECT n.id, {', '.join('n.' + c for c in NOTEBOOK_COLUMNS)}, "
-                               f"r.machine FROM notebooks n LEFT JOIN runs r ON r.uuid = n.run_uuid")
-            results = self._texts(f"SELECT notebook_id, {', '.join(RESULT_COLUMNS)} FROM results "
-                                  f"ORDER BY notebook_id, position")
+                               f"r.machine, {earlier} FROM notebooks n "
+                               f"LEFT JOIN runs r ON r.uuid = n.run_uuid")
+            results = self._texts(f"SELECT notebook_id, {self.columns('results', RESULT_COLUMNS)}"
+                                  f" FROM results ORDER BY notebook_id, position")
             answers = self._texts("SELECT notebook_id, exercise, source FROM answers") \
                 if with_answers else []
         finally:
@@ -351,9 +375,9 @@ class Gradebook:
                 self.conn.execute("COMMIT")
         out = {}
         for r in rows:
-            data = dict(zip(NOTEBOOK_COLUMNS, r[1:-1]))
+            data = dict(zip(NOTEBOOK_COLUMNS, r[1:-2]))
             data["integrity"] = json.loads(data["integrity"] or "[]")
-            out[r[0]] = NotebookRow(id=r[0], machine=r[-1] or "", **data)
+            out[r[0]] = NotebookRow(id=r[0], machine=r[-2] or "", earlier=r[-1] or "", **data)
         for r in results:
             values = dict(zip(RESULT_COLUMNS, r[1:]))
             values["hidden"], values["hidden_cases"] = bool(values["hidden"]), \

@@ -23,6 +23,8 @@ The modules, in the order a submission meets them:
 - ``sets``        the course's view of an exercise set (:class:`~.sets.CourseSet`), GradingError;
 - ``view``        the sandbox's file view: which txlearn files a set's runner sees;
 - ``hidden``      the instructor's hidden-case folder, validated before any grading;
+- ``hidden_trial`` ``txlearn try-hidden``: the hidden cases tried on the course's solutions, each
+  failure explained to the instructor;
 - ``submission``  reading a notebook as data and planning which of its cells run;
 - ``integrity``   the files-changed watch around each runner;
 - ``session``     the runner seen from the grader, and the proxies of the learner's objects;

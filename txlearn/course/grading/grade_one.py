@@ -35,7 +35,7 @@ from txlearn.course.grading.view import make_view, view_modules
 
 __all__ = ["grade", "grade_one", "run_checks", "run_quietly", "sandbox_modes", "in_work", "Job",
            "error_rows", "linked_paths", "DIED_IN_HIDDEN", "NOT_IN_COPY", "HIDDEN_FAILED",
-           "HIDDEN_HINT", "MAX_FEEDBACK_LINE"]
+           "HIDDEN_HINT", "MAX_FEEDBACK_LINE", "instructor_note", "reference_notebook", "EARLIER"]
 
 DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of time during the "
                   "hidden cases (its exit status, output and reply are not shown: they could carry "
@@ -46,6 +46,7 @@ DIED_IN_HIDDEN = ("not graded: the runner died, broke the protocol or ran out of
 HIDDEN_FAILED = ("failed a hidden case (it passed every public case; a hidden case reports "
                  "nothing about what your code did there)")
 HIDDEN_HINT = "Re-read the exercise: a hidden case tries inputs the public cases do not."
+EARLIER = ("own", "reference")   # where later sets get the earlier sets' answers (grade())
 MAX_FEEDBACK_LINE = 1000   # characters of one feedback line as recorded (a check quoting what a
 # runner reported, a state-dict shape of 500,000 dimensions, made one line of 1.5 MB in the JSON,
 # the CSV and the gradebook)
@@ -63,6 +64,7 @@ class Job:
     source: Path | None
     mode: str
     refused: str = ""     # why the run refuses this path before reading it (:func:`linked_paths`)
+    earlier: str = "own"  # the earlier sets' answers: "own" (its sibling notebooks), "reference"
 
 
 def error_rows(sub: Submission, cs: CourseSet | None) -> None:
@@ -95,6 +97,9 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
         sub.integrity += notes
         files = []
         for used in cs.info.uses:
+            if job.earlier == "reference":   # the course's answers stand in for the student's
+                files.append((f"{used}.ipynb", str(reference_notebook(used))))
+                continue
             sibling = job.path.parent / f"{used}.ipynb"
             if sibling.is_symlink():
                 raise GradingError(f"{used}.ipynb beside it is a symbolic link")
@@ -161,6 +166,17 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
     return sub
 
 
+def reference_notebook(set_name: str) -> Path:
+    """The course's solution notebook of an earlier set, whose answer cells stand in for a
+    student's own under ``earlier="reference"`` (:func:`grade`). Raises GradingError when the
+    course has none (run txlearn build)."""
+    path = build.Layout().solutions / f"{set_name}.ipynb"
+    if not path.is_file():
+        raise GradingError(f"--earlier reference: the course has no {path.name} in "
+                           f"{path.parent} (run txlearn build)")
+    return path
+
+
 def _bounded(text: str) -> str:
     """Feedback with each line cut to :data:`MAX_FEEDBACK_LINE` characters."""
     return "\n".join(line if len(line) <= MAX_FEEDBACK_LINE else
@@ -173,6 +189,15 @@ def run_quietly(name, objects, namespace, hidden, public=True):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return run_exercise(name, objects, namespace, hidden=hidden, public=public)
+
+
+def instructor_note(failure) -> str:
+    """What the instructor is told of a failed hidden case: the hidden check's own failure
+    (its case, what differs, got vs expected, its hint), as
+    :func:`txlearn.checks.run_exercise` keeps it (``unredacted``). Never shown to the student:
+    it may quote the hidden case's inputs and what the submission's code made of them."""
+    original = getattr(failure, "unredacted", None) or failure
+    return original.feedback(1)
 
 
 def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[str],
@@ -223,17 +248,21 @@ def run_checks(sub: Submission, cs: CourseSet, session: Session, present: set[st
             try:
                 verdict = run_quietly(result.exercise, objects, namespace, hidden, public=False)
                 failed = not verdict.passed
+                note = "" if verdict.passed else instructor_note(verdict.failure)
             except CannotCross:
                 raise
-            except RunnerDied:   # the next exercise's hidden cases start a fresh runner
+            except RunnerDied as err:   # the next exercise's hidden cases start a fresh runner
                 session.close()
+                failed, note = True, f"the runner died during the hidden cases ({err})"
+            except Exception as err:  # noqa: BLE001 - a hidden case that could not use the value
                 failed = True
-            except Exception:  # noqa: BLE001 - a hidden case that could not use the value
-                failed = True
+                note = f"the hidden case itself raised {type(err).__name__}: {err}"
             if failed:
                 result.status, result.points, result.hidden = "FAIL", 0, True
                 result.kind, result.feedback, result.hints = "hidden", HIDDEN_FAILED, \
                     (HIDDEN_HINT,)
+                result.instructor_note = _bounded("\n".join(
+                    clean(line, MAX_FEEDBACK_LINE) for line in note.splitlines()[:12]))
     for name in sorted(retired):
         sub.results.append(Result(sub.student, sub.path.name, name, status="RETIRED",
                                   max_points=0, feedback=f"retired from the course: "
@@ -315,7 +344,7 @@ def linked_paths(paths: list[Path]) -> list[str]:
 
 def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None = None,
           jobs: int | None = None, no_sandbox: bool = False, container: bool = False,
-          limits: dict | None = None, on_graded=None) -> list[Submission]:
+          limits: dict | None = None, on_graded=None, earlier: str = "own") -> list[Submission]:
     """Grade notebooks, each in its own sandboxed runner; return one Submission per path, in order.
 
     ``hidden``: instructor-only cases (:func:`validate_hidden` checks the folder first; format in
@@ -325,14 +354,21 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
     (:func:`sandbox_modes`; docs/containers.md). ``limits``: override the sets'
     sandbox limits (tests shorten them). ``on_graded(sub)``: called in this thread with each
     Submission as soon as it is graded, in the order they finish (the gradebook records each
-    notebook then). Originals are only read.
+    notebook then). ``earlier``: where a set that uses earlier sets' answers (04, 07, 09, 10)
+    gets them: ``"own"``, the student's sibling notebooks (a mistake there costs points here
+    too), or ``"reference"``, the course's solution notebooks of those sets
+    (:func:`reference_notebook`: each set graded on its own answers only, no double jeopardy;
+    the student's earlier notebooks are then not needed). Originals are only read.
 
     Raises:
         GradingError: the run cannot start (a misnamed hidden case, an unknown ``set_name``, no
-            sandbox for a path that needs one). A file that cannot be graded is not an
-            exception: its Submission has ``error`` set and ERROR rows.
+            sandbox for a path that needs one, an ``earlier`` other than own or reference). A
+            file that cannot be graded is not an exception: its Submission has ``error`` set
+            and ERROR rows.
     """
     paths = [Path(p) for p in paths]
+    if earlier not in EARLIER:
+        raise GradingError(f"--earlier {earlier}: use {' or '.join(EARLIER)}")
     if hidden is not None:
         validate_hidden(Path(hidden))
         hidden = Path(hidden).resolve()
@@ -347,7 +383,7 @@ def grade(paths: list[Path], hidden: Path | None = None, *, set_name: str | None
     for number, (path, mode) in enumerate(zip(paths, modes)):
         source = forced or build.find_source(path.stem)
         student = Path(os.path.abspath(path)).parent.name
-        jobs_list.append(Job(number, path, student, source, mode, refused[number]))
+        jobs_list.append(Job(number, path, student, source, mode, refused[number], earlier))
     # notebooks of one set in two folders of one name (a/alice/ and b/alice/): the gradebook and
     # the reports would take one for the other (the later counted, the earlier lost), so neither
     # is graded; which of them is the student's own cannot be told here

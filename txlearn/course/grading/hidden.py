@@ -15,7 +15,23 @@ from pathlib import Path
 from txlearn.checks.registry import exercise_modules
 from txlearn.course.grading.sets import GradingError
 
-__all__ = ["validate_hidden"]
+__all__ = ["validate_hidden", "hidden_functions"]
+
+
+def hidden_functions(folder: Path) -> dict[str, set[str]]:
+    """{check module stem: the exercises it has hidden cases for} of a hidden-case folder (the
+    public functions of each ``<module>.py``, as the grader reads them); a file that does not
+    parse gives none (:func:`validate_hidden` names it)."""
+    out: dict[str, set[str]] = {}
+    for path in sorted(Path(folder).glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        out[path.stem] = {n.name for n in tree.body
+                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                          and not n.name.startswith("_")}
+    return out
 
 
 def validate_hidden(folder: Path) -> None:

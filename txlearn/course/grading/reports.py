@@ -37,6 +37,9 @@ class Result:
     kind: str = ""         # the failure's CheckFailure.kind ("" when it passed or was not run)
     hints: tuple = ()      # the failure's hint levels, as the check wrote them (for the gradebook)
     hidden: bool = False   # it failed on a hidden case
+    # what only the instructor sees of a failed hidden case (its case, got vs expected, the
+    # check's reason): kept in the gradebook, never in the feedback, the table, CSV or JSON
+    instructor_note: str = ""
 
 
 @dataclass
@@ -128,7 +131,8 @@ def write_json(subs: list[Submission], path: Path) -> None:
              "points": s.points, "max_points": s.max_points, "integrity": s.integrity,
              "sandbox": s.mode,
              "exercises": [{k: v for k, v in asdict(r).items()
-                            if k not in ("student", "notebook", "integrity")}
+                            if k not in ("student", "notebook", "integrity",
+                                         "instructor_note")}
                            for r in s.results]}
             for s in subs]
     # ensure_ascii (the default) escapes every non-ASCII character, unpaired surrogates included
