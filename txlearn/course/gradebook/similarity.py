@@ -190,7 +190,7 @@ def similar_pairs(rows: list[NotebookRow], *, policy: str = "latest", top: int =
         for r in row.results:
             source = row.answers.get(r.exercise)
             if source is None or r.status not in ("PASS", "FAIL") or \
-                    mistakes.is_unanswered(r.mistake):
+                    mistakes.is_unanswered(r.mistake) or r.kind.startswith("concept:"):
                 continue
             answers[(set_name, r.exercise)][student] = (key_of(source)[0], source,
                                                         r.status == "FAIL")
