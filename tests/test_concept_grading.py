@@ -115,7 +115,7 @@ def _submission(tmp_path, student, answers):
                      digest=hashlib.sha256(path.read_bytes()).hexdigest(),
                      graded_at="2026-01-01T00:00:00Z")
     sub.results = [Result(student, path.name, "stable_softmax", status="PASS", points=1)]
-    sub.results += concept_results(nb, "01_softmax", student, path.name)
+    sub.concepts = concept_results(nb, "01_softmax", student, path.name)
     return sub
 
 
@@ -156,6 +156,19 @@ def test_the_gradebook_records_each_answer_and_the_report_counts_them(tmp_path):
     assert "Concept checks: what the class believes" in page
     assert "Standard deviation taken for variance" in page and "(1 of 3 right)" in page
     assert concept_section([]) == ""
+
+
+def test_the_graders_table_and_json_show_the_concept_answers_after_the_exercises(tmp_path):
+    from txlearn.course.grading.reports import table, write_json
+    sub = _submission(tmp_path, "dee", {"01.var-growth": 'answer_var_growth = "c"'})
+    text = table([sub])
+    assert text.index("stable_softmax") < text.index("concept:01.var-growth")
+    assert "Variance of a dot product taken as quadratic" in text
+    assert "score dee/01_softmax.ipynb: 1/1" in text           # 0 points in the grader's table
+    write_json([sub], tmp_path / "g.json")
+    data, = json.loads((tmp_path / "g.json").read_text())
+    assert [c["exercise"] for c in data["concepts"]] == [f"concept:{c}" for c in IDS]
+    assert data["concepts"][0]["kind"] == "concept:c" and data["points"] == 1
 
 
 def test_the_course_file_weights_concepts_or_leaves_them_ungraded(tmp_path):

@@ -155,7 +155,7 @@ def graded(tmp_path_factory):
 def _statuses(graded, path):
     sub = next(s for s in graded["subs"] if s.path == path)
     assert not sub.error, sub.error
-    return {r.exercise: r for r in sub.results}
+    return {r.exercise: r for r in sub.results + sub.concepts}   # exercises, then concepts
 
 
 def _concept_ids(stem):

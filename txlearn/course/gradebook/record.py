@@ -145,8 +145,9 @@ class Recorder:
         except OSError:
             data = b""
         if data and sub.digest and hashlib.sha256(data).hexdigest() == sub.digest:
-            names = {r.exercise for r in sub.results}   # the set's own: a made-up name
-            answers = {k: v for k, v in answer_cells(data).items() if k in names}  # is no answer
+            # the set's own exercises and concept checks: a made-up name is no answer
+            names = {r.exercise for r in sub.results + sub.concepts}
+            answers = {k: v for k, v in answer_cells(data).items() if k in names}
         elif data and sub.digest:
             integrity.append("the file changed after it was graded: its answers were not kept")
         try:
@@ -155,7 +156,7 @@ class Recorder:
             timing = self.course.lateness(sub.student, sub.set_name, Path("/"))
             timing.submitted_from = "unknown"
         results, extra_points, extra_max = [], 0, 0
-        for r in sub.results:
+        for r in sub.results + sub.concepts:
             concept = r.kind.startswith("concept:")   # the course file weights these (or not)
             stem = mistakes.check_module(r.exercise) if r.status not in ("ERROR", "RETIRED") \
                 and r.exercise != "-" and not concept else ""

@@ -11,7 +11,8 @@ graded, and the feedback says so when the cell now holds another; else the answe
 learner who clears that output can answer again: the record is good faith, not a lock (the course
 file leaves concept checks ungraded unless the instructor weights them).
 
-Rows: exercise ``concept:<id>`` (``concept:01.var-growth``), status PASS (right) or FAIL (wrong,
+They are a Submission's ``concepts``, beside its ``results`` (the exercises). Rows: exercise
+``concept:<id>`` (``concept:01.var-growth``), status PASS (right) or FAIL (wrong,
 unanswered, malformed, or missing from the copy), ``max_points`` 0 (the gradebook applies the
 course file's weight), ``kind`` ``concept:<choice>`` (the option chosen, ``unanswered``,
 ``malformed`` or ``missing``), the misconception as the hint, the judgement as the feedback.

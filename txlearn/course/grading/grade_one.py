@@ -117,7 +117,7 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
                           pool=pool)
         session.boot()
         run_checks(sub, cs, session, present, retired, hidden)
-        sub.results += concept_results(nb, cs.name, sub.student, sub.path.name)   # data only
+        sub.concepts = concept_results(nb, cs.name, sub.student, sub.path.name)   # data only
         session.report()
         session.close()
         changed = changes(before, fingerprint(folders))
@@ -157,8 +157,9 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
             lease.release()
     if sub.error:
         error_rows(sub, cs)
+        sub.concepts = []       # a notebook that was not graded has no graded answers either
     else:
-        for r in sub.results:
+        for r in sub.results + sub.concepts:
             r.integrity = "; ".join(sub.integrity)
     sub.graded_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return sub
