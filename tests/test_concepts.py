@@ -92,6 +92,7 @@ def test_numbers_count_within_the_tolerance_only():
     ("answer_std_at_64 = [8]", "expects a number"),
     ("answer_std_at_64 = float('nan')", "plain value"),
     ("answer_std_at_64 = 1e999", "expects a number"),                       # inf is no answer
+    ("answer_std_at_64 = " + "9" * 400, "expects a number"),                # past float's range
 ])
 def test_malformed_answers_are_named_never_run_and_never_crash(source, why):
     value, complaint = parse_answer(source, "answer_std_at_64")

@@ -102,7 +102,11 @@ def parse_answer(source: str, name: str) -> tuple[object, str]:
 def _number(value) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        number = float(value)         # an int past float's range raises OverflowError
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def judge(check_id: str, value, why: str = "") -> Verdict:
