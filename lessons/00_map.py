@@ -69,6 +69,29 @@ print(" -> ".join(label.split("  ")[0] for label in boxes))
 assert boxes == [label for label, lesson, colour in layer_boxes(norm_first=False)]
 assert texts.count("+") == 2  # two residual additions per layer: attention and FFN
 
+# %% [raw] concept="residual-additions"
+# question: How many residual additions ($x + \mathrm{sublayer}(\ldots)$) does one layer of the figure
+#   hold?
+# kind: numeric
+# answer: 2
+# tolerance: 0
+# section: The layer as a figure
+# right: 'One around attention and one around the feed-forward network, in both orders (post-LN and
+#   pre-LN): the figure''s two circled plus signs, counted by the cell above.'
+# wrong:
+#   1:
+#     misconception: Only attention has a residual path
+#     explain: 'The feed-forward network has its own residual path too: the layer adds its input back
+#       after attention and again after the FFN (the cell counts two `+`).'
+#   3:
+#     misconception: Counting the norm as an addition
+#     explain: LayerNorm normalises; it adds nothing back. Only the two sub-layers, attention and the
+#       FFN, are wrapped in $x + \ldots$.
+#   other:
+#     misconception: Not read off the figure
+#     explain: 'Count the circled plus signs of one layer in the figure: the cell above asserts the
+#       count.'
+
 # %% [markdown]
 # ## Notation
 #
@@ -222,6 +245,33 @@ assert gap < 1e-12                                                  # float64 ro
 assert torch.allclose(weights.sum(-1), torch.ones(T, dtype=torch.float64), atol=1e-12)
 assert Q.grad is not None and torch.isfinite(Q.grad).all()
 
+# %% [raw] concept="output-shape"
+# question: In the cell above, $T = 4$ queries attend over 4 keys with $d_k = 8$. What shape has the
+#   attention output `out`?
+# kind: choice
+# options:
+#   a: '`(4, 8)`'
+#   b: '`(4, 4)`'
+#   c: '`(8, 8)`'
+#   d: '`(8, 4)`'
+# answer: a
+# section: Environment check
+# right: 'Each query gets one weighted average of the values, each a $d_k$-wide vector: `(T, T) @ (T,
+#   d_k) -> (T, d_k)`, as the cell asserts.'
+# wrong:
+#   b:
+#     misconception: The output is the weight matrix
+#     explain: '`(4, 4)` is the shape of the weights `softmax(Q K^T / sqrt(d_k))`; the output multiplies
+#       them with $V$, `(T, T) @ (T, d_k)`.'
+#   c:
+#     misconception: Attention works on features, not tokens
+#     explain: 'Attention mixes *positions*: one row per query token. The $d_k \times d_k$ shape belongs
+#       to a weight matrix such as $W_Q$, not to an attention output.'
+#   d:
+#     misconception: Rows and columns swapped
+#     explain: 'Rows are tokens (queries) and columns features: `out.shape == (T, d_k)`, asserted in
+#       the cell.'
+
 # %% [markdown]
 # Step 1 of the map said attention cannot see order. Measured on the same example: reverse the
 # 4 tokens and, without a mask, the outputs are the same vectors in reverse order (to float64
@@ -240,6 +290,34 @@ for causal in (False, True):
           f"= {gaps[causal]:.1e}")
 assert gaps[False] < 1e-12          # no mask: order-blind, to float64 rounding
 assert gaps[True] > 0.1             # causal mask: the order changes the outputs
+
+# %% [raw] concept="reversed-tokens"
+# question: Reverse the order of the 4 tokens and attend **without** a mask. What happens to the outputs?
+# kind: choice
+# options:
+#   a: They are the same vectors as before, in reversed order
+#   b: 'They are the same vectors in the original order: nothing changes'
+#   c: 'They are new vectors: attention sees the new order'
+#   d: It depends on whether the scores are scaled by $1/\sqrt{d_k}$
+# answer: a
+# section: Environment check
+# right: 'Without a mask attention is order-blind (permutation equivariant): each output depends on
+#   its own query and on the *set* of keys and values, so reversing the tokens reverses the outputs,
+#   to float64 rounding (the first printed gap).'
+# wrong:
+#   b:
+#     misconception: Invariance confused with equivariance
+#     explain: 'Each token keeps its own output, so the outputs move with the tokens: reversed inputs
+#       give reversed outputs, not the original list (the cell compares `attn(reversed)` with `reversed(attn)`).'
+#   c:
+#     misconception: Attention sees order by itself
+#     explain: Nothing in $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$ knows a position; only the causal
+#       mask, the second printed gap, makes the order matter. That is why a positional encoding is added
+#       (lesson 04).
+#   d:
+#     misconception: The scale is about order
+#     explain: 'The $1/\sqrt{d_k}$ scale multiplies every score alike: it changes how sharp the weights
+#       are (lesson 01), never which token is where.'
 
 # %% [markdown]
 # All asserts passed: your environment is ready. Next, lesson 01 (`notebooks/01_softmax.ipynb`)

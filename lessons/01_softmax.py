@@ -118,6 +118,53 @@ assert abs(std_64 - 8) < 0.4          # 5%: about 4 standard errors of a sample 
 assert np.all(np.abs(var_unscaled / d_ks - 1) < 5 * standard_error)
 assert np.all(np.abs(var_scaled - 1) < 5 * standard_error)        # ~1 at every d_k
 
+# %% [raw] concept="var-growth"
+# question: The scores are unscaled, $q \cdot k$ with standard-normal entries. By what factor does $\mathrm{Var}(q
+#   \cdot k)$ grow when $d_k$ doubles?
+# kind: choice
+# options:
+#   a: $\sqrt{2}$
+#   b: '2'
+#   c: '4'
+#   d: '1: it stays the same'
+# answer: b
+# section: '2.'
+# right: '$\mathrm{Var}(q\cdot k) = d_k$: a sum of $d_k$ independent terms of variance 1, so doubling
+#   $d_k$ doubles it. The fitted log-log slope above is 1.'
+# wrong:
+#   a:
+#     misconception: Standard deviation taken for variance
+#     explain: $\sqrt{2}$ is the growth of the *standard deviation*, $\sqrt{d_k}$; the variance itself
+#       grows like $d_k$ (the fitted slope of log Var against log $d_k$ is 1, not 1/2).
+#   c:
+#     misconception: Variance of a dot product taken as quadratic in $d_k$
+#     explain: 'The $d_k$ terms $q_i k_i$ are independent, so their variances add: $d_k \cdot 1$, linear,
+#       not $d_k^2$ (the slope is 1, not 2).'
+#   d:
+#     misconception: Unscaled and scaled scores confused
+#     explain: Only the *scaled* scores $q\cdot k/\sqrt{d_k}$ keep variance 1 at every $d_k$; the unscaled
+#       ones grow with it.
+
+# %% [raw] concept="std-at-64"
+# question: What is the standard deviation of the **unscaled** scores $q \cdot k$ at $d_k = 64$ (the
+#   cell printed it)?
+# kind: numeric
+# answer: 8
+# tolerance: 0.5
+# section: '2.'
+# right: $\sqrt{\mathrm{Var}} = \sqrt{d_k} = \sqrt{64} = 8$, measured within 5% above.
+# wrong:
+#   64:
+#     misconception: Variance given for the standard deviation
+#     explain: 64 is the variance, $d_k$; the standard deviation is its square root, 8.
+#   1:
+#     misconception: Scaled scores taken for unscaled ones
+#     explain: 1 is the standard deviation *after* dividing by $\sqrt{d_k}$; unscaled it is $\sqrt{64}
+#       = 8$.
+#   other:
+#     misconception: Not from the variance law
+#     explain: $\mathrm{Var}(q\cdot k) = d_k$, so the standard deviation is $\sqrt{d_k}$.
+
 # %% [markdown]
 # At $d_k = 64$ (a typical head width) the unscaled scores have a standard deviation of 8
 # (measured above): a key whose score is one standard deviation above another's gets
@@ -178,6 +225,29 @@ assert max_w["unscaled"][-1] > 0.9 and H["unscaled"][-1] < 0.2      # nearly one
 assert np.all(np.diff(max_w["unscaled"]) > 0)                        # saturates steadily
 assert np.ptp(max_w["scaled"]) < 0.08 and np.ptp(H["scaled"]) < 0.15  # flat in d_k
 assert H["scaled"].min() > 0.8 * math.log(S)                         # spread over the keys
+
+# %% [raw] concept="saturation"
+# question: One query against 16 random keys, **without** the scale. As $d_k$ grows from 1 to 1024,
+#   what happens to the largest attention weight?
+# kind: choice
+# options:
+#   a: 'It rises towards 1: the softmax becomes nearly one-hot'
+#   b: 'It stays near $1/16$: the keys are random'
+#   c: 'It falls towards $1/16$: more dimensions average out'
+# answer: a
+# section: '3.'
+# right: 'The scores spread like $\sqrt{d_k}$, so the largest one dominates: above 0.9 at $d_k = 1024$
+#   with an entropy under 0.2 nats, while the scaled rows stay spread over the keys.'
+# wrong:
+#   b:
+#     misconception: Random keys give even weights
+#     explain: Random keys give *random* scores, and unscaled scores of standard deviation $\sqrt{d_k}$
+#       make the largest exponential dwarf the others, however random (the measured largest weight rises
+#       steadily).
+#   c:
+#     misconception: Averaging over dimensions makes scores alike
+#     explain: 'The sum over $d_k$ dimensions does not average, it adds: the scores'' spread grows like
+#       $\sqrt{d_k}$ and the softmax saturates (measured: largest weight above 0.9 at 1024).'
 
 # %% [markdown]
 # With the scale, the weights look the same at every width; without it, a 1024-wide head puts
@@ -344,6 +414,33 @@ assert -106 <= last_underflow <= -103 and np.all(nan_naive[ms <= last_underflow]
 assert err_naive[ms == -100][0] > 1e-3                      # precision lost before the NaN
 assert np.all(err_naive[(ms >= -80) & (ms <= 88)] < 1e-6)   # fine in between
 assert err_stable.max() < 1e-6                              # the shift fixes every m
+
+# %% [raw] concept="overflow-start"
+# question: The naive softmax of `[m, m-1, m-2]` in float32 (no max-shift). From which integer $m$ on
+#   does it give NaN?
+# kind: numeric
+# answer: 89
+# tolerance: 0
+# section: '5.'
+# right: $e^{x}$ overflows float32 for $x > \ln(3.4\times10^{38}) \approx 88.7$, so from $m = 89$ on
+#   `inf/inf` is NaN; the max-shifted softmax is fine at every $m$.
+# wrong:
+#   710:
+#     misconception: Float64's limit used for float32
+#     explain: About 709.8 is where float64's $e^x$ overflows (the `[720, 719]` example); float32 holds
+#       far less, up to $3.4\times10^{38} = e^{88.7}$.
+#   128:
+#     misconception: The exponent's bits taken for the natural log
+#     explain: Float32's largest number is about $2^{128}$, so $e^x$ overflows at $x = 128 \ln 2 \approx
+#       88.7$, not at 128.
+#   38:
+#     misconception: The decimal exponent taken for the natural log
+#     explain: '$3.4\times10^{38}$ is $e^{88.7}$: the limit on $x$ is $\ln$ of the largest float, not
+#       its power of ten.'
+#   other:
+#     misconception: Not from float32's range
+#     explain: 'NaN starts where $e^m$ exceeds float32''s largest number, $3.4\times10^{38}$: the first
+#       integer above $\ln(3.4\times10^{38})$.'
 
 # %% [markdown]
 # Float64 moves the cliffs (to $\ln(1.8 \times 10^{308}) \approx 709.8$), it does not remove them,
@@ -532,6 +629,31 @@ assert ratio_scores[at[64]] < 0.5                        # into the scores: unsc
 assert ratio_W_Q[at[64]] > 1.2 > 1 > ratio_W_Q[at[128]]  # reaching W_Q: larger at 64, smaller at 128
 assert list(crossover) == [128]                          # one crossover, between 64 and 128
 assert ratio_W_Q[at[1024]] < 0.01                        # at 1024 the gradient is gone either way
+
+# %% [raw] concept="gradient-at-64"
+# question: At initialisation with $d_k = 64$, which query projection $W_Q$ receives the **larger**
+#   gradient?
+# kind: choice
+# options:
+#   a: The one without the $1/\sqrt{d_k}$ scale
+#   b: The one with the scale
+#   c: 'Both the same: the scale cancels in the gradient'
+# answer: a
+# section: '7.'
+# right: 'Into the scores the unscaled gradient is much smaller at 64, but $W_Q$ receives it multiplied
+#   by the larger unscaled factor: the ratio is above 1.2 at 64 and crosses below 1 only between 64
+#   and 128.'
+# wrong:
+#   b:
+#     misconception: Without the scale the gradient vanishes at every width
+#     explain: That is true of the gradient *into the scores* from small widths on; the gradient reaching
+#       $W_Q$ is still larger without the scale at 64 (ratio > 1.2) and falls below the scaled one only
+#       past 64.
+#   c:
+#     misconception: A constant factor cancels in the gradient
+#     explain: 'The scale changes where the softmax sits (saturated or not), so it changes the gradient''s
+#       size, not just by a constant: measured, the ratio varies from above 1.2 at 64 to under 0.01
+#       at 1024.'
 
 # %% [markdown]
 # So "without the scale the gradient vanishes" is true at the scores from small widths on, but

@@ -261,6 +261,29 @@ show(fig, alt="Four black-and-white masks, black meaning may attend. causal_mask
 assert causal_mask(6).sum().item() == 21                 # 6 * 7 / 2 allowed pairs
 assert both[1, :, 4:].sum().item() == 0                  # padded keys hidden from every query
 
+# %% [raw] concept="causal-pairs"
+# question: How many (query, key) pairs may attend under `causal_mask(6)`?
+# kind: numeric
+# answer: 21
+# tolerance: 0
+# section: '4.'
+# right: 'The lower triangle *with* its diagonal: $6 \cdot 7 / 2 = 21$, as the cell asserts.'
+# wrong:
+#   15:
+#     misconception: A token cannot see itself
+#     explain: 'The causal mask includes the diagonal: each token attends to itself and the tokens before
+#       it, $6\cdot 7/2 = 21$ pairs, not $6 \cdot 5 / 2 = 15$.'
+#   36:
+#     misconception: The mask hides nothing
+#     explain: 36 is every pair; the causal mask hides each key after its query, leaving the lower triangle.
+#   18:
+#     misconception: Half the square
+#     explain: 'The lower triangle of a $6\times6$ grid with its diagonal holds $(36 + 6)/2 = 21$ cells:
+#       the diagonal counts whole.'
+#   other:
+#     misconception: Not counted from the triangle
+#     explain: 'Query $i$ sees keys $0 \ldots i$: $1 + 2 + \cdots + 6$.'
+
 # %% [markdown]
 # **Causality, measured.** Change every token after position $t = 2$: outputs at positions
 # $\le 2$ do not move, bit for bit.
@@ -445,6 +468,34 @@ x6 = torch.randn(1, 6, 8)
 assert torch.allclose(scaled_dot_product_attention(x6, x6, x6, causal_mask(6)),
                       F.scaled_dot_product_attention(x6, x6, x6, is_causal=True), atol=1e-6)
 
+# %% [raw] concept="bottom-right"
+# question: A cached sequence of $S = 5$ positions has $L = 2$ new queries (positions 3 and 4). Under
+#   the course's bottom-right `causal_mask(2, 5)`, which keys can the **first** new query (position
+#   3) see?
+# kind: choice
+# options:
+#   a: Keys 0, 1, 2, 3
+#   b: Key 0 only
+#   c: Keys 0 to 4
+#   d: Keys 3 and 4
+# answer: a
+# section: '5.'
+# right: 'Bottom-right alignment puts the $L$ queries at the last $L$ of $S$ positions: query 3 sees
+#   keys $0\ldots3$ and the last query all five, matching `causal_lower_right`.'
+# wrong:
+#   b:
+#     misconception: Top-left alignment
+#     explain: Key 0 only is `is_causal=True`'s top-left triangle, which treats the queries as positions
+#       0 and 1 and hides keys the new tokens may see (the cell's second gap).
+#   c:
+#     misconception: Every new query sees everything
+#     explain: Only the *last* query sees all $S$ keys; position 3 must not see position 4, which comes
+#       after it.
+#   d:
+#     misconception: Queries see only the new tokens
+#     explain: 'The cache exists so that new queries see the earlier keys: position 3 sees 0, 1, 2 and
+#       itself.'
+
 # %% [markdown]
 # ## 6. Masking by adding numbers: 0/1, $-10^9$, and rows with nothing to see
 #
@@ -461,6 +512,28 @@ _, ours_w = scaled_dot_product_attention(torch.zeros(1, 2), torch.zeros(3, 2), t
 print("0/1 mask added:", np.round(added.numpy(), 6), "  boolean mask:", ours_w.numpy())
 assert torch.allclose(added, torch.tensor([[0.422319, 0.422319, 0.155362]]), atol=1e-6)
 assert torch.allclose(ours_w, torch.tensor([[0.5, 0.5, 0.0]]))
+
+# %% [raw] concept="added-keep-mask"
+# question: Three equal scores; the keep-mask `[1, 1, 0]` (1 = keep) is *added* to them as numbers.
+#   What weight does the third, hidden key get (to 3 decimals)?
+# kind: numeric
+# answer: 0.155
+# tolerance: 0.002
+# section: '6.'
+# right: 'Adding 1 to two scores only shifts them: $e^0/(2e^1 + e^0) \approx 0.155$, the printed `[0.42,
+#   0.42, 0.16]`. A boolean mask gives exactly 0.'
+# wrong:
+#   0:
+#     misconception: Adding a 0/1 mask hides keys
+#     explain: 'Adding 0 leaves a score as it is: the hidden key keeps $e^0/(2e + 1) = 0.155$. Hiding
+#       needs $-\infty$ (or the boolean mask) on the hidden score.'
+#   0.333:
+#     misconception: A shift of some scores changes nothing
+#     explain: Softmax ignores a shift of *all* scores; adding 1 to only two of them moves weight towards
+#       them, but does not remove the third.
+#   other:
+#     misconception: Not computed from the softmax
+#     explain: 'With scores $[1, 1, 0]$: weights $e^{s}/\sum e^{s}$.'
 
 # %% [markdown]
 # **Adding a large negative constant** to every hidden score is a different matter. Two
@@ -564,6 +637,33 @@ assert torch.equal(row - 1e9, torch.full((6,), -1e9))       # float32 spacing at
 assert torch.equal(row.half() - 1e4, torch.full((6,), -1e4, dtype=torch.float16))  # spacing 8
 for dtype in DTYPES:
     assert torch.equal(masked_softmax(row.to(dtype), nothing), torch.zeros(6, dtype=dtype))
+
+# %% [raw] concept="minus-1e9-empty-row"
+# question: A query whose 6 keys are **all** masked by adding $-10^9$ to its scores, in float32. What
+#   weights does the softmax give?
+# kind: choice
+# options:
+#   a: Uniform, $1/6$ each
+#   b: All zeros
+#   c: NaN
+#   d: Its unmasked weights
+# answer: a
+# section: '6.'
+# right: 'Float32''s spacing at $10^9$ is 64, so every score becomes exactly $-10^9$: equal scores,
+#   uniform weights. The row is not hidden at all; the course''s boolean mask gives 0.'
+# wrong:
+#   b:
+#     misconception: The additive mask behaves like the boolean one
+#     explain: Only the boolean mask defines an empty row's output as 0; adding $-10^9$ makes all scores
+#       equal, and the softmax of equal scores is uniform (measured).
+#   c:
+#     misconception: $-10^9$ behaves like $-\infty$
+#     explain: NaN is what $-\infty$ everywhere gives ($0/0$), and what $-10^9$ gives in float16, where
+#       it overflows to $-\infty$. In float32 it is finite.
+#   d:
+#     misconception: Float32 keeps the scores' differences
+#     explain: That is float64, whose spacing at $10^9$ is small enough to keep them; in float32 the
+#       differences are rounded away.
 
 # %% [markdown]
 # For a query with *no* visible key there is no distribution to average; the course defines its

@@ -77,6 +77,32 @@ torch_count = count(torch.nn.MultiheadAttention(d_model, 8))
 print("parameters by n_heads:", counts, "  nn.MultiheadAttention(64, 8):", torch_count)
 assert set(counts.values()) == {4 * d_model * (d_model + 1)} == {torch_count}   # 16,640
 
+# %% [raw] concept="head-parameters"
+# question: '`MultiHeadAttention(d_model=64, n_heads=8)` with biases: how many parameters does it hold?'
+# kind: numeric
+# answer: 16640
+# tolerance: 0
+# section: '1.'
+# right: '$4 \cdot d_{model}(d_{model} + 1) = 16{,}640$ for any number of heads: $W_Q, W_K, W_V, W_O$
+#   and their biases; the heads only slice the projected features (the printed counts for 1, 2, 8 and
+#   64 heads are equal).'
+# wrong:
+#   133120:
+#     misconception: Each head has its own full-size projections
+#     explain: 'Eight heads do not mean eight times the parameters: each head is a $d_k = 8$ slice of
+#       the same $64 \times 64$ projections (measured: the same count for 1 to 64 heads).'
+#   2080:
+#     misconception: The count of one head taken for the layer
+#     explain: 'A head''s slice is an eighth of the projections, but the layer holds all eight slices:
+#       $4 \cdot 64 \cdot 65$.'
+#   16384:
+#     misconception: The biases forgotten
+#     explain: $4 \cdot 64^2 = 16{,}384$ counts the four weight matrices only; each also has a bias
+#       of 64.
+#   other:
+#     misconception: Not counted from the four projections
+#     explain: Four `(d_model, d_model)` matrices and four biases of `d_model`.
+
 # %% [markdown]
 # Our module computes exactly what `nn.MultiheadAttention` computes once the weights are copied
 # across (PyTorch stores `(d_out, d_in)`; we transpose at the loading boundary). And because
@@ -371,6 +397,33 @@ assert groupings[8].tolist() == list(range(8))
 assert groupings[2].tolist() == [0, 0, 0, 0, 1, 1, 1, 1]   # head // (n_heads / n_kv_heads)
 assert groupings[1].tolist() == [0] * 8
 
+# %% [raw] concept="gqa-group"
+# question: 'Grouped-query attention with $n_{heads} = 8$ and $n_{kv\_heads} = 2$: which key/value head
+#   does query head 6 read?'
+# kind: choice
+# options:
+#   a: KV head 0
+#   b: KV head 1
+#   c: A KV head of its own, number 6
+#   d: An average of both KV heads
+# answer: b
+# section: '3.'
+# right: 'Consecutive groups: query head $h$ reads KV head $h \,/\!/\, (n_{heads}/n_{kv\_heads}) = 6
+#   \,/\!/\, 4 = 1$; the perturbation measured heads 0-3 on KV0 and 4-7 on KV1.'
+# wrong:
+#   a:
+#     misconception: Heads interleaved across KV heads
+#     explain: 'Query head $h$ does not read KV head $h \bmod 2$: the groups are consecutive, `[0, 0,
+#       0, 0, 1, 1, 1, 1]` (measured, SDPA''s `enable_gqa` grouping).'
+#   c:
+#     misconception: GQA keeps a KV head per query head
+#     explain: That is multi-head attention ($n_{kv\_heads} = n_{heads}$); with 2 KV heads, 4 query
+#       heads share each one.
+#   d:
+#     misconception: Query heads mix the KV heads
+#     explain: 'Each query head reads exactly one KV head: perturbing the other changes nothing (the
+#       cell asserts one read per head).'
+
 # %% [markdown]
 # Our module groups heads the way PyTorch's `F.scaled_dot_product_attention(..., enable_gqa=True)`
 # does, and decoding step by step with a `KVCache` gives the same outputs as one full pass:
@@ -394,6 +447,32 @@ print(f"cache holds K, V of shape {tuple(cache.K.shape)}: {cache.nbytes()} bytes
 assert torch.allclose(full, oracle, atol=1e-5) and torch.allclose(stepwise, full, atol=1e-5)
 assert cache.nbytes() == kv_cache_bytes(n_layers=1, n_kv_heads=2, d_k=8, context=6, batch=2,
                                        dtype=torch.float32)   # 1536
+
+# %% [raw] concept="cache-bytes"
+# question: 'The cell''s GQA cache: 1 layer, 2 KV heads of $d_k = 8$, 6 tokens, a batch of 2, float32.
+#   How many bytes does it hold?'
+# kind: numeric
+# answer: 1536
+# tolerance: 0
+# section: '3.'
+# right: $2\,(K, V) \cdot 1 \cdot 2 \cdot 8 \cdot 6 \cdot 2 \cdot 4\text{ bytes} = 1536$, printed and
+#   asserted against `kv_cache_bytes`.
+# wrong:
+#   768:
+#     misconception: Only the keys are cached
+#     explain: 'The cache holds the values too: the factor 2 in $2 \cdot n_{layers} \cdot n_{kv\_heads}
+#       \cdot d_k \cdot$ tokens $\cdot$ bytes.'
+#   6144:
+#     misconception: The query heads are cached
+#     explain: 'Queries are never cached, and keys and values exist once per *KV* head: 2 here, not
+#       the 8 query heads.'
+#   384:
+#     misconception: One byte per number
+#     explain: 'Float32 takes 4 bytes per number: $384 \cdot 4 = 1536$.'
+#   other:
+#     misconception: Not from the cache formula
+#     explain: $2 \cdot n_{layers} \cdot n_{kv\_heads} \cdot d_k \cdot \text{tokens} \cdot \text{batch}
+#       \cdot \text{bytes}$.
 
 # %% [markdown]
 # **Memory for published configurations.** `kv_cache_bytes` is
@@ -426,6 +505,28 @@ assert cache_gib["Llama-2-7B (MHA)"] == 2.0
 assert cache_gib["Llama-2-70B (GQA)"] == 1.25
 assert cache_gib["70B shape as MHA"] == 8 * cache_gib["Llama-2-70B (GQA)"] == 10.0
 assert abs(cache_gib["Falcon-7B (MQA)"] - 0.03125) < 1e-12
+
+# %% [raw] concept="cache-7b-vs-70b"
+# question: 'One sequence of 4,096 tokens in bf16: which KV cache is larger, Llama-2-7B''s (MHA, 32
+#   KV heads) or Llama-2-70B''s (GQA, 8 KV heads)?'
+# kind: choice
+# options:
+#   a: Llama-2-7B's
+#   b: Llama-2-70B's
+#   c: They are equal
+# answer: a
+# section: '3.'
+# right: '2 GiB for the 7B model against 1.25 GiB for the 70B one: 2.5 times the layers, but a quarter
+#   of the KV heads (the printed table).'
+# wrong:
+#   b:
+#     misconception: The cache grows with the parameter count
+#     explain: 'The cache depends on layers, KV heads, $d_k$ and tokens only; the 70B model''s 8 KV
+#       heads make its cache smaller than the 7B model''s 32 (printed: 1.25 against 2 GiB).'
+#   c:
+#     misconception: Caches depend on the context only
+#     explain: 'The context is the same, but layers and KV heads differ: $80 \cdot 8$ against $32 \cdot
+#       32$ KV heads in all.'
 
 # %% [markdown]
 # The 70B model's cache (1.25 GiB) is **smaller** than the 7B model's (2 GiB), although it has

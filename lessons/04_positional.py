@@ -178,6 +178,29 @@ assert abs(acc["not causal, start token"][1:].mean() - 1 / (T_probe - 1)) < 0.05
 assert acc["not causal, start token"][0] > 0.99                           # the start token itself
 assert torch.all(torch.diff(w_start) < 0)             # the weight on the start token falls with t
 
+# %% [raw] concept="causal-knows-position"
+# question: A causal model with **no** positional encoding, given a start token. Can it tell a token's
+#   position?
+# kind: choice
+# options:
+#   a: 'Yes: the causal mask lets position be read off the attention (the weight on the start token
+#     falls with $t$)'
+#   b: 'No: attention is order-blind, so position must be added'
+#   c: Only without the causal mask
+# answer: a
+# section: '1.'
+# right: With a causal mask, query $t$ averages over $t + 1$ keys, so the weight on the start token
+#   falls steadily with $t$ (roughly $1/(t+1)$); the probe reads positions above 95% accuracy.
+# wrong:
+#   b:
+#     misconception: Attention is order-blind, with or without a mask
+#     explain: That holds only without a mask; the causal probe learned positions (accuracy above 0.95),
+#       while the non-causal one stayed at chance.
+#   c:
+#     misconception: The mask hides position
+#     explain: 'It is the other way round: without the mask the probe is at chance (1/15); the mask
+#       is what gives position away.'
+
 # %% [markdown]
 # So "attention is order-blind" is true only without a causal mask. With one, position can be
 # read off the attention itself, and here it is: the weight on the start token falls steadily
@@ -257,6 +280,27 @@ assert dots[0] == np.max(dots) and abs(dots[0] - d_model_pe / 2) < 1e-9
 assert np.all(dots[1:] < dots[0] - 0.4)             # every other offset is strictly less similar
 assert rises > 20                                    # ...but not monotonic: it ripples
 
+# %% [raw] concept="sinusoid-dots"
+# question: 'Sinusoidal encodings with $d_{model} = 64$: how does $PE[t] \cdot PE[t + \Delta]$ behave?'
+# kind: choice
+# options:
+#   a: It depends on $\Delta$ only, is largest at $\Delta = 0$, and ripples rather than falling steadily
+#   b: It falls steadily as $\Delta$ grows
+#   c: It depends on both $t$ and $\Delta$
+# answer: a
+# section: '3.'
+# right: '$\sum_k \cos(\Delta\,\omega_k)$: the same for every $t$ (measured to 1e-9), largest ($d_{model}/2
+#   = 32$) at $\Delta = 0$, and not monotonic (it rose more than 20 times over the offsets).'
+# wrong:
+#   b:
+#     misconception: Similarity decreases steadily with distance
+#     explain: 'A common claim, measured false: every other offset is less similar than 0, but the curve
+#       ripples up and down (more than 20 rises).'
+#   c:
+#     misconception: Absolute encodings give absolute similarities
+#     explain: 'The dot product of two encodings is a sum of $\cos(\Delta\,\omega_k)$: $t$ cancels (measured:
+#       the same curve from another start).'
+
 # %% [markdown]
 # The similarity is highest at distance 0 and falls off overall, but **it is not monotonic**: it
 # rises again at many offsets (ripples from the fast clocks). "Closer positions always look more
@@ -281,6 +325,27 @@ except ValueError as err:
 print("T = 40:", raised)
 assert raised is not None and "max_len=32" in raised
 assert sinusoidal_encoding(40, 16).shape == (40, 16)   # the formula has no maximum
+
+# %% [raw] concept="learned-past-table"
+# question: A learned positional table with `max_len=32` is asked for $T = 40$ positions. What happens?
+# kind: choice
+# options:
+#   a: 'It raises an error: there is no row for positions 32-39'
+#   b: It wraps around to rows 0-7
+#   c: It extrapolates from the rows it has, like the sinusoidal formula
+# answer: a
+# section: '4.'
+# right: 'A learned table is a lookup: position 32 has no row, and the module says so (`max_len=32`,
+#   printed). The sinusoidal formula has no maximum.'
+# wrong:
+#   b:
+#     misconception: Positions wrap around
+#     explain: 'Nothing in a lookup table wraps: position 33 is not position 1, and the module refuses
+#       instead (the printed error).'
+#   c:
+#     misconception: A learned table interpolates
+#     explain: Its rows are free parameters with no formula between them; only the sinusoidal encoding
+#       is defined at every position.
 
 # %% [markdown]
 # **What an added encoding does to a score.** With $x_i$ the token's vector and $p_i$ its position
@@ -501,6 +566,29 @@ print("slopes:", slopes.tolist(), " fitted decay of log-weight per position:",
       [round(float(-d), 6) for d in decay.values()])
 np.testing.assert_array_equal(slopes, [1 / 4, 1 / 16, 1 / 64, 1 / 256])
 assert all(abs(-decay[head] - slopes[head]) < 1e-9 for head in range(4))   # e^(-m distance)
+
+# %% [raw] concept="alibi-bias"
+# question: 'ALiBi with 4 heads: head 1 has slope $m = 1/4$. What bias does it add to the score of a
+#   key 8 positions back?'
+# kind: numeric
+# answer: -2
+# tolerance: 0.001
+# section: ALiBi
+# right: $-m\,(i - j) = -8/4 = -2$; the fitted decay of the log-weights per position equals each slope.
+# wrong:
+#   2:
+#     misconception: ALiBi rewards distance
+#     explain: 'The bias is a penalty, $-m\,(i - j)$: far keys are pushed *down*, so the weight falls
+#       like $e^{-m\Delta}$.'
+#   -32:
+#     misconception: The slope's reciprocal used
+#     explain: 'The slope is $1/4$, not 4: $-\tfrac14 \cdot 8 = -2$.'
+#   -0.03125:
+#     misconception: The flattest head's slope used
+#     explain: $1/256$ is the slope of the last head; head 1 is the steepest, $1/4$.
+#   other:
+#     misconception: Not from the bias formula
+#     explain: $s_{ij} = q_i\cdot k_j/\sqrt{d_k} - m_h\,(i - j)$.
 
 # %% [markdown]
 # ## 6. Past the trained length
@@ -817,6 +905,33 @@ show(fig, alt="Two line plots against the position t from 0 to 127 (running mean
 # rotary encodings; Kazemnejad et al. 2023 for causal models without positions). These are tiny
 # models at modest losses, one seed each; the ordering, not the exact numbers, is the result.
 # (The dip just after 32 is the extra context: a 32-character window starts there with none.)
+
+# %% [raw] concept="past-trained-length"
+# question: Trained on 32 characters and compared at an equal loss, which encoding cost the **least**
+#   on positions past 32?
+# kind: choice
+# options:
+#   a: ALiBi
+#   b: RoPE
+#   c: Sinusoidal
+#   d: Learned
+# answer: a
+# section: '6.'
+# right: 'ALiBi stayed within 0.05 nats past 32 at both levels: it puts no position in any vector, only
+#   a penalty that grows with distance.'
+# wrong:
+#   b:
+#     misconception: Relative encodings extrapolate
+#     explain: RoPE costs nothing just past 32, but its cost grows with distance, to over half a nat
+#       at 64-127 (measured).
+#   c:
+#     misconception: A formula for every position means the model can use it
+#     explain: 'The sinusoidal model still paid more than a quarter of a nat past 32: it never learned
+#       to use the rows it never saw.'
+#   d:
+#     misconception: Learned rows generalise
+#     explain: 'The learned table''s rows past 32 were never trained (still random): its loss jumps
+#       right after 32.'
 
 # %% [markdown]
 # **RoPE with position interpolation.** Chen et al. (2023) read a RoPE model at a longer

@@ -115,6 +115,28 @@ show(fig, alt=f"Scatter plot in the plane of twelve 2-D input points and their s
      f"hull; after {n_layers} layers they have collapsed to nearly one point inside it. The "
      "crosses, the 3-layer points passed through one random FFN, lie partly outside the hull.")
 
+# %% [raw] concept="convex-hull"
+# question: A stack of one-head attention layers with no FFN (values = inputs). Can an output point
+#   land **outside** the convex hull of the input points?
+# kind: choice
+# options:
+#   a: 'Never: every output is a weighted average with non-negative weights summing to 1'
+#   b: Yes, with enough layers
+#   c: Yes, when the softmax is very sharp
+# answer: a
+# section: '1.'
+# right: 'Softmax weights are non-negative and sum to 1, so each output is a convex combination; stacking
+#   averages of averages stays inside (measured: none of the random stacks left the hull; a single FFN
+#   almost always does).'
+# wrong:
+#   b:
+#     misconception: Depth adds expressiveness by itself
+#     explain: 'An average of averages is still an average: the measured stacks never left the hull,
+#       and the cloud collapsed towards one point.'
+#   c:
+#     misconception: A sharp softmax extrapolates
+#     explain: 'A sharp softmax picks one value: a corner of the hull, never beyond it.'
+
 # %% [markdown]
 # ### Learned maps, and several heads
 #
@@ -232,6 +254,27 @@ print(f"max |FFN(x_pi) - FFN(x)_pi| = {gap:.1e}; editing token 4 changes outputs
 assert gap < 1e-12
 assert changed.nonzero().flatten().tolist() == [4]
 
+# %% [raw] concept="position-wise"
+# question: Edit token 4 of a sequence and run it through the FFN alone. Which outputs change?
+# kind: choice
+# options:
+#   a: Only output 4
+#   b: All outputs
+#   c: Outputs 4 and after
+# answer: a
+# section: '2.'
+# right: 'The FFN runs on each position separately (the same weights): only output 4 changes, as the
+#   cell measured.'
+# wrong:
+#   b:
+#     misconception: The FFN mixes positions like attention
+#     explain: Mixing positions is attention's job; the FFN is position-wise, `FFN(x)[t]` depends on
+#       `x[t]` only.
+#   c:
+#     misconception: The FFN is causal
+#     explain: Causality belongs to attention's mask; the FFN never looks at another position, before
+#       or after.
+
 # %% [markdown]
 # ## 3. ReLU, GELU and SwiGLU
 #
@@ -262,6 +305,24 @@ print(f"GELU minimum {gelu(z)[i_min].item():.4f} at z = {z[i_min].item():.2f}; "
       f"max |exact - tanh form| on [-4, 4] = {tanh_gap:.1e}")
 assert abs(gelu(z)[i_min].item() + 0.1700) < 1e-3 and abs(z[i_min].item() + 0.75) < 0.02
 assert 1e-4 < tanh_gap < 1e-3   # small, but far above float32 rounding: the two are not the same
+
+# %% [raw] concept="gelu-minimum"
+# question: What is the smallest value exact GELU takes (to 2 decimals)?
+# kind: numeric
+# answer: -0.17
+# tolerance: 0.005
+# section: '3.'
+# right: 'About $-0.17$, near $z = -0.75$ (printed): GELU dips below zero, unlike ReLU.'
+# wrong:
+#   0:
+#     misconception: GELU is a smooth ReLU that never goes negative
+#     explain: '$x\,\Phi(x)$ is negative for every $x < 0$: the measured minimum is $-0.17$.'
+#   -0.28:
+#     misconception: SiLU's minimum taken for GELU's
+#     explain: $-0.28$ is SiLU's, lower and wider; GELU's is $-0.17$.
+#   other:
+#     misconception: Not read from the curve
+#     explain: The cell printed GELU's minimum on $[-4, 4]$.
 
 # %% [markdown]
 # Unlike ReLU, GELU and SiLU are smooth and dip below zero (GELU to about $-0.17$ near
@@ -337,6 +398,30 @@ print(f"d_model 8192: 1.3 x {swiglu_d_ff(8192)} rounded up to a multiple of 4096
       f"= {d_ff_70b / 8192} d_model (LLaMA-2 70B: {MODEL_SIZES['LLaMA-2 70B']['d_ff']})")
 assert d_ff_70b == MODEL_SIZES["LLaMA-2 70B"]["d_ff"] == 28672
 
+# %% [raw] concept="swiglu-width"
+# question: 'LLaMA-2 7B: SwiGLU with $d_{model} = 4096$, $\tfrac23 \cdot 4\,d_{model}$ rounded up to
+#   a multiple of 256. What is $d_{ff}$?'
+# kind: numeric
+# answer: 11008
+# tolerance: 0
+# section: '3.'
+# right: '$\tfrac23 \cdot 4 \cdot 4096 = 10922.7$, rounded up to a multiple of 256: 11008, LLaMA-2 7B''s
+#   published width.'
+# wrong:
+#   16384:
+#     misconception: SwiGLU keeps the $4\,d_{model}$ width
+#     explain: 'SwiGLU has three matrices, not two: to keep the parameters, $d_{ff}$ shrinks to $\tfrac23
+#       \cdot 4\,d_{model}$.'
+#   10923:
+#     misconception: The rounding to 256 forgotten
+#     explain: '$10922.7$ is the 2/3 size; LLaMA rounds it up to a multiple of 256: 11008.'
+#   10922:
+#     misconception: The rounding to 256 forgotten
+#     explain: '$10922.7$ is the 2/3 size; LLaMA rounds it up to a multiple of 256: 11008.'
+#   other:
+#     misconception: Not from the 2/3 rule
+#     explain: $\tfrac23 \cdot 4 \cdot 4096$, then up to a multiple of 256.
+
 # %% [markdown]
 # ## 4. What the FFN costs at real scale
 #
@@ -370,6 +455,32 @@ assert abs(share_gpt3 - 8 * 12288 / (12 * 12288 + 2 * 2048)) < 1e-12   # the clo
 assert abs(share_gpt3 - 0.6486) < 1e-4
 assert abs(share_gpt3 - 0.80) > 0.1                                    # far from "about 80%"
 assert 0.75 < shares["LLaMA-2 70B"] < 0.80                             # GQA + SwiGLU come close
+
+# %% [raw] concept="ffn-flop-share"
+# question: At GPT-3 175B's widths and its 2,048-token context, what share of a layer's forward FLOPs
+#   does the FFN take?
+# kind: choice
+# options:
+#   a: About 65%
+#   b: About 80%
+#   c: About 50%
+#   d: About a third
+# answer: a
+# section: '4.'
+# right: '$8d_{model}/(12d_{model} + 2T) = 0.649$: counted row by row and asserted.'
+# wrong:
+#   b:
+#     misconception: The FFN takes about 80% of the compute
+#     explain: 'A common claim, measured false for GPT-3: 65%. Only with GQA and SwiGLU (LLaMA-2 70B)
+#       does the share come close to 80%.'
+#   c:
+#     misconception: The FFN and attention split evenly
+#     explain: The FFN falls to half only past $T = 2\,d_{model}$ (24,576 tokens at GPT-3's width);
+#       at 2,048 it is 65%.
+#   d:
+#     misconception: Attention dominates a layer
+#     explain: 'At GPT-3''s width the projections and the FFN dwarf the $T^2$ terms at $T = 2048$: the
+#       FFN alone is two thirds.'
 
 # %% [markdown]
 # **Against the common claim.** It is often said that at GPT-3 scale the FFN takes "about 80%" of

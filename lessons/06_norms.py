@@ -118,6 +118,29 @@ assert grads["default", "plain"][-1] / grads["default", "plain"][0] < 1e-6   # v
 assert 0.5 < grads["default", "residual"][-1] / grads["default", "residual"][0] < 10
 assert grads["he", "residual"][-1] / grads["he", "residual"][0] > 1e6       # explodes
 
+# %% [raw] concept="depth-gradients"
+# question: 'Gradient norm at the first block as the stack deepens: which of these stays within a factor
+#   of 10 of the one-block value?'
+# kind: choice
+# options:
+#   a: Residual blocks with PyTorch's default initialisation
+#   b: Plain blocks (no residuals), default initialisation
+#   c: Residual blocks with He initialisation
+# answer: a
+# section: '1.'
+# right: 'With residuals each block adds to an identity path, and default-initialised blocks add little:
+#   the gradient stays between 0.5 and 10 times the one-block value. Plain blocks vanish (below $10^{-6}$),
+#   residual He blocks explode (above $10^6$).'
+# wrong:
+#   b:
+#     misconception: Depth is harmless without residuals if the initialisation is standard
+#     explain: 'Without the identity path the gradient is a product of one Jacobian per block, each
+#       shrinking it: measured, below $10^{-6}$ of the one-block value.'
+#   c:
+#     misconception: Residuals fix depth whatever the initialisation
+#     explain: 'Residuals keep the identity path, but He-initialised blocks each multiply the stream''s
+#       size: the gradient exploded past $10^6$ (measured).'
+
 # %% [markdown]
 # So "residuals keep the gradient alive" held above only because the default initialisation makes
 # each branch small ($g = 1/18$). With He's initialisation the same residual stack explodes: the
@@ -209,6 +232,28 @@ show(fig, alt="Scatter plot of RMSNorm(x) against LayerNorm(x) for the 64 featur
      "diagonal but in a narrow band about half as steep: above it for negative LayerNorm "
      "values, where RMSNorm stays near 0 or above, and below it for the largest ones. "
      "RMSNorm keeps the tokens' positive mean that LayerNorm removes.")
+
+# %% [raw] concept="layernorm-rmsnorm"
+# question: On the same activations, how do LayerNorm and RMSNorm (same $\epsilon$, $\gamma = 1$, $\beta
+#   = 0$) relate?
+# kind: choice
+# options:
+#   a: LayerNorm of $x$ equals RMSNorm of $x - \mathrm{mean}(x)$
+#   b: They are always equal
+#   c: RMSNorm of $x$ equals LayerNorm of $x / \mathrm{rms}(x)$
+# answer: a
+# section: '2.'
+# right: 'LayerNorm centres, then divides by the root mean square of the centred token: RMSNorm of the
+#   centred token, to 1e-12 (measured). On un-centred tokens they differ (by more than 0.5 here).'
+# wrong:
+#   b:
+#     misconception: RMSNorm is LayerNorm under another name
+#     explain: 'RMSNorm skips the centring: on tokens whose mean is not 0 the two differ, by more than
+#       0.5 on these activations.'
+#   c:
+#     misconception: Rescaling first makes them agree
+#     explain: 'Dividing by the RMS changes no mean: LayerNorm still centres and RMSNorm does not. Only
+#       centring makes them agree.'
 
 # %% [markdown]
 # RMSNorm keeps each token's mean direction (it only rescales), LayerNorm removes it; on centred
@@ -333,6 +378,29 @@ print(f"post-LN / pre-LN at the last layer: {ratio_out:.2f}, {ratio_out / n_laye
       f"from Xiong et al.'s sqrt(n_layers) = {n_layers ** 0.5:.2f}")
 assert abs(ratio_out / n_layers ** 0.5 - 1) < 0.25   # the predicted sqrt(12) = 3.46, within 25%
 
+# %% [raw] concept="pre-ln-gradients"
+# question: 'At initialisation, 12 layers: how does the gradient norm of the **first** layer''s weights
+#   compare with the last layer''s?'
+# kind: choice
+# options:
+#   a: 'Pre-LN: the first layer''s is about 4 times the last''s; post-LN: within a factor of about 2'
+#   b: About equal in both orders
+#   c: 'Pre-LN: the last layer''s is about 4 times the first''s'
+# answer: a
+# section: '3.'
+# right: 'Measured: pre-LN falls about 4 times from the first layer to the last (between 3 and 5.5),
+#   post-LN stays within a factor of 2.5, and at the last layer post-LN''s gradient is about $\sqrt{12}$
+#   times pre-LN''s.'
+# wrong:
+#   b:
+#     misconception: Normalisation equalises gradients across layers
+#     explain: 'Post-LN comes close (within about 2); pre-LN does not: its residual stream grows with
+#       depth, so later layers'' updates matter less and receive smaller gradients (about 4 times).'
+#   c:
+#     misconception: Gradients shrink towards the input
+#     explain: That is the vanishing gradient of plain stacks (section 1); in pre-LN the identity path
+#       carries the gradient to the first layers, which receive the *largest* gradients.
+
 # %% [markdown]
 # What we measure here: near the output, post-LN's gradients are larger than pre-LN's, by about
 # the $\sqrt{n_{layers}} = 3.46$ that Xiong et al. 2020 derive (measured a little below it,
@@ -406,6 +474,27 @@ assert final[(False, False)] > 1.8                           # post-LN, no warm-
 assert final[(False, True)] < final[(False, False)] - 0.3   # warm-up rescues post-LN
 assert final[(True, False)] < 0.6                            # pre-LN trains without warm-up
 
+# %% [raw] concept="warm-up"
+# question: 'The training ablation: post-LN trained **without** learning-rate warm-up. What happened?'
+# kind: choice
+# options:
+#   a: It stayed near chance (final loss above 1.8)
+#   b: It trained about as well as pre-LN
+#   c: It diverged to NaN
+# answer: a
+# section: '4.'
+# right: Post-LN without warm-up stayed stuck near chance; warm-up rescued it (0.3 nats or more lower),
+#   and pre-LN trained without warm-up (below 0.6).
+# wrong:
+#   b:
+#     misconception: Warm-up only speeds training up
+#     explain: 'For post-LN it decided whether training happened at all: above 1.8 without it, in every
+#       seed (section 4''s table).'
+#   c:
+#     misconception: A failed run diverges
+#     explain: 'Every loss stayed finite (asserted): post-LN without warm-up does not blow up here,
+#       it stalls near chance.'
+
 # %% [markdown]
 # At this learning rate and seed, post-LN without warm-up stays near chance, warm-up lets it learn,
 # and pre-LN learns with or without it: the small-scale version of Xiong et al.'s result that
@@ -474,6 +563,31 @@ naive_ln = (z16 - mu) / torch.sqrt(((z16 - mu) ** 2).mean() + 1e-5)      # all i
 print(f"LayerNorm [1000, -1000, 1000, -1000]: float16 arithmetic {naive_ln.tolist()}, "
       f"txlearn {layer_norm(z16).tolist()}")
 assert naive_ln.abs().max() == 0 and layer_norm(z16).tolist() == [1.0, -1.0, 1.0, -1.0]
+
+# %% [raw] concept="float16-rmsnorm"
+# question: 'RMSNorm of the token $[300, 400]$ computed entirely in float16 arithmetic (largest float16:
+#   65,504). What comes out?'
+# kind: choice
+# options:
+#   a: $[0, 0]$
+#   b: NaN
+#   c: 'The right $[0.85, 1.13]$: the inputs are small'
+#   d: $[\infty, \infty]$
+# answer: a
+# section: '5.'
+# right: 'The squares (90,000 and 160,000) overflow to $\infty$, so the root is $\infty$ and $x/\infty
+#   = 0$: the token is wiped out. Computing the statistics in float32 gives the right answer.'
+# wrong:
+#   b:
+#     misconception: Overflow always gives NaN
+#     explain: NaN needs $\infty/\infty$ or $0/0$; here a finite $x$ is divided by $\infty$, which is
+#       exactly 0 (printed `[0.0, 0.0]`).
+#   c:
+#     misconception: Small inputs are safe in float16
+#     explain: 'The inputs fit, but their squares do not: $300^2 = 90{,}000 > 65{,}504$.'
+#   d:
+#     misconception: The overflow lands in the output
+#     explain: 'The $\infty$ is in the denominator: $x / \infty = 0$.'
 
 # %% [markdown]
 # How large may a token's entries be? That depends on how the mean is summed, and the answer

@@ -113,6 +113,31 @@ print("head 1's queries =\n", Qh[1])
 assert Qh.shape == (n_heads, T, d_k)
 assert np.array_equal(Qh[1], Q[:, d_k:2 * d_k])  # head 1 is the second slice of features
 
+# %% [raw] concept="split-shape"
+# question: 'The tiny example: $T = 3$, $d_{model} = 4$, $n_{heads} = 2$. What shape does $Q$ have once
+#   split into heads?'
+# kind: choice
+# options:
+#   a: '`(2, 3, 2)`'
+#   b: '`(3, 2, 2)`'
+#   c: '`(2, 3, 4)`'
+#   d: '`(3, 4)`'
+# answer: a
+# section: A tiny example
+# right: '`(T, d_model) -> (T, n_heads, d_k) -> (n_heads, T, d_k)` = `(2, 3, 2)`: head 1 is features
+#   2-3 of every token (asserted).'
+# wrong:
+#   b:
+#     misconception: The heads axis left after the tokens
+#     explain: 'The reshape gives `(T, n_heads, d_k)`; attention runs per head over the tokens, so the
+#       heads move first: `(n_heads, T, d_k)`.'
+#   c:
+#     misconception: Each head gets all of $d_{model}$
+#     explain: 'Heads slice the projected features: each has $d_k = d_{model}/n_{heads} = 2$, not 4.'
+#   d:
+#     misconception: Splitting changes nothing
+#     explain: '`(3, 4)` is $Q$ before the split; the split gives each head its own `(T, d_k)` block.'
+
 # %% [markdown]
 # **Step 3: scores.** `scores = Q K^T / sqrt(d_k)` per head: `(n_heads, T, T)`, entry
 # `[head, i, j]` says how well query i matches key j in that head.
@@ -266,6 +291,28 @@ assert np.allclose(post[1:], 1.0, atol=1e-3)  # LayerNorm output, eps = 1e-5
 assert pre[-1] > 3 * pre[0]  # grows with depth
 assert 0.3 < slope < 0.8  # roughly like sqrt(depth)
 
+# %% [raw] concept="stream-size"
+# question: 'A random 24-layer stack: how does the RMS of the residual stream change with depth?'
+# kind: choice
+# options:
+#   a: Post-LN stays at 1; pre-LN grows, roughly like $\sqrt{\text{depth}}$
+#   b: 'Both stay at 1: every layer has LayerNorms'
+#   c: Both grow with depth
+# answer: a
+# section: Post-LN vs pre-LN
+# right: Post-LN ends every layer with a LayerNorm, so the stream's RMS is 1; pre-LN normalises only
+#   each sub-layer's input, and the stream grew more than 3 times, with a log-log slope between 0.3
+#   and 0.8.
+# wrong:
+#   b:
+#     misconception: Pre-LN normalises the residual stream
+#     explain: 'Pre-LN normalises each sub-layer''s *input*, never the stream it adds to: measured,
+#       the stream''s RMS grows with depth (which is why pre-LN stacks end with a final LayerNorm).'
+#   c:
+#     misconception: Post-LN lets the stream grow too
+#     explain: 'Post-LN''s last operation in each layer is a LayerNorm: the stream''s RMS is 1 after
+#       every layer (asserted to 1e-3).'
+
 # %% [markdown]
 # ## Tokens in, scores out: the embedding table and the output head
 #
@@ -334,6 +381,28 @@ with torch.no_grad():   # the whole model: ids (B, T) -> (B, T, d_model) -> laye
     logits = tied_head(TransformerStack(2, d_model_e, 4, 4 * d_model_e).double()(embedding(ids)))
 print(f"ids {tuple(ids.shape)} -> logits {tuple(logits.shape)}")
 assert logits.shape == (2, 16, n_vocab)
+
+# %% [raw] concept="tied-rows"
+# question: One training step on a batch holding $k$ distinct tokens of a 1000-token vocabulary. How
+#   many rows of the embedding table $E$ receive a gradient?
+# kind: choice
+# options:
+#   a: 'Tied head: all 1000; untied: the $k$ rows of the input tokens'
+#   b: The $k$ rows either way
+#   c: All 1000 either way
+# answer: a
+# section: Tokens in, scores out
+# right: The lookup touches only the rows it reads; a head tied to $E$ scores every token against every
+#   row, so all 1000 rows get a gradient through the head (measured).
+# wrong:
+#   b:
+#     misconception: The output head's gradient does not reach the embedding
+#     explain: 'With tying the head *is* $E$: its scores use every row, so every row gets a gradient,
+#       not only the $k$ looked up.'
+#   c:
+#     misconception: A lookup updates the whole table
+#     explain: 'A lookup''s gradient reaches only the rows it read: untied, exactly the $k$ distinct
+#       input tokens'' rows changed.'
 
 # %% [markdown]
 # The $\sqrt{d_{model}}$ matters together with the initialisation: a table drawn at the scale an
@@ -668,6 +737,27 @@ assert fits[False][0] > fits[True][0] >= minimal[0]       # fused: at or just ab
 assert fits[True][0] - minimal[0] < d_s                   # by less than one d_model vector per token
 assert rough_T2 == 2 * h_s                                # lesson 08 counts scores and weights
 
+# %% [raw] concept="saved-for-backward"
+# question: 'Autograd on the teaching path: how many numbers per head and per (query, key) pair does
+#   one layer keep for its backward pass, its $c_2$ in $c_1 T + c_2 T^2$ per head?'
+# kind: numeric
+# answer: 1
+# tolerance: 0
+# section: The backward pass of the whole layer
+# right: 'The attention weights $P$, once per head: $c_2 = n_{heads}$ in all, measured exactly. `fused=True`
+#   keeps no $T^2$ term at all.'
+# wrong:
+#   2:
+#     misconception: The backward pass needs the scores as well as the weights
+#     explain: 'Softmax''s backward needs only its output $P$ ($s \odot (g - \langle s, g\rangle)$,
+#       lesson 01): the scores are not kept. Lesson 08''s rough count of 2 counts both.'
+#   0:
+#     misconception: Attention keeps no $T \times T$ tensor
+#     explain: That is `fused=True`; the teaching path keeps $P$ for each head (measured $c_2 = n_{heads}$).
+#   other:
+#     misconception: Not read from the fit
+#     explain: The printed fit gives $c_2$ for the whole layer; divide by $n_{heads}$.
+
 # %% [markdown]
 # The $T^2$ term is where the three differ. The teaching path keeps exactly one $T \times T$
 # matrix per head, $P$, as the hand-written backward needs; lesson 08's `activation_bytes`
@@ -781,6 +871,28 @@ print(f"label smoothing's optimum: p(right) = 1 - 0.1 + 0.1/{n_vocab_r} = {optim
 assert abs(p_reg - optimum) < 0.03            # the smoothed model's confidence: 0.909, within 0.03
 assert p_plain > 0.98 and ce_reg > ce_plain   # "hurts perplexity": less sure, higher loss
 assert exact_reg > 0.9                        # ...and still reverses the sequences
+
+# %% [raw] concept="smoothing-optimum"
+# question: 'Label smoothing $\epsilon = 0.1$ over the reverser''s 11 tokens: what probability on the
+#   right token minimises the smoothed loss (to 3 decimals)?'
+# kind: numeric
+# answer: 0.909
+# tolerance: 0.001
+# section: The paper's regularisation
+# right: The smoothed target puts $1 - \epsilon + \epsilon/11 = 0.909$ on the right token, and the trained
+#   model's confidence came within 0.03 of it.
+# wrong:
+#   1:
+#     misconception: Smoothing leaves the optimum at certainty
+#     explain: 'The smoothed loss is minimised at the smoothed target itself, which puts $\epsilon$
+#       spread over all tokens: $0.9 + 0.1/11$.'
+#   0.9:
+#     misconception: The smoothing mass leaves the right token entirely
+#     explain: 'The $\epsilon$ is spread over *all* 11 tokens, the right one included: $0.9 + 0.1/11
+#       = 0.909$.'
+#   other:
+#     misconception: Not from the smoothed target
+#     explain: $p = 1 - \epsilon + \epsilon / n_{vocab}$.
 
 # %% [markdown]
 # ## What we measured

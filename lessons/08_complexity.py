@@ -166,6 +166,33 @@ T_star = next(t for t in range(1, 10 * d_model) if 4 * t * t * d_model >= 24 * t
 print(f"the T^2 terms are half the layer's FLOPs from T = {T_star} = {T_star / d_model:.0f} d_model")
 assert T_star == 6 * d_model
 
+# %% [raw] concept="quadratic-takes-over"
+# question: With $d_{ff} = 4\,d_{model}$, from what length $T$ do attention's $T^2$ terms ($4T^2 d_{model}$
+#   FLOPs) reach the rest of a layer's forward FLOPs?
+# kind: choice
+# options:
+#   a: $T = 6\,d_{model}$
+#   b: $T = d_{model}$
+#   c: $T = 2\,d_{model}$
+#   d: $T = 24\,d_{model}$
+# answer: a
+# section: '2.'
+# right: 'The rest is $8Td_{model}^2 + 4Td_{model}d_{ff} = 24Td_{model}^2$; $4T^2d_{model} = 24Td_{model}^2$
+#   at $T = 6\,d_{model}$: 3,072 tokens for the base model (computed above).'
+# wrong:
+#   b:
+#     misconception: $T^2 d$ against $T d^2$ with the constants dropped
+#     explain: 'The constants decide the crossing: 4 for the $T^2$ terms against 24 for the projections
+#       and the FFN, so $T = 24/4 \cdot d_{model}$.'
+#   c:
+#     misconception: Attention's own projections taken for the whole layer
+#     explain: $2\,d_{model}$ is where the $T^2$ terms match the four projections alone ($8Td^2$); the
+#       FFN adds $16Td^2$ more.
+#   d:
+#     misconception: The factor 4 of the $T^2$ terms forgotten
+#     explain: 'The scores and the weighted sum are $2T^2d_{model}$ FLOPs each, $4T^2d_{model}$ together:
+#       $T = 24/4\,d_{model}$.'
+
 # %% [markdown]
 # ### A training step: forward and backward
 #
@@ -205,6 +232,26 @@ for T_tok in (512, 4096):
         share_512 = share
 assert 0.1 < share_512 < 0.2        # 12 T d / (72 d^2 + 12 T d) = 1/7 at T = 512, d = 512
 
+# %% [raw] concept="step-vs-forward"
+# question: A training step (forward and backward) costs how many times the forward pass's FLOPs?
+# kind: numeric
+# answer: 3
+# tolerance: 0
+# section: '2.'
+# right: 'Each product $Y = AB$ needs two products of its size in the backward pass, $dA = dY B^\top$
+#   and $dB = A^\top dY$: forward + 2 = 3, exactly what `FlopCounterMode` counted.'
+# wrong:
+#   2:
+#     misconception: The backward pass costs one forward
+#     explain: 'The backward pass needs the gradient for *both* operands of each product: two products
+#       per forward product (counted: 3 times the forward in all).'
+#   6:
+#     misconception: The 6N rule of thumb taken for the ratio
+#     explain: '$6N$ FLOPs per token is a training step against $2N$ for the forward: a ratio of 3.'
+#   other:
+#     misconception: Not from the products of the backward pass
+#     explain: 'Count the products: one forward, two backward.'
+
 # %% [markdown]
 # Memory: the tensors one layer creates on a batch of 8 sequences of 512 tokens in float32, and
 # a KV cache for the whole 6-layer stack in bfloat16. The attention matrices are the only rows
@@ -217,6 +264,28 @@ cache = kv_cache_bytes(n_layers=6, n_kv_heads=8, d_k=64, context=512, batch=8, d
 print(f"KV cache, 6 layers, B = 8, T = 512, bf16: {cache / 2**20:.0f} MiB")
 assert act["scores"] == 8 * 8 * 512 * 512 * 4 == 64 * 2**20
 assert cache == 2 * 6 * 8 * 64 * 512 * 8 * 2 == 48 * 2**20
+
+# %% [raw] concept="stack-cache"
+# question: 'The KV cache of the whole 6-layer stack: 8 KV heads of $d_k = 64$, a batch of 8 sequences
+#   of 512 tokens, bf16. How many MiB?'
+# kind: numeric
+# answer: 48
+# tolerance: 0
+# section: '2.'
+# right: $2 \cdot 6 \cdot 8 \cdot 64 \cdot 512 \cdot 8 \cdot 2$ bytes = 48 MiB (printed and asserted).
+# wrong:
+#   24:
+#     misconception: Only the keys are cached
+#     explain: 'Keys *and* values: the leading factor 2.'
+#   96:
+#     misconception: Four bytes per number
+#     explain: bf16 takes 2 bytes per number; 96 MiB would be float32.
+#   8:
+#     misconception: One layer's cache taken for the stack's
+#     explain: 'Every layer keeps its own keys and values: 6 layers of 8 MiB.'
+#   other:
+#     misconception: Not from the cache formula
+#     explain: $2 \cdot n_{layers} \cdot n_{kv\_heads} \cdot d_k \cdot T \cdot B \cdot \text{bytes}$.
 
 # %% [markdown]
 # ## 3. Measuring attention: time and memory against T and against d_model
@@ -609,7 +678,8 @@ print(f"d_model = {d_x}: whole attention sub-layer / Elman RNN FLOPs at T = "
 print(f"a whole attention sub-layer costs what an LSTM does from T = {T_lstm} = {T_lstm / d_x:.0f} d_model")
 assert all(a > 2 * e for a, e in zip(whole, elman))      # 8 T d^2 + 4 T^2 d > 2 x 4 T d^2, always
 assert T_lstm == 2 * d_x
-#
+
+# %% [markdown]
 # ## 5. Sequential steps and path length
 #
 # **Sequential steps.** The RNN cannot compute $h_t$ before $h_{t-1}$: T dependent steps.
@@ -687,6 +757,32 @@ for T_p in (4, 16, 64):
     path_attn.append(matmul_path_length(scaled_dot_product_attention(Q, K, V)[:, -1], x))
 print("T = 4, 16, 64: RNN path", path_rnn, " attention path", path_attn)
 assert path_rnn == [4, 16, 64] and path_attn == [3, 3, 3]
+
+# %% [raw] concept="path-length"
+# question: 'At $T = 64$: how many matrix products lie on the path from the first input to the last
+#   output, for the RNN and for attention?'
+# kind: choice
+# options:
+#   a: RNN 64, attention 3
+#   b: 64 for both
+#   c: RNN 1, attention 64
+#   d: 3 for both
+# answer: a
+# section: '5.'
+# right: The RNN passes information one step at a time, $T$ products; attention connects every position
+#   in one step, a constant 3 (measured for $T$ = 4, 16 and 64).
+# wrong:
+#   b:
+#     misconception: Attention also processes tokens in order
+#     explain: 'Attention''s outputs depend on all inputs at once: the path is the same 3 products at
+#       every $T$.'
+#   c:
+#     misconception: The RNN's last state sees every input directly
+#     explain: 'The last state reaches the first input only through every state in between: $T$ products
+#       of $W_h$.'
+#   d:
+#     misconception: Depth is the same for any sequence model
+#     explain: 'Measured: the RNN''s path grows with $T$ (4, 16, 64); only attention''s is constant.'
 
 # %% [markdown]
 # Batching raises the RNN's rate (the printed factor, 2.4 to 3.2 in our runs; asserted above
@@ -995,6 +1091,32 @@ print(f"after 256 tokens: " + ", ".join(f"{n_kv} kv heads {grown[n_kv][-1] / 2**
 print("the cache outgrows the weights at " + ", ".join(f"{n_kv} kv heads: {crossing[n_kv]:,.0f} tokens"
                                                        for n_kv in grown))
 assert crossing[8] == 6 * d_dec and crossing[1] == 8 * crossing[8]   # 12 d^2 / (2 n_kv d_k) tokens
+
+# %% [raw] concept="cache-outgrows-weights"
+# question: 'Decoding with one layer of 8 query heads: the multi-head cache outgrows the layer''s weights
+#   at $6\,d_{model}$ tokens. With **one** KV head (multi-query), when?'
+# kind: choice
+# options:
+#   a: '8 times later: $48\,d_{model}$ tokens'
+#   b: At the same $6\,d_{model}$
+#   c: 8 times sooner
+#   d: 'Never: the cache stops growing'
+# answer: a
+# section: '9.'
+# right: 'The crossing is $12d_{model}^2 / (2\,n_{kv\_heads} d_k)$ tokens: one KV head instead of 8
+#   makes it 8 times later (asserted).'
+# wrong:
+#   b:
+#     misconception: Fewer KV heads shrink the weights as much as the cache
+#     explain: 'The layer''s weights barely change, but the cache per token is 8 times smaller: the
+#       crossing moves 8 times later.'
+#   c:
+#     misconception: Sharing KV heads makes the cache grow faster
+#     explain: 'Sharing means fewer keys and values per token: 8 times less cache, so it reaches the
+#       weights 8 times later.'
+#   d:
+#     misconception: A multi-query cache is constant
+#     explain: It still grows linearly with the tokens (measured), only 8 times slower.
 
 # %% [markdown]
 # Linear in the tokens, and exactly the formula at every step (asserted). Past $12 d_{model}^2 /

@@ -88,6 +88,29 @@ assert 440_000 < len(text) < 530_000   # Python 3.11 carries about 465,000 chara
 assert abs(base["uniform"] - math.log(len(vocab))) < 1e-12
 assert base["bigram"] < base["unigram"] - 0.5 < base["uniform"] - 1.0
 
+# %% [raw] concept="uniform-loss"
+# question: With $n_{vocab} = 103$ characters, what loss in **nats** per character does the uniform
+#   baseline give (to 2 decimals)?
+# kind: numeric
+# answer: 4.635
+# tolerance: 0.006
+# section: '1.'
+# right: '$\ln 103 = 4.635$ nats per character (6.69 bits): every character has probability $1/103$.'
+# wrong:
+#   6.687:
+#     misconception: Bits taken for nats
+#     explain: '$\log_2 103 = 6.69$ is the loss in bits; the course measures nats, the natural log:
+#       4.635.'
+#   103:
+#     misconception: Perplexity taken for the loss
+#     explain: 103 is the uniform model's perplexity, $e^{\text{loss}}$; the loss is its log.
+#   0.0097:
+#     misconception: The probability taken for the loss
+#     explain: $1/103$ is each character's probability; the loss is $-\ln(1/103)$.
+#   other:
+#     misconception: Not from the uniform distribution
+#     explain: 'Cross-entropy of a uniform distribution over $n_{vocab}$ classes: $\ln n_{vocab}$.'
+
 # %% [markdown]
 # ## 2. The model, before training
 #
@@ -117,6 +140,27 @@ assert base["uniform"] - 0.3 < untrained < base["uniform"]   # measured 4.44 aga
 prompt = vocab.encode("def ")
 before = vocab.decode(generate(model0, prompt, 120, temperature=0.8, top_k=10, seed=0))
 print(before)
+
+# %% [raw] concept="untrained-loss"
+# question: 'The model before training: where does its validation loss sit?'
+# kind: choice
+# options:
+#   a: 'A little below $\ln n_{vocab}$: near the uniform baseline'
+#   b: Near 0
+#   c: 'Far above $\ln n_{vocab}$: random weights are confidently wrong'
+# answer: a
+# section: '2.'
+# right: Small random weights give nearly even logits, so the loss is close to the uniform $\ln n_{vocab}$,
+#   a little below it (measured within 0.3 of it).
+# wrong:
+#   b:
+#     misconception: An untrained model already fits the data
+#     explain: A loss near 0 means near-certain right predictions; untrained, the model is close to
+#       guessing evenly.
+#   c:
+#     misconception: Random initialisation is confidently wrong
+#     explain: 'The initialisation keeps logits small, so the predictions are nearly uniform, not confident:
+#       the loss starts just under $\ln n_{vocab}$.'
 
 # %% [markdown]
 # ## 3. How big a model for a few minutes of CPU?
@@ -149,6 +193,26 @@ by_width = {CANDIDATES[n]["d_model"]: CURVES[n][at] for n in CURVES}
 assert by_width[64] < by_width[96] < by_width[128] - 0.05   # at equal FLOPs, narrower learns more
 late = {CANDIDATES[n]["d_model"]: CURVES[n][0.5] for n in CURVES}
 assert late[128] < late[96] < late[64]                      # ... until the narrow ones stop gaining
+
+# %% [raw] concept="width-at-equal-flops"
+# question: At a quarter of the training budget (equal FLOPs), which width had the lowest held-out loss?
+# kind: choice
+# options:
+#   a: The narrowest, $d_{model} = 64$
+#   b: The widest, $d_{model} = 128$
+#   c: All about the same
+# answer: a
+# section: '3.'
+# right: At equal FLOPs a narrow model takes more steps and learned more early on; with half the budget
+#   the order reversed, the widest best (both asserted).
+# wrong:
+#   b:
+#     misconception: A bigger model is better at any budget
+#     explain: 'At a quarter of the budget the widest model had had too few steps: the narrowest led,
+#       and the widest won only later.'
+#   c:
+#     misconception: Equal compute gives equal loss
+#     explain: The recorded sweep separates them by more than 0.05 nats at a quarter of the budget.
 
 # %% [markdown]
 # Up to a quarter of $C_{full}$, at equal FLOPs the narrowest model wins: more characters seen
@@ -311,6 +375,27 @@ t2 = time.perf_counter()
 print(f"greedy, 200 characters: cached {t1 - t0:.2f} s, uncached {t2 - t1:.2f} s, identical: "
       f"{torch.equal(cached, uncached)}")
 assert torch.equal(cached, uncached)
+
+# %% [raw] concept="cache-equal"
+# question: 'Greedy generation of 200 characters with and without the key/value cache: how do the outputs
+#   compare?'
+# kind: choice
+# options:
+#   a: Identical
+#   b: 'Slightly different: the cache approximates'
+#   c: Different after the context length
+# answer: a
+# section: '5.'
+# right: The cache stores exactly the keys and values a full recomputation would produce (earlier rows
+#   never change under a causal mask), so greedy outputs are identical (asserted).
+# wrong:
+#   b:
+#     misconception: A KV cache is an approximation
+#     explain: 'Nothing is approximated: under a causal mask the earlier positions'' keys and values
+#       never change, so the cache holds exactly what recomputing gives.'
+#   c:
+#     misconception: The cache breaks past the context
+#     explain: Both paths see the same window; the asserted outputs are identical over all 200 characters.
 
 # %% [markdown]
 # ## 6. What the trained model attends to

@@ -194,6 +194,28 @@ for name, m in (("right", model), ("wrong pairing", wrong)):
 assert gap[0] < 1e-3                   # position 0 is rotated by 0: both pairings agree
 assert gap[1:].max() > 5 and agree < 0.5 and nll_wrong > nll_right + 1.0
 
+# %% [raw] concept="rope-pairing"
+# question: Load the GGUF file's (interleaved) weights but rotate with the **half** pairing. At position
+#   0, how do the wrong model's logits compare with the right model's?
+# kind: choice
+# options:
+#   a: 'They agree (to 1e-3): position 0 is rotated by angle 0'
+#   b: They are already far off
+#   c: Loading fails with a shape error
+# answer: a
+# section: '4.'
+# right: A rotation by 0 is the identity whatever the pairing, so position 0 agrees; from position 1
+#   on the logits differ by more than 5 and the loss rises by more than a nat.
+# wrong:
+#   b:
+#     misconception: A wrong pairing is wrong everywhere
+#     explain: At position 0 every angle is 0 and no channel moves; the error starts at position 1 (the
+#       printed gaps).
+#   c:
+#     misconception: Shapes catch a wrong pairing
+#     explain: 'Both pairings use the same shapes: nothing complains, the model still talks, and it
+#       is only wrong.'
+
 # %% [markdown]
 # Plausible and wrong. On the short prompt the wrong model still says "Paris"; asked as a chat it
 # answers with nothing but the end-of-turn token, and on real text it picks the right next token
@@ -350,6 +372,29 @@ print(f"measured: the cache after the {len(chat)}-token chat prompt holds {held:
 assert (gqa, mha) == (180 * 2**20, 540 * 2**20)
 assert held == kv_cache_bytes(n_layers=30, n_kv_heads=3, d_k=64, context=len(chat), dtype="float32")
 
+# %% [raw] concept="smollm-cache"
+# question: 'SmolLM2-135M at its full 8,192-token context in bf16: 30 layers, 3 KV heads of $d_k = 64$.
+#   How many MiB does its KV cache hold?'
+# kind: numeric
+# answer: 180
+# tolerance: 0
+# section: '7.'
+# right: $2 \cdot 30 \cdot 3 \cdot 64 \cdot 8192 \cdot 2$ bytes = 180 MiB; with multi-head attention
+#   (9 KV heads) it would be 540 MiB.
+# wrong:
+#   540:
+#     misconception: The query heads are cached
+#     explain: Only the 3 KV heads are cached; 9 would be multi-head attention's 540 MiB.
+#   90:
+#     misconception: Only the keys are cached
+#     explain: 'Keys and values: the leading factor 2.'
+#   360:
+#     misconception: Four bytes per number
+#     explain: bf16 takes 2 bytes; 360 MiB is float32.
+#   other:
+#     misconception: Not from the cache formula
+#     explain: $2 \cdot n_{layers} \cdot n_{kv\_heads} \cdot d_k \cdot \text{tokens} \cdot \text{bytes}$.
+
 # %% [markdown]
 # With the cache, each new token runs one position through the 30 layers and attends to the
 # cached keys; without it, every step recomputes the whole context. Both must write the same
@@ -491,6 +536,27 @@ for first_tok, median_w, even, share in sink_rows:
 assert all(median_w > 0.4 and median_w > 2.5 * even for _, median_w, even, _ in sink_rows)
 assert all(share > 0.4 for *_, share in sink_rows)
 
+# %% [raw] concept="repeat-loss"
+# question: A sequence of random tokens, then the same tokens again. How does the model's loss on the
+#   second copy compare with the first?
+# kind: choice
+# options:
+#   a: 'Far lower (more than 4 nats): it copies from the first copy'
+#   b: 'About the same: random tokens cannot be predicted'
+#   c: 'Higher: the repeat looks unnatural'
+# answer: a
+# section: '8.'
+# right: 'Induction heads find the earlier occurrence of the current token and copy what followed it:
+#   the loss dropped by more than 4 nats (about 11.6 measured).'
+# wrong:
+#   b:
+#     misconception: Random tokens are unpredictable, even repeated
+#     explain: 'The first copy is unpredictable; the second is predictable *from the context*, which
+#       the model reads: the loss fell by more than 4 nats.'
+#   c:
+#     misconception: The model predicts only natural text
+#     explain: 'The model''s in-context copying works on any tokens: the repeat''s loss fell sharply.'
+
 # %% [markdown]
 # On every one of the ten first tokens, words, code and random ids alike, the median head puts
 # about half its weight on it (0.47 to 0.68 in our run), 3 to 7 times an even spread's weight,
@@ -586,6 +652,28 @@ print(f"  18 random heads: median change {np.median(sample_deltas):+.3f} nats; "
 assert np.median(np.abs(sample_deltas)) < 0.1 and small.mean() >= 0.5   # a typical head can go
 assert delta[(l_p, h_p)] > 1 and max(delta[lh] for lh in top_ind) > 0.5  # these cannot
 assert abs(delta[named["sink"][0]]) < 0.2            # a sink head: looks busy, removable here
+
+# %% [raw] concept="sink-ablation"
+# question: Remove (ablate) the strongest sink head, the one with the most weight on the first token.
+#   How much does the loss on the repeat change?
+# kind: choice
+# options:
+#   a: Less than 0.2 nats
+#   b: Several nats, more than removing the previous-token head
+#   c: It cannot be removed without breaking the model
+# answer: a
+# section: '8.'
+# right: For all its striking weight on the first token, the sink head was removable here (under 0.2
+#   nats); removing the previous-token head cost more than a nat.
+# wrong:
+#   b:
+#     misconception: The most striking attention pattern matters most
+#     explain: 'Attention patterns show where a head looks, not what it contributes: the ablation measured
+#       under 0.2 nats for the sink head, over 1 for the previous-token head.'
+#   c:
+#     misconception: Every head is essential
+#     explain: A typical head changes the loss by a few hundredths of a nat (the 18 random heads' median);
+#       the sink head too.
 
 # %% [markdown]
 # A typical head can go: the median randomly drawn head changes the loss on the repeat by a few

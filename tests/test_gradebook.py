@@ -143,7 +143,7 @@ def test_every_graded_notebook_is_recorded_with_its_rows(graded):
     for sub in graded["subs"][0]:
         row, = [r for r in rows if r.student == sub.student and r.digest == sub.digest]
         assert [(r.exercise, r.status, r.points) for r in row.results] == \
-            [(r.exercise, r.status, r.points) for r in sub.results]
+            [(r.exercise, r.status, r.points) for r in sub.results + sub.concepts]
         assert row.points == sub.points and row.max_points == 4 and row.graded_at
     eve, = by_student(rows, "eve")
     assert eve.digest == hashlib.sha256(graded["paths"][3].read_bytes()).hexdigest()
@@ -158,7 +158,8 @@ def test_every_graded_notebook_is_recorded_with_its_rows(graded):
     assert "failed a hidden case" in table and "hidden: ties" not in table
     assert "your code raised an exception" not in table and str(HIDDEN_VALUE) not in table
     assert results["scaled_scores"].kind == "raised" and not results["scaled_scores"].hidden
-    assert [r.mistake for r in by_student(rows, "carol")[0].results] == ["stub"] * 4
+    assert [r.mistake for r in by_student(rows, "carol")[0].results
+            if not r.exercise.startswith("concept:")] == ["stub"] * 4
     first_bob = by_student(rows, "bob")[0]
     assert first_bob.results[0].mistake == "softmax.HINT_NO_SHIFT"
     assert first_bob.results[0].hint.startswith("what does exp() do with a logit of 1000")
@@ -174,7 +175,13 @@ def test_regrading_keeps_the_history_and_the_policy_says_which_run_counts(graded
     with sqlite3.connect(graded["db"]) as conn:   # nothing was overwritten: both runs' rows
         assert conn.execute("SELECT count(*) FROM notebooks WHERE student = 'bob'").fetchone() \
             == (2,)
-        assert conn.execute("SELECT count(*) FROM results").fetchone() == (24,)
+        assert conn.execute("SELECT count(*) FROM results WHERE exercise NOT LIKE 'concept:%'"
+                            ).fetchone() == (24,)
+        # and each notebook's five concept answers of lesson 01: right in the four copies of the
+        # solutions (alice, bob twice, frank), unanswered in the two of the handout (carol, eve)
+        concept = dict(conn.execute("SELECT status, count(*) FROM results WHERE exercise LIKE "
+                                    "'concept:%' GROUP BY status").fetchall())
+        assert concept == {"PASS": 4 * 5, "FAIL": 2 * 5}
 
 
 def test_lateness_and_penalty_are_kept_apart_from_the_raw_score(graded):

@@ -9,6 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from txlearn.checks.concepts import catalogue
 from txlearn.course import build, grading
 
 ROOT = build.ROOT
@@ -154,15 +155,22 @@ def graded(tmp_path_factory):
 def _statuses(graded, path):
     sub = next(s for s in graded["subs"] if s.path == path)
     assert not sub.error, sub.error
-    return {r.exercise: r for r in sub.results}
+    return {r.exercise: r for r in sub.results + sub.concepts}   # exercises, then concepts
+
+
+def _concept_ids(stem):
+    """The concept checks of the lesson of a set's name, as the grader names their rows."""
+    return [f"concept:{c}" for c, e in catalogue().items() if e["lesson"] == stem]
 
 
 def test_every_solution_passes(graded):
     for source in SOURCES:
         results = _statuses(graded, ROOT / "exercises" / "solutions" / f"{source.stem}.ipynb")
-        assert list(results) == _exercises(source)
+        # the exercises, then the lesson's concept checks (the solutions hold the right answers)
+        assert list(results) == _exercises(source) + _concept_ids(source.stem)
         failed = {n: r.feedback for n, r in results.items() if r.status != "PASS"}
         assert not failed, f"{source.stem}: {failed}"
+    assert len(_concept_ids("01_softmax")) >= 3 and _concept_ids("11_backward") == []
 
 
 def test_every_fresh_student_notebook_fails_as_not_implemented(graded):
@@ -170,7 +178,10 @@ def test_every_fresh_student_notebook_fails_as_not_implemented(graded):
         results = _statuses(graded, ROOT / "exercises" / "student" / f"{source.stem}.ipynb")
         for name, r in results.items():
             assert r.status == "FAIL" and r.points == 0, (source.stem, name)
-            assert "not implemented" in r.feedback, (source.stem, name, r.feedback)
+            if name.startswith("concept:"):   # an unanswered concept check says so
+                assert r.kind == "concept:unanswered" and "Not answered yet" in r.feedback
+            else:
+                assert "not implemented" in r.feedback, (source.stem, name, r.feedback)
 
 
 def test_missing_max_shift_fails_that_exercise_only_with_its_hint(graded):

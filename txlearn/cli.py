@@ -115,8 +115,9 @@ def _cmd_update_work(args) -> int:
         elif u.added == ["<unreadable>"]:
             print(f"txlearn: warning: {u.path} is not a readable notebook; left as it is",
                   file=sys.stderr)
-        elif u.added:
-            print(f"{u.path}: added {', '.join(u.added)} (your answers are unchanged; "
+        elif u.added or u.concepts:
+            what = list(u.added) + [f"concept check {c}" for c in u.concepts]
+            print(f"{u.path}: added {', '.join(what)} (your answers are unchanged; "
                   f"backup: {u.backup})")
         else:
             print(f"{u.path}: refreshed the set's introduction (backup: {u.backup})")

@@ -10,7 +10,10 @@
   the first exercise the copy shares with the course, or at the end when the copy holds only
   retired ones (so new answers run after retired answers of the same function names). Cells of
   the set's head that changed (its setup cell) come with it, under a new id.
-  The generated introduction (which lists the exercises) is refreshed. Nothing else changes:
+  The generated introduction (which lists the exercises) is refreshed. The lesson's concept
+  checks that close the notebook come the same way (:func:`txlearn.course.concepts.merge_concepts`:
+  a new check is inserted, a changed question or reveal cell refreshed, an answer never touched).
+  Nothing else changes:
   every existing cell, answers included, keeps its exact source, metadata and outputs. Before the first change the copy is saved to ``work/.backups/<name>.<stamp>.ipynb``.
 
 Exercises the course removed stay in the copy (the learner's work); grading reports them as
@@ -39,7 +42,7 @@ from pathlib import Path
 
 import nbformat
 
-from txlearn.course import build
+from txlearn.course import build, concepts
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Update:
     path: Path
     created: bool = False
     added: list[str] = field(default_factory=list)     # exercise names inserted
+    concepts: list[str] = field(default_factory=list)  # concept checks inserted (their ids)
     backup: Path | None = None
 
 
@@ -210,12 +214,13 @@ def update_work(work_dir: Path, layout: build.Layout = build.Layout(),
             continue
         upgrade_copy(work, course)             # in memory: saved only with a change below
         added = merge_new_exercises(work, course)
-        if not refresh_intro(work, course) and not added:
+        new_checks, refreshed = concepts.merge_concepts(work, course)
+        if not refresh_intro(work, course) and not added and not new_checks and not refreshed:
             continue
         backups = work_dir / ".backups"
         backups.mkdir(exist_ok=True)
         backup = backups / f"{target.stem}.{stamp}.ipynb"
         shutil.copyfile(target, backup)
         nbformat.write(work, target)
-        done.append(Update(target, added=added, backup=backup))
+        done.append(Update(target, added=added, backup=backup, concepts=new_checks))
     return done

@@ -17,6 +17,8 @@ A YAML file beside the submissions (``submissions/course.yaml``, next to the stu
     extensions:                 # per student folder: extra time per set, or "all"
       alice: {01_softmax: 2 days}             # or hours/minutes, or a new deadline (a date)
       bob: {all: 36 hours}
+    concepts: {points: 1}       # each right concept answer (docs/concept_checks.md); default 0:
+                                #   recorded and reported, not graded
     manifest: manifest.csv      # when each notebook was submitted (below); optional
     roster:                     # each student folder's identity in the LMS; optional, or a CSV
       alice: {name: "Liddell, Alice", email: alice@uni.example, id_number: "1001",
@@ -77,7 +79,7 @@ MANIFEST_FILE = "manifest.csv"
 POLICIES = ("latest", "best")
 ROSTER_KEYS = ("name", "email", "id_number", "canvas_id", "sis_user_id", "sis_login_id",
                "section")
-_TOP = ("timezone", "policy", "penalty", "sets", "extensions", "manifest", "roster")
+_TOP = ("timezone", "policy", "penalty", "sets", "extensions", "manifest", "roster", "concepts")
 _PENALTY = ("per_day", "max", "grace_minutes")
 _SET = ("deadline", "title", "canvas_id")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(days?|d|hours?|h|minutes?|min|m)\s*$")
@@ -164,6 +166,7 @@ class Course:
     extensions: dict = field(default_factory=dict)      # student -> {set or "all": timedelta|datetime}
     manifest: dict = field(default_factory=dict)        # (student, set) -> aware datetime
     roster: dict = field(default_factory=dict)          # student -> {key: text}
+    concept_points: int = 0                             # per right concept answer (0: ungraded)
 
     def deadline(self, student: str, set_name: str) -> datetime | None:
         """The set's deadline for this student, extensions included (None without one), in UTC:
@@ -383,6 +386,14 @@ def load_course(path: Path | None) -> Course:
         max=_number(f"{where}: penalty.max", penalty.get("max", 1.0), 0, 1),
         grace_minutes=_number(f"{where}: penalty.grace_minutes",
                               penalty.get("grace_minutes", 0), 0, 1e6))
+    weights = data.get("concepts") or {}
+    if not isinstance(weights, dict):
+        raise CourseFileError(f"{where}: concepts must be a mapping of points")
+    _unknown(f"{where}: concepts", weights, ("points",))
+    course.concept_points = int(_number(f"{where}: concepts.points", weights.get("points", 0),
+                                        0, 1000))
+    if course.concept_points != weights.get("points", 0):
+        raise CourseFileError(f"{where}: concepts.points must be a whole number")
     sets = data.get("sets") or {}
     if not isinstance(sets, dict):
         raise CourseFileError(f"{where}: sets must map set names to their deadlines")

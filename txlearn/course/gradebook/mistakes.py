@@ -101,6 +101,8 @@ def mistake_id(exercise: str, kind: str, hints, *, hidden: bool = False,
         return ""
     if status == "ERROR":
         return "error"
+    if kind.startswith("concept:"):   # a concept answer: the check and the option chosen
+        return f"{exercise}={kind.removeprefix('concept:')}"
     if kind in FIXED:
         return FIXED[kind]
     levels = tuple(h for h in (hints or ()) if isinstance(h, str) and h)

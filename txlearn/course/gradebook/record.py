@@ -6,7 +6,9 @@ notebook row with its results (each with the identifier of the mistake that fire
 :mod:`~txlearn.course.gradebook.mistakes`), its lateness from the course file
 (:mod:`~txlearn.course.gradebook.course`) and the text of its answer cells, in one transaction.
 The gradebook is opened, and the run added, before any notebook is graded, so a gradebook that
-cannot be written stops the run before it starts.
+cannot be written stops the run before it starts. Concept answers (results ``concept:<id>``) are
+recorded with the answer that counted and the option chosen; their points are the course file's
+``concepts.points`` per right answer (0 by default: recorded, not graded).
 
 Nothing a submission wrote is trusted here either: answer cells are read from the same bytes the
 grader graded (their SHA-256 must match, else none are kept and an integrity note says so), at
@@ -55,7 +57,8 @@ def now_utc() -> str:
 
 
 def answer_cells(data: bytes) -> dict[str, str]:
-    """{exercise: the text of its answer cells} of a notebook's bytes ({} when unreadable)."""
+    """{exercise: the text of its answer cells} of a notebook's bytes ({} when unreadable);
+    concept answers under ``concept:<id>``."""
     try:
         nb = json.loads(data.decode("utf-8"))
         cells = nb["cells"]
@@ -68,7 +71,9 @@ def answer_cells(data: bytes) -> dict[str, str]:
         meta = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
         tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
         name = meta.get("exercise")
-        if "answer" not in tags or "check" in tags or not isinstance(name, str) or not name:
+        if "concept-answer" in tags and isinstance(meta.get("concept"), str):
+            name = "concept:" + meta["concept"]   # a concept answer, under its result's name
+        elif "answer" not in tags or "check" in tags or not isinstance(name, str) or not name:
             continue
         source = cell.get("source", "")
         if isinstance(source, list):
@@ -149,8 +154,9 @@ class Recorder:
         except OSError:
             data = b""
         if data and sub.digest and hashlib.sha256(data).hexdigest() == sub.digest:
-            names = {r.exercise for r in sub.results}   # the set's own: a made-up name
-            answers = {k: v for k, v in answer_cells(data).items() if k in names}  # is no answer
+            # the set's own exercises and concept checks: a made-up name is no answer
+            names = {r.exercise for r in sub.results + sub.concepts}
+            answers = {k: v for k, v in answer_cells(data).items() if k in names}
         elif data and sub.digest:
             integrity.append("the file changed after it was graded: its answers were not kept")
         try:
@@ -162,13 +168,20 @@ class Recorder:
             self.from_file_times.append(readable(str(path)))
             integrity.append("lateness from the file's modification time (no manifest row "
                              "gives its submission time)")
-        results = []
-        for r in sub.results:
+        results, extra_points, extra_max = [], 0, 0
+        for r in sub.results + sub.concepts:
+            concept = r.kind.startswith("concept:")   # the course file weights these (or not)
             stem = mistakes.check_module(r.exercise) if r.status not in ("ERROR", "RETIRED") \
-                and r.exercise != "-" else ""
+                and r.exercise != "-" and not concept else ""
+            points, max_points = int(r.points), int(r.max_points)
+            if concept:
+                max_points = self.course.concept_points
+                points = max_points if r.status == "PASS" else 0
+                extra_points += points - int(r.points)
+                extra_max += max_points - int(r.max_points)
             results.append(ResultRow(
-                exercise=r.exercise, status=r.status, points=int(r.points),
-                max_points=int(r.max_points), feedback=r.feedback, kind=r.kind,
+                exercise=r.exercise, status=r.status, points=points,
+                max_points=max_points, feedback=r.feedback, kind=r.kind,
                 mistake=mistakes.mistake_id(r.exercise, r.kind, r.hints, hidden=r.hidden,
                                             status=r.status),
                 hint=mistakes.hint_text(r.hints), hidden=bool(r.hidden),
@@ -180,8 +193,8 @@ class Recorder:
             set_name=sub.set_name, notebook=path.name, path=str(path), digest=sub.digest,
             submitted_at=timing.submitted_at, submitted_from=timing.submitted_from,
             graded_at=sub.graded_at or now_utc(), status="ERROR" if sub.error else "GRADED",
-            error=sub.error, sandbox=sub.mode, points=int(sub.points),
-            max_points=int(sub.max_points), deadline=timing.deadline,
+            error=sub.error, sandbox=sub.mode, points=int(sub.points) + extra_points,
+            max_points=int(sub.max_points) + extra_max, deadline=timing.deadline,
             late_seconds=timing.late_seconds, penalty=timing.penalty, integrity=integrity,
             results=results, answers=answers)
 

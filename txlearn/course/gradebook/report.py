@@ -25,7 +25,9 @@ exercise, over the run that counts for each student (the policy,
   03's mistake);
 - ``attempts``: the pass rate of students' first, second, ... distinct submissions (one per
   notebook digest, :func:`~txlearn.course.gradebook.store.attempts`), and ``fixed``: students
-  whose first submission failed the exercise and whose last one passes it.
+  whose first submission failed the exercise and whose last one passes it;
+- ``concepts``: per concept check, how many chose each option and its misconception
+  (:mod:`~txlearn.course.gradebook.concept_report`).
 
 Source: issue 24 ("What the class got wrong").
 """
@@ -38,6 +40,8 @@ from pathlib import Path
 
 from txlearn.course.gradebook import mistakes as mistake_ids
 from txlearn.course.gradebook.course import shown_time, zone_named
+from txlearn.course.gradebook.concept_report import (concept_section, concept_summary,
+                                                     is_concept_result)
 from txlearn.course.gradebook.pages import esc, figure, page, svg_figure, table
 from txlearn.course.gradebook.record import earlier_sets
 from txlearn.course.gradebook.report_instructor import instructor_section, instructor_view
@@ -53,7 +57,8 @@ def _exercise_order(rows: list[NotebookRow], set_name: str) -> list[str]:
     for row in rows:
         if row.set_name == set_name:
             for r in row.results:
-                if r.status != "RETIRED" and r.exercise != "-":
+                if r.status != "RETIRED" and r.exercise != "-" and \
+                        not is_concept_result(r.exercise):
                     order.setdefault(r.exercise, r.position)
     return sorted(order, key=lambda e: (order[e], e))
 
@@ -139,6 +144,7 @@ def class_report(rows: list[NotebookRow], *, policy: str = "latest", generated: 
                           for e in _exercise_order(rows, set_name)],
             "earlier": dict(sorted(Counter(row.earlier or "own" for row in graded
                                            if earlier_sets(set_name)).items())),
+            "concepts": concept_summary(rows, set_name, policy),
             "not_graded_notebooks": [
                 {"student": row.student, "notebook": row.notebook, "path": row.path,
                  "reason": row.error.removeprefix("not graded: ")}
@@ -238,6 +244,7 @@ def _set_section(data: dict, plots: bool) -> str:
             fig = make(data)
             if fig is not None:
                 parts.append(svg_figure(fig))
+    parts.append(concept_section(data.get("concepts", [])))
     for e in data["exercises"]:
         if not e["mistakes"]:
             continue

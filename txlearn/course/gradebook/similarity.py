@@ -10,7 +10,8 @@ blank lines, layout and quoting vanish), docstrings are dropped, and every name 
 exception names) is renamed ``v0, v1, ...`` in order of first binding; names it only reads
 (``np``, ``torch``, builtins) and attributes (``self.W_Q``, ``x.max``) stay. A cell that does not
 parse is compared as its tokens without comments. Stubs and answers that define nothing the
-check needs are left out (everyone who did not answer shares them).
+check needs are left out (everyone who did not answer shares them), and so are concept answers
+(a letter or a number is no evidence of copying).
 
 Ranking: two students share an exercise's answer when the normalised texts are equal. Each shared
 answer scores ``log2(n / k)`` (``n`` students answered the exercise, ``k`` of them gave this
@@ -190,7 +191,7 @@ def similar_pairs(rows: list[NotebookRow], *, policy: str = "latest", top: int =
         for r in row.results:
             source = row.answers.get(r.exercise)
             if source is None or r.status not in ("PASS", "FAIL") or \
-                    mistakes.is_unanswered(r.mistake):
+                    mistakes.is_unanswered(r.mistake) or r.kind.startswith("concept:"):
                 continue
             answers[(set_name, r.exercise)][student] = (key_of(source)[0], source,
                                                         r.status == "FAIL")

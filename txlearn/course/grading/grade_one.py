@@ -10,6 +10,8 @@ with "not in your copy: run make lab"; one the course retired is RETIRED and not
 exercise's public cases run first, then the hidden cases of those that passed, so that no public
 feedback can carry what the learner's code saw of a hidden case. The checks themselves are
 :func:`txlearn.checks.run_exercise`, in this process, on :class:`~.session.Remote` proxies.
+The concept checks that close the notebook are graded as data, never run
+(:mod:`~txlearn.course.grading.concept_answers`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from txlearn.checks import clean, run_exercise
 from txlearn.course import build
 from txlearn.course.grading import installation, runner_pool, sandbox
+from txlearn.course.grading.concept_answers import concept_results
 from txlearn.course.grading.hidden import validate_hidden
 from txlearn.course.grading.integrity import changes, fingerprint, watched
 from txlearn.course.grading.reports import Result, Submission
@@ -120,6 +123,7 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
                           pool=pool)
         session.boot()
         run_checks(sub, cs, session, present, retired, hidden)
+        sub.concepts = concept_results(nb, cs.name, sub.student, sub.path.name)   # data only
         session.report()
         session.close()
         changed = changes(before, fingerprint(folders))
@@ -159,8 +163,9 @@ def grade_one(job: Job, sets: dict[str, CourseSet], hidden: Path | None,
             lease.release()
     if sub.error:
         error_rows(sub, cs)
+        sub.concepts = []       # a notebook that was not graded has no graded answers either
     else:
-        for r in sub.results:
+        for r in sub.results + sub.concepts:
             r.integrity = "; ".join(sub.integrity)
     sub.graded_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return sub

@@ -52,6 +52,7 @@ class Submission:
     error: str = ""                       # "not graded: ..." when the file could not be graded
     mode: str = ""                        # "bwrap", "plain" or "" (not started)
     results: list[Result] = field(default_factory=list)
+    concepts: list[Result] = field(default_factory=list)   # its concept answers, graded as data
     integrity: list[str] = field(default_factory=list)
     output_dropped: int = 0               # bytes of printed output dropped by the caps
     digest: str = ""                      # SHA-256 of the notebook's bytes, as graded
@@ -75,12 +76,13 @@ def table(subs: list[Submission]) -> str:
     """A plain-text table (student, notebook, exercise, status, feedback) and a score per notebook.
 
     The feedback column holds the feedback's first line; its hint, when it has one, follows on a
-    line of its own. A notebook that was not graded shows one ERROR row with the reason.
+    line of its own. A notebook that was not graded shows one ERROR row with the reason. The
+    concept answers follow the exercises (rows ``concept:<id>``).
     """
     rows = [("student", "notebook", "exercise", "status", "feedback")]
     hints = {}
     for s in subs:
-        shown = s.results[:1] if s.error else s.results
+        shown = s.results[:1] if s.error else s.results + s.concepts
         for r in shown:
             lines = [clean(line, 300) for line in r.feedback.splitlines()]
             first = lines[0] if lines else ""
@@ -113,7 +115,8 @@ CSV_FIELDS = ["student", "notebook", "exercise", "status", "points", "max_points
 
 
 def write_csv(subs: list[Submission], path: Path) -> None:
-    """One row per exercise (ERROR rows for a notebook that was not graded)."""
+    """One row per exercise (ERROR rows for a notebook that was not graded); the concept answers
+    are in the JSON and the gradebook."""
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         writer.writeheader()
@@ -133,7 +136,10 @@ def write_json(subs: list[Submission], path: Path) -> None:
              "exercises": [{k: v for k, v in asdict(r).items()
                             if k not in ("student", "notebook", "integrity",
                                          "instructor_note")}
-                           for r in s.results]}
+                           for r in s.results],
+             "concepts": [{k: v for k, v in asdict(r).items()
+                           if k not in ("student", "notebook", "integrity", "instructor_note")}
+                          for r in s.concepts]}
             for s in subs]
     # ensure_ascii (the default) escapes every non-ASCII character, unpaired surrogates included
     Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")

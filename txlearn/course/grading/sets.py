@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from txlearn.checks.registry import exercise_modules
-from txlearn.course import build
+from txlearn.course import build, concepts
 
 __all__ = ["GradingError", "CourseSet", "load_set", "check_objects"]
 
@@ -99,4 +99,4 @@ def load_set(source: Path) -> CourseSet:
         course_cells=[(c.id, c.metadata.get("exercise", "") if build.is_answer(c) else "",
                        c.source) for c in student.cells
                       if c.cell_type == "code" and not build.is_check(c)
-                      and not build.is_demo(c)])
+                      and not build.is_demo(c) and not concepts.is_concept_cell(c)])
