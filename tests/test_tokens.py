@@ -7,7 +7,7 @@ import json
 import pytest
 
 from txlearn.tokens import (BPE, HF_BYTE_ORDER, byte_to_unicode, count_pairs, decode, encode,
-                            from_byte_level, pretokenize, train_bpe)
+                            from_byte_level, pretokenize, train_bpe, train_bpe_naive)
 from txlearn.training.data import load_corpus
 
 TEXT = load_corpus()[:6000]      # 6 KB of the course corpus (Python's language reference)
@@ -174,3 +174,16 @@ def test_smollm2_tokenizer_rebuilt_from_its_gguf_file_gives_transformers_ids():
     assert ids == gguf_files.chat_ids(tok, message)
     assert len(ids) == 52 and ids[:3] == [1, 9690, 198] and ids[-4:] == [1, 520, 9531, 198]
     assert decode(ours, ids) == text
+
+
+def test_the_naive_loop_learns_the_incremental_trainers_merges():
+    # the teaching loop recounts the whole corpus at every merge; the same merges come out
+    for text, n in [(TEXT[:2000], 40), ("aaa,bb,bb aaaa", 4), ("", 3)]:
+        assert train_bpe_naive(text, 256 + n).merges == train_bpe(text, 256 + n).merges
+    # without the split a merge may cross a word boundary: "e" then a space is learnt
+    crossed = train_bpe_naive("the one the one the", 257, split=False)
+    assert crossed.merges == [(ord("e"), ord(" "))]        # 4 times, (t, h) and (h, e) 3 times
+    # with it "e " cannot form: (h, e) and (t, h) tie at 3, the smaller pair (h, e) wins
+    assert train_bpe_naive("the one the one the", 257).merges == [(ord("h"), ord("e"))]
+    with pytest.raises(ValueError, match="at least 256"):
+        train_bpe_naive("abc", 100)
