@@ -113,6 +113,7 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 # | 00 | the map (this notebook) | the layer diagram; an environment check against the declared versions |
 # | 01 | softmax and the $1/\sqrt{d_k}$ scale | Var$(q \cdot k)$ grows as $d_k$; softmax saturation and its vanishing Jacobian; float32 overflow and the max-shift |
 # | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V, and why $W_Q = W_K$ forces a Gram matrix; attention heatmaps; causal and padding masks; generating text one token at a time; masking by adding $-10^9$ or BERT's $-10^4$ and where each fails; permutation equivariance, and how a causal mask breaks it |
+# | 11 | tokens (read after 02) | bytes and UTF-8; byte-level BPE trained from scratch, equal to `tokenizers`' trainer; SmolLM2's tokenizer rebuilt from its GGUF file; compression and attention's cost against vocabulary size |
 # | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; how one head copes with two lookups; GQA's grouping; the KV cache; KV-cache memory of MHA, GQA, MQA for real model sizes |
 # | 04 | positional encodings | order blindness without them; a causal model learning positions without them; sinusoidal, learned, RoPE, ALiBi; loss past the trained length for each, trained to a comparable loss, and RoPE with position interpolation |
 # | 05 | the position-wise FFN | attention alone stays in the values' convex hull; the FFN leaves it; ReLU/GELU/SwiGLU; its share of parameters and FLOPs |

@@ -187,3 +187,24 @@ def test_the_naive_loop_learns_the_incremental_trainers_merges():
     assert train_bpe_naive("the one the one the", 257).merges == [(ord("h"), ord("e"))]
     with pytest.raises(ValueError, match="at least 256"):
         train_bpe_naive("abc", 100)
+
+
+def test_the_files_chat_template_tokenizer_fields_and_tokenizer_json_read_without_transformers():
+    # lesson 11 and set 10 read the tokenizer without importing transformers: its fields kept as
+    # JSON, the chat template rendered with Jinja, transformers' tokenizer.json read by tokenizers
+    from tokenizers import Tokenizer
+
+    from txlearn.models import gguf_files
+    fields = gguf_files.tokenizer_fields()
+    assert list(fields) == list(gguf_files.TOKENIZER_KEYS)
+    assert fields["tokenizer.chat_template"] == gguf_files.read_field("tokenizer.chat_template")
+    for key in gguf_files.TOKENIZER_KEYS[:3]:
+        assert fields[key] == list(gguf_files.read_field(key))
+    assert gguf_files.tokenizer_fields() == fields                 # the kept copy, read back
+    tok = gguf_files.load_tokenizer()
+    for message in ["What is the capital of France?", "Café 😀 <|im_end|> 12+7\n\n  x"]:
+        text = tok.apply_chat_template([{"role": "user", "content": message}],
+                                       add_generation_prompt=True, tokenize=False)
+        assert gguf_files.chat_text(message) == text
+        ids = Tokenizer.from_file(str(gguf_files.tokenizer_json())).encode(text).ids
+        assert ids == gguf_files.chat_ids(tok, message)
