@@ -23,7 +23,9 @@
 # - a pair is counted as the merge makes it: left to right, an occurrence that overlaps the last
 #   counted occurrence of the *same* pair is skipped (`(a, a)` counts once in `a a a`);
 # - ties: among pairs of equal count, the smallest pair `(a, b)` wins (compare the tuples);
-# - merges never cross the pieces of GPT-2's split (`SPLIT.findall(text)` below).
+# - merges never cross the pieces of GPT-2's split (`SPLIT.findall(text)` below):
+#   `SPLIT.findall("Hello world, it's 2024!  \n")` is
+#   `['Hello', ' world', ',', ' it', "'s", ' 2024', '!', '  \n']`.
 #
 # Set 10's chat turn runs on your `encode_with_special` and `decode` of this set, loaded with
 # SmolLM2's merges from its GGUF file.
@@ -35,7 +37,6 @@ import regex
 # whitespace. Every piece is trained and encoded on its own.
 SPLIT = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"""
                       r"""|\s+(?!\S)|\s+""")
-print(SPLIT.findall("Hello world, it's 2024!  \n"))
 
 # %% [markdown]
 # ## Exercise 1: count the pairs
