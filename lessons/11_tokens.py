@@ -19,14 +19,16 @@
 # vocabulary size, training time against corpus size, and what fewer tokens buy attention.
 #
 # **You need:** lesson 02 (generating text one token at a time); Python strings, bytes and
-# dictionaries; lesson 08's FLOP counts for the last section.
+# dictionaries. The last section uses lesson 08's FLOP counts: read it now for the numbers, and
+# again after lesson 08 for their meaning.
 #
 # **Time:** about 60 minutes to read and run (the cells take about 15 s on a 2-core CPU), plus
 # the exercises.
 #
 # The code lives in the package: `txlearn.tokens` (`pretokenize`, `count_pairs`, `train_bpe`,
-# `train_bpe_naive`, `encode`, `decode`, `from_byte_level`), about 300 lines written from
-# scratch; `tokenizers` and `transformers` appear only as oracles.
+# `train_bpe_naive`, `encode`, `decode`, `from_byte_level`), about 340 lines written from
+# scratch; the `tokenizers` library appears only as an oracle (in section 7 running
+# `transformers`' own conversion of SmolLM2's file).
 
 # %%
 import codecs
