@@ -137,6 +137,7 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 # | 00 | the map (this notebook) | the layer diagram; an environment check against the declared versions |
 # | 01 | softmax and the $1/\sqrt{d_k}$ scale | Var$(q \cdot k)$ grows as $d_k$; softmax saturation and its vanishing Jacobian; float32 overflow and the max-shift; the softmax's backward pass by hand, against autograd; the gradient that reaches $W_Q$ |
 # | 02 | attention as a soft lookup | hard vs soft lookup; Q/K/V, and why $W_Q = W_K$ forces a Gram matrix; attention heatmaps; causal and padding masks; generating text one token at a time; masking by adding $-10^9$ or BERT's $-10^4$ and where each fails; permutation equivariance, and how a causal mask breaks it; attention's backward pass ($dQ, dK, dV$) by hand |
+# | 11 | tokens (read after 02) | bytes and UTF-8; byte-level BPE trained from scratch, equal to `tokenizers`' trainer; SmolLM2's tokenizer rebuilt from its GGUF file; compression and attention's cost against vocabulary size |
 # | 03 | multi-head and grouped-query attention | split/merge heads; parameter counts; how one head copes with two lookups; GQA's grouping; the KV cache; KV-cache memory of MHA, GQA, MQA for real model sizes |
 # | 04 | positional encodings | order blindness without them; a causal model learning positions without them; sinusoidal, learned, RoPE, ALiBi; loss past the trained length for each, trained to a comparable loss, and RoPE with position interpolation |
 # | 05 | the position-wise FFN | attention alone stays in the values' convex hull; the FFN leaves it; ReLU/GELU/SwiGLU; its share of parameters and FLOPs |
@@ -147,7 +148,8 @@ assert texts.count("+") == 2  # two residual additions per layer: attention and 
 # | 10 | a modern decoder | RMSNorm, RoPE, GQA and SwiGLU in one model; SmolLM2-135M read from its file into it and matched to `transformers`; the RoPE pairing trap; the KV cache; sink, previous-token and induction heads, and ablations showing which heads it needs |
 #
 # Exercise sets 01 to 10 follow their lessons; set 11 (backpropagation by hand) draws on lessons
-# 01, 02, 06, 07 and 08 and comes after lesson 08.
+# 01, 02, 06, 07 and 08 and comes after lesson 08; set 12 (byte-level BPE) follows lesson 11,
+# and set 10's chat turn runs on your set-12 tokenizer.
 #
 # ## How to work through the course
 #

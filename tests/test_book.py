@@ -360,7 +360,8 @@ def test_lessons_link_previous_next_contents_and_their_exercises(executed_book, 
 
 def test_contents_page_lists_every_lesson_of_readme_with_what_it_measures(reports):
     entries = book.lesson_table()
-    assert [e.number for e in entries] == [f"{i:02d}" for i in range(11)]
+    # lesson 11 (tokens) is read after lesson 02: the table's order is the book's
+    assert [e.number for e in entries] == ["00", "01", "02", "11"] + [f"{i:02d}" for i in range(3, 11)]
     page, report = reports["executed", Path("index.html")]
     text = report["text"]
     for entry in entries:

@@ -43,7 +43,10 @@ def test_reference_passes(stem, name, capsys):
 def _nudge(value):
     """A right answer made slightly wrong in a way no learner's mistake is: floats scaled by
     1.013 and shifted by 0.0137 (a pattern no scale, sign, axis or order mistake gives), whole
-    numbers plus 7, a boolean's first entry flipped; pairs, lists and dicts element by element."""
+    numbers plus 7, a boolean's first entry flipped, text with " ~" appended; pairs, lists and
+    dicts element by element."""
+    if isinstance(value, str):
+        return value + " ~"
     if isinstance(value, (tuple, list)):
         return type(value)(_nudge(v) for v in value)
     if isinstance(value, dict):

@@ -1,7 +1,7 @@
 """Each lesson opens with what the learner will be able to do, what it assumes and how long it
 takes (issue 22), in its first markdown cell, and flags parts of later lessons as black boxes.
 
-Every lesson, 00 to 10."""
+Every lesson, 00 to 11."""
 
 import re
 from pathlib import Path
@@ -10,7 +10,7 @@ import jupytext
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OPENED = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10"]
+OPENED = ["00", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11"]
 
 
 def _first_markdown(number):

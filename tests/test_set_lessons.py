@@ -36,7 +36,8 @@ def test_a_header_naming_no_lesson_is_a_build_error(tmp_path):
 
 def test_the_book_shows_the_set_after_the_last_lesson_it_names(tmp_path):
     entries = book.lesson_table()
-    assert book._sets_after_lessons(build.Layout(), entries) == {"08_complexity": ["11_backward"]}
+    assert book._sets_after_lessons(build.Layout(), entries) == {"08_complexity": ["11_backward"],
+                                                                  "11_tokens": ["12_tokens"]}
     pages = book.write_book(tmp_path / "book", lessons=["08"], execute_lessons=False)
     paths = [p.path.as_posix() for p in pages]
     assert paths == ["index.html", "08_complexity.html", "exercises/08_complexity.html",

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from txlearn.tokens import (BPE, HF_BYTE_ORDER, byte_to_unicode, count_pairs, decode, encode,
-                            from_byte_level, pretokenize, train_bpe)
+                            from_byte_level, pretokenize, train_bpe, train_bpe_naive)
 from txlearn.training.data import load_corpus
 
 TEXT = load_corpus()[:6000]      # 6 KB of the course corpus (Python's language reference)
@@ -174,3 +174,37 @@ def test_smollm2_tokenizer_rebuilt_from_its_gguf_file_gives_transformers_ids():
     assert ids == gguf_files.chat_ids(tok, message)
     assert len(ids) == 52 and ids[:3] == [1, 9690, 198] and ids[-4:] == [1, 520, 9531, 198]
     assert decode(ours, ids) == text
+
+
+def test_the_naive_loop_learns_the_incremental_trainers_merges():
+    # the teaching loop recounts the whole corpus at every merge; the same merges come out
+    for text, n in [(TEXT[:2000], 40), ("aaa,bb,bb aaaa", 4), ("", 3)]:
+        assert train_bpe_naive(text, 256 + n).merges == train_bpe(text, 256 + n).merges
+    # without the split a merge may cross a word boundary: "e" then a space is learnt
+    crossed = train_bpe_naive("the one the one the", 257, split=False)
+    assert crossed.merges == [(ord("e"), ord(" "))]        # 4 times, (t, h) and (h, e) 3 times
+    # with it "e " cannot form: (h, e) and (t, h) tie at 3, the smaller pair (h, e) wins
+    assert train_bpe_naive("the one the one the", 257).merges == [(ord("h"), ord("e"))]
+    with pytest.raises(ValueError, match="at least 256"):
+        train_bpe_naive("abc", 100)
+
+
+def test_the_files_chat_template_tokenizer_fields_and_tokenizer_json_read_without_transformers():
+    # lesson 11 and set 10 read the tokenizer without importing transformers: its fields kept as
+    # JSON, the chat template rendered with Jinja, transformers' tokenizer.json read by tokenizers
+    from tokenizers import Tokenizer
+
+    from txlearn.models import gguf_files
+    fields = gguf_files.tokenizer_fields()
+    assert list(fields) == list(gguf_files.TOKENIZER_KEYS)
+    assert fields["tokenizer.chat_template"] == gguf_files.read_field("tokenizer.chat_template")
+    for key in gguf_files.TOKENIZER_KEYS[:3]:
+        assert fields[key] == list(gguf_files.read_field(key))
+    assert gguf_files.tokenizer_fields() == fields                 # the kept copy, read back
+    tok = gguf_files.load_tokenizer()
+    for message in ["What is the capital of France?", "Café 😀 <|im_end|> 12+7\n\n  x"]:
+        text = tok.apply_chat_template([{"role": "user", "content": message}],
+                                       add_generation_prompt=True, tokenize=False)
+        assert gguf_files.chat_text(message) == text
+        ids = Tokenizer.from_file(str(gguf_files.tokenizer_json())).encode(text).ids
+        assert ids == gguf_files.chat_ids(tok, message)

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import regex  # GPT-2's pattern needs `\p{L}` (declared in pyproject; transformers needs it too)
 
 __all__ = ["GPT2_SPLIT_PATTERN", "HF_BYTE_ORDER", "BPE", "byte_to_unicode", "pretokenize",
-           "count_pairs", "train_bpe", "encode", "decode", "from_byte_level"]
+           "count_pairs", "train_bpe", "train_bpe_naive", "encode", "decode", "from_byte_level"]
 
 # Radford et al. 2019's split: contractions, letters, digits, other symbols, whitespace
 GPT2_SPLIT_PATTERN = (r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"""
@@ -194,7 +194,9 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), byte_order=None,
     vocab = {b: bytes([b]) for b in range(256)}
     merges, n_merges = [], vocab_size - 256 - len(special_tokens)
     while len(merges) < n_merges and pairs:
-        best = max(pairs, key=lambda p: (pairs[p], -rank(p[0]), -rank(p[1])))
+        top = max(pairs.values())      # the highest count, then the tie rule among those pairs
+        best = min((p for p, c in pairs.items() if c == top),
+                   key=lambda p: (rank(p[0]), rank(p[1])))
         new_id = 256 + len(merges)
         merges.append(best)
         vocab[new_id] = vocab[best[0]] + vocab[best[1]]
@@ -213,6 +215,40 @@ def train_bpe(text: str, vocab_size: int, special_tokens=(), byte_order=None,
     special = {s: 256 + len(merges) + j for j, s in enumerate(special_tokens)}
     vocab.update({i: s.encode("utf-8") for s, i in special.items()})
     return BPE(merges=merges, vocab=vocab, special=special)
+
+
+def train_bpe_naive(text: str, vocab_size: int, split: bool = True) -> BPE:
+    """The teaching loop of :func:`train_bpe` (no special tokens, byte-value ties, merge
+    counting): at every merge it recounts the pairs of the *whole* corpus, so its time is
+    (number of merges) x (corpus size); the incremental update of :func:`train_bpe` recounts only
+    the pre-tokens that held the merged pair. ``split=False`` skips the pre-tokenisation (the
+    whole text is one sequence of bytes, so merges may cross word boundaries: lesson 11 measures
+    what that learns). Returns a :class:`BPE` equal to ``train_bpe(text, vocab_size)`` when
+    ``split`` is True. Raises TypeError for a non-str, ValueError for ``vocab_size`` < 256."""
+    if not isinstance(text, str):
+        raise TypeError(f"train_bpe_naive takes a str, not {type(text).__name__}")
+    if not isinstance(vocab_size, int) or vocab_size < 256:
+        raise ValueError(f"vocab_size={vocab_size!r}: needs at least 256 (the bytes)")
+    freq = Counter(pretokenize(text) if split else [text])
+    words = {tuple(w.encode("utf-8")): n for w, n in freq.items()}
+    vocab = {b: bytes([b]) for b in range(256)}
+    merges = []
+    while len(merges) < vocab_size - 256:
+        pairs = Counter()
+        for w, n in words.items():          # the whole corpus, at every merge
+            count_pairs(w, pairs, n)
+        if not pairs:
+            break
+        top = max(pairs.values())
+        best = min(p for p, c in pairs.items() if c == top)     # ties: the smallest pair of ids
+        new_id = 256 + len(merges)
+        merges.append(best)
+        vocab[new_id] = vocab[best[0]] + vocab[best[1]]
+        merged = Counter()
+        for w, n in words.items():
+            merged[tuple(_merge(list(w), best, new_id))] += n
+        words = merged
+    return BPE(merges=merges, vocab=vocab)
 
 
 def _encode_piece(data: bytes, ranks, ids, first):

