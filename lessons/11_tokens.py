@@ -97,7 +97,36 @@ assert bytes(list(unlike.encode("utf-8"))).decode("utf-8") == unlike
 # character), Greek and Cyrillic take 2 bytes per letter, Japanese and Devanagari 3. Lesson 08
 # measured that attention's cost grows as $T^2$; BPE buys back length by giving frequent byte
 # sequences ids of their own.
-#
+
+# %% [raw] concept="byte-ids"
+# question: Before any merge, how many ids does a byte-level vocabulary hold, and why can it encode
+#   any string without an unknown token?
+# kind: choice
+# options:
+#   a: 256, one per byte value, because every string is a sequence of UTF-8 bytes
+#   b: 103, one per character of the course's corpus
+#   c: 1,114,112, one per Unicode code point
+#   d: 128, the ASCII characters; the rest are mapped to an unknown token
+# answer: a
+# section: '1.'
+# right: 'UTF-8 writes every code point as 1 to 4 bytes, each one of 256 values: the 256 byte ids cover
+#   every string, so nothing is ever unknown (section 1 encoded text from scripts the corpus never
+#   shows, and decoded it back).'
+# wrong:
+#   b:
+#     misconception: A character vocabulary taken for a byte vocabulary
+#     explain: 103 is the corpus's character set, and it lacks 72 of the 166 characters of the
+#       other-scripts sample measured in section 1; bytes have no such gap.
+#   c:
+#     misconception: Code points taken for the units BPE starts from
+#     explain: 'There are 1,114,112 code points, but byte-level BPE starts from their UTF-8 bytes:
+#       256 ids, and a character beyond ASCII is 2 to 4 of them.'
+#   d:
+#     misconception: Bytes confused with ASCII
+#     explain: ASCII is the first 128 byte values; a byte vocabulary keeps all 256, so the bytes of
+#       "é" (c3 a9) or of an emoji are ids like any other, never unknown.
+
+# %% [markdown]
 # ## 2. Byte pair encoding: count, merge, repeat
 #
 # BPE (Sennrich, Haddow and Birch 2016, section 3.2; on bytes: GPT-2, Radford et al. 2019,
@@ -131,6 +160,30 @@ for k, (x, y) in enumerate(toy_bpe.merges):
     print(f"merge {k}: {toy_bpe.vocab[x]!r} + {toy_bpe.vocab[y]!r} -> id {256 + k} = "
           f"{toy_bpe.vocab[256 + k]!r}")
 assert toy_bpe.vocab[256] == b"at"   # in cat sat hat sat mat that cat ate hat: 9, the most
+
+# %% [markdown]
+
+# %% [raw] concept="aaaa-pairs"
+# question: How many times does the course's `count_pairs` count the pair `(a, a)` in the sequence
+#   `a a a a` (four a's), and so how many merges of that pair fit in it?
+# kind: numeric
+# answer: 2
+# tolerance: 0
+# section: '2.'
+# right: 'Two: the merge replaces non-overlapping pairs from the left, `(a a)(a a)`, so the trainer
+#   counts what a merge can actually replace (section 2 asserts 1 for `a a a` and 2 for four).'
+# wrong:
+#   3:
+#     misconception: Overlapping windows counted as separate merges
+#     explain: 'There are 3 windows, but they overlap: once `(a a)` is merged, the middle `a` is used.
+#       Counting windows (the `overlaps=True` rule, the one of `tokenizers`) overstates what one merge
+#       pass replaces.'
+#   4:
+#     misconception: Tokens counted instead of pairs
+#     explain: Four tokens make at most two disjoint pairs.
+#   other:
+#     misconception: Not from the counting rule
+#     explain: 'Pair up from the left without reusing a token: `(a a)(a a)` gives 2.'
 
 # %% [markdown]
 # ## 3. Pre-tokenisation: where merges may not go
@@ -258,6 +311,35 @@ print(f"decoded once: {once!r}\ntoken by token: {per_token!r}")
 assert once == stream.decode("utf-8", errors="replace") and once.count("\ufffd") == 3
 assert per_token.count("\ufffd") == 13    # every one of its 13 non-ASCII bytes
 print(f"round trips: {len(hostile)} hostile strings, all equal")
+
+# %% [markdown]
+
+# %% [raw] concept="decode-once"
+# question: Why does `decode` join the bytes of all the ids and decode UTF-8 once, instead of
+#   decoding each token and joining the strings?
+# kind: choice
+# options:
+#   a: A character's bytes can be split between two tokens; decoded alone, each part becomes U+FFFD
+#   b: It is only faster; both give the same text
+#   c: Tokens always hold whole characters, so it makes no difference
+#   d: To leave the special tokens out
+# answer: a
+# section: '5.'
+# right: 'A token may hold part of a character (an emoji is 4 bytes). Decoded once, the stream gave 3
+#   replacement characters, only where its bytes were invalid; token by token it gave 13, one for
+#   every non-ASCII byte (section 5).'
+# wrong:
+#   b:
+#     misconception: Decoding taken to be per-token safe
+#     explain: The two differ on the stream of section 5, 3 replacement characters against 13.
+#   c:
+#     misconception: Tokens assumed to align with characters
+#     explain: Merges join bytes, not characters; a learnt token can end in the middle of a
+#       multi-byte character.
+#   d:
+#     misconception: Decoding confused with special-token handling
+#     explain: Special tokens decode to their own text; the single decode is about multi-byte
+#       characters cut between tokens.
 
 # %% [markdown]
 # ## 6. The same tokenizer as the `tokenizers` library
@@ -439,6 +521,29 @@ ax.set_ylabel("FLOPs for 2,048 characters")
 ax.legend()
 show(fig, alt="FLOPs for the same 2,048 characters against vocabulary size: attention's T^2 "
               "term falls fastest, the rest of the layer falls as T, the head's cost rises.")
+
+# %% [markdown]
+
+# %% [raw] concept="t-squared"
+# question: A tokenizer makes a text 2 times shorter in tokens than in bytes (T halves). By what
+#   factor does attention's $T^2$ score term fall?
+# kind: numeric
+# answer: 4
+# tolerance: 0
+# section: '9.'
+# right: 'The score matrix is $T \times T$: halving $T$ divides it by $2^2 = 4$ (section 9 measured
+#   2.09 times fewer tokens and a 4.3 times smaller term, the square exactly).'
+# wrong:
+#   2:
+#     misconception: Attention's cost taken as linear in T
+#     explain: The rest of the layer (projections, FFN) falls by 2, linear in $T$; the scores, one
+#       per query-key pair, fall by the square.
+#   1.41:
+#     misconception: Square root instead of square
+#     explain: The term grows as $T^2$, not $\sqrt{T}$.
+#   other:
+#     misconception: Not from the T^2 law
+#     explain: Scores $= T \cdot T$; with $T/2$ tokens, $(T/2)^2 = T^2/4$.
 
 # %% [markdown]
 # ## Summary

@@ -252,6 +252,28 @@ def lesson_concepts(path: Path) -> list[dict]:
         raise BuildError(str(err)) from None
 
 
+def concept_lesson(info: SetInfo, layout: Layout = Layout()) -> Path | None:
+    """The lesson whose concept checks close set `info`'s notebook, where they are graded: the
+    lesson of the set's name, else the one lesson its header names when no set has that
+    lesson's name (set 12 closes with lesson 11's); None for a set with neither (set 11)."""
+    own = layout.lessons / f"{info.name}.py"
+    if own.exists():
+        return own
+    if len(info.lessons) == 1 and not (layout.exercise_sources / f"{info.lessons[0]}.py").exists():
+        return layout.lessons / f"{info.lessons[0]}.py"
+    return None
+
+
+def concept_sets(layout: Layout = Layout()) -> dict[str, str]:
+    """{lesson stem: the set whose notebook closes with its concept checks}."""
+    out = {}
+    for path in sorted(layout.exercise_sources.glob("[0-9][0-9]_*.py")):
+        lesson = concept_lesson(set_info(read_source(path), path.stem, str(path)), layout)
+        if lesson is not None:
+            out[lesson.stem] = path.stem
+    return out
+
+
 def build_lesson(path: Path, layout: Layout = Layout()):
     """The generated lesson notebook for the lesson source `path` (an nbformat NotebookNode); each
     concept cell becomes its question, answer and reveal cells."""
@@ -388,8 +410,8 @@ def build_exercises(path: Path, layout: Layout = Layout()):
             solution.cells.append(_copy_cell(cell, cell_id))
         if cell.cell_type == "code":
             count += 1
-    lesson = layout.lessons / f"{path.stem}.py"
-    checks = lesson_concepts(lesson) if lesson.exists() else []
+    lesson = concept_lesson(info, layout)
+    checks = lesson_concepts(lesson) if lesson else []
     if checks:   # the lesson's concept checks close its set, where they are graded
         for nb in (student, solution):
             nb.cells[1].source += (f"\n\nThe notebook closes with the {len(checks)} concept "
@@ -423,10 +445,10 @@ def dumps(nb) -> str:
 def planned(layout: Layout = Layout()) -> dict[Path, str]:
     """Every generated file and its text, as the sources give them now."""
     out: dict[Path, str] = {}
-    key = []
+    key, graded_in = [], concept_sets(layout)
     for path in sorted(layout.lessons.glob("[0-9][0-9]_*.py")):
         out[layout.notebooks / f"{path.stem}.ipynb"] = dumps(build_lesson(path, layout))
-        key += lesson_concepts(path)
+        key += [dict(c, set=graded_in.get(path.stem, "")) for c in lesson_concepts(path)]
     if layout.root == ROOT:   # the key of every concept check, inside the package
         out[layout.root / "txlearn" / "checks" / KEY_FILE.name] = concepts.key_text(key)
     for path in sorted(layout.exercise_sources.glob("[0-9][0-9]_*.py")):

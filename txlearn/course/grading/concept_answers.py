@@ -61,14 +61,15 @@ def first_attempt(cell: dict | None, check_id: str):
 
 
 def concept_results(nb: dict, set_name: str, student: str, notebook: str) -> list[Result]:
-    """The Result rows of the concept checks of lesson ``set_name`` in the submission ``nb``
+    """The Result rows of the concept checks that close set ``set_name`` (those of the lesson
+    of its name, or of the one lesson it follows: the key's ``set``) in the submission ``nb``
     (its JSON, already checked by :func:`~txlearn.course.grading.submission.read_notebook`), in
     the lesson's order; [] for a set whose lesson has none. Never runs anything; never raises
     for what a notebook holds."""
     answers, reveals = _cells_of(nb, ANSWER_TAG), _cells_of(nb, REVEAL_TAG)
     rows = []
     for check_id, entry in catalogue().items():
-        if entry["lesson"] != set_name:
+        if entry.get("set", entry["lesson"]) != set_name:
             continue
         row = Result(student, notebook, PREFIX + check_id, max_points=0)
         rows.append(row)
