@@ -46,6 +46,16 @@ address-space limit counts (issue 25):
   returning 0): bubblewrap's ``/dev`` binds the host's ``null``, ``zero``, ``full``,
   ``random``, ``urandom`` and ``tty`` writable, and setting one's times to "now" needs only
   write permission: a runner wrote them to the nanosecond, read by every later runner;
+- no futex another process can find (``futex`` without ``FUTEX_PRIVATE_FLAG``: a wait returns
+  at once with EAGAIN, as if the word had changed, and a wake or requeue wakes nobody,
+  returning 0; ``futex_waitv``, ``futex_wake``, ``futex_wait`` and ``futex_requeue``: ENOSYS):
+  a shared futex on a page of a file is keyed by the file and the page, whoever maps it, so two
+  concurrent runners that map one of the files every runner sees (NumPy's core, libc) passed
+  bytes through the kernel's futex table, one waiting on chosen words and the other waking
+  them, or reading the count of waiters a wake returns (the kernel's own wake at a thread's
+  exit, on the address ``set_tid_address`` chose, finds no waiter either). Private futexes
+  (threads, locks, condition variables) are untouched; C code that waits on a shared one
+  (``pthread_join``, a process-shared lock) spins instead of sleeping;
 - on x86-64, the x32 and 32-bit system call tables are refused whole (ENOSYS).
 
 Known architectures: x86-64 and aarch64 (their system call numbers are below). On another one
@@ -89,7 +99,8 @@ ARCHES = {
         "fcntl": 72, "fadvise64": 221, "madvise": 28, "process_madvise": 440, "preadv2": 327,
         "pwritev2": 328, "mincore": 27, "cachestat": 451, "io_setup": 206, "pipe": 22,
         "pipe2": 293, "userfaultfd": 323, "pidfd_open": 434, "utime": 132, "utimes": 235,
-        "futimesat": 261, "utimensat": 280}),
+        "futimesat": 261, "utimensat": 280, "futex": 202, "futex_waitv": 449,
+        "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -103,7 +114,8 @@ ARCHES = {
         "fanotify_mark": 263, "flock": 32, "fcntl": 25, "fadvise64": 223, "madvise": 233,
         "process_madvise": 440, "preadv2": 286, "pwritev2": 287, "mincore": 232,
         "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434,
-        "utimensat": 88}),
+        "utimensat": 88, "futex": 98, "futex_waitv": 449, "futex_wake": 454,
+        "futex_wait": 455, "futex_requeue": 456}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
@@ -111,6 +123,8 @@ BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
                                                "setxattrat")},
            "flock": errno.ENOLCK, "mincore": errno.ENOSYS, "cachestat": errno.ENOSYS,
            "io_setup": errno.ENOSYS,
+           **{name: errno.ENOSYS for name in ("futex_waitv", "futex_wake", "futex_wait",
+                                              "futex_requeue")},
            # a file's times (done as nothing, returning 0): the sandbox's /dev binds the host's
            # device nodes writable, and "now" needs only write permission
            **{name: 0 for name in ("utime", "utimes", "futimesat", "utimensat")}}
@@ -134,6 +148,14 @@ BY_ARGUMENT = {
     "pwritev2": (5, [("set", _RWF_NOWAIT, errno.EOPNOTSUPP)]),
 }
 BLOCKED["process_madvise"] = errno.EPERM
+# futex's operation (its second argument) without the private flag: a wait (WAIT, WAIT_BITSET,
+# WAIT_REQUEUE_PI) returns EAGAIN, a wake or requeue (WAKE, REQUEUE, CMP_REQUEUE, WAKE_OP,
+# WAKE_BITSET, CMP_REQUEUE_PI) returns 0, nobody woken; the PI locks write their word, and no
+# page two runners may both write exists, so their keys are never shared
+_FUTEX_PRIVATE, _FUTEX_COMMAND = 128, ~(128 | 256) & 0xFFFFFFFF   # less the private, clock flags
+_FUTEX_SHARED = [(0, errno.EAGAIN), (9, errno.EAGAIN), (11, errno.EAGAIN),
+                 (1, 0), (3, 0), (4, 0), (5, 0), (10, 0), (12, 0)]
+_ALU_AND_K = 0x54   # BPF_ALU | BPF_AND | BPF_K
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -150,7 +172,7 @@ def program(machine: str | None = None) -> bytes | None:
         return None
     audit_arch, _, numbers = found
     refuse = [(nr, BLOCKED.get(name, errno.EPERM)) for name, nr in sorted(numbers.items())
-              if name != "clone" and name not in BY_ARGUMENT]
+              if name not in ("clone", "futex") and name not in BY_ARGUMENT]
     out = [_op(_LD_W_ABS, _ARCH),
            _op(_JEQ_K, audit_arch, jt=1, jf=0),
            _op(_RET_K, _ERRNO | errno.ENOSYS),       # another ABI (i386, x32 by arch)
@@ -168,6 +190,15 @@ def program(machine: str | None = None) -> bytes | None:
             out += [_op(_JEQ_K if test == "eq" else _JSET_K, value, jt=0, jf=1),
                     _op(_RET_K, _ERRNO | err)]
         out.append(_op(_RET_K, _ALLOW))
+    # futex: private, allowed; shared, its command decides (not futex: skip, the accumulator
+    # still holds the number)
+    out += [_op(_JEQ_K, numbers["futex"], jt=0, jf=2 * len(_FUTEX_SHARED) + 4),
+            _op(_LD_W_ABS, _ARG0 + 8),
+            _op(_JSET_K, _FUTEX_PRIVATE, jt=2 * len(_FUTEX_SHARED) + 1, jf=0),
+            _op(_ALU_AND_K, _FUTEX_COMMAND)]
+    for command, err in _FUTEX_SHARED:
+        out += [_op(_JEQ_K, command, jt=0, jf=1), _op(_RET_K, _ERRNO | err)]
+    out.append(_op(_RET_K, _ALLOW))
     out += [_op(_JEQ_K, numbers["clone"], jt=0, jf=3),
             _op(_LD_W_ABS, _ARG0),                   # clone's flags (low 32 bits)
             _op(_JSET_K, _CLONE_THREAD, jt=1, jf=0),
