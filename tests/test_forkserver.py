@@ -423,6 +423,7 @@ def _futex(op):   # a shared wait (0.2 s at most) and a shared wake
 _W["futex"] = [_futex(0), _futex(1)]
 _done = _libc.syscall({sysinfo}, ctypes.create_string_buffer(112))   # the machine's counts
 _W["sysinfo"] = [_done, ctypes.get_errno() if _done < 0 else 0]
+_W["statvfs"] = _errno(lambda: os.statvfs("/usr"))   # the host's free blocks: the grader's writes
 def softmax(x, axis=-1):
     raise ValueError("WROTE " + json.dumps(_W))
 '''
@@ -619,17 +620,19 @@ def test_a_runner_holds_no_lock_and_reads_or_clears_no_page_cache_exactly(counte
     assert first == second == [eopnotsupp, -1, enosys, -1, enosys, -1, enosys, 0], (first, second)
 
 
-def test_a_runner_waits_on_no_futex_another_can_wake_and_counts_no_machine_wide_threads(counters):
+def test_a_runner_waits_on_no_futex_another_can_wake_and_reads_no_machine_wide_count(counters):
     # two runners graded at once under --jobs 2 mapped one of the files every runner sees: a
     # futex on its pages is keyed by the file, so one waited on chosen words and the other woke
     # them (8 bytes a round); sysinfo gave the machine's thread count, moved by a runner's own
-    # threads (100 bits/s to a concurrent one). A shared wait now returns at once (EAGAIN), a
-    # shared wake wakes nobody, sysinfo is refused (tests/test_grading_futex.py and
+    # threads (100 bits/s to a concurrent one); statfs the host's free blocks, which the grader's
+    # gradebook moves. A shared wait now returns at once (EAGAIN), a shared wake wakes nobody,
+    # sysinfo and statfs are refused (tests/test_grading_futex.py and
     # tests/test_grading_global_counters.py play both roles, two processes under the filter)
     wrote = json.loads(counters[0]["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
     eagain, enosys = 11, 38
     assert wrote["futex"] == [[-1, eagain], [0, 0]], wrote["futex"]
     assert wrote["sysinfo"] == [-1, enosys], wrote["sysinfo"]
+    assert wrote["statvfs"] == enosys, wrote["statvfs"]
 
 
 def test_a_runners_queued_signals_are_bounded(counters):

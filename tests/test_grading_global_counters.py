@@ -2,8 +2,12 @@
 of threads on the machine (and its free and shared memory, its load), which a runner moves by
 starting threads (or writing its tmpfs folders); a concurrent runner of another worker read
 12 threads held or not in each 10 ms slot at 100 bits/s with 12% errors on a busy 2-core
-machine. The seccomp filter refuses ``sysinfo`` (ENOSYS), leaving the struct untouched."""
+machine. And ``statfs`` gives the free blocks of the host's file system under the read-only
+binds, which every file the grader writes moves (a gradebook transaction after each notebook).
+The seccomp filter refuses ``sysinfo`` (ENOSYS, the struct untouched) and ``statfs``,
+``fstatfs`` and ``ustat``."""
 
+import os
 import platform
 import subprocess
 import sys
@@ -63,3 +67,48 @@ def test_under_the_filter_sysinfo_is_refused_and_tells_nothing():
     out, err = _run("filtered")
     enosys = 38
     assert out == f"[-1, {enosys}] 0 True", (out, err)
+
+
+# the free blocks of the file system holding the Python installation (bound read-only in every
+# sandbox), before and after 16 MiB are written beside it, as the grader writes a gradebook
+# transaction after each notebook: a runner read how much a classmate's row took
+DISK = f'''
+import ctypes, importlib.util, os, sys, tempfile
+libc = ctypes.CDLL(None, use_errno=True)
+def module(name):
+    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+if sys.argv[1] == "filtered":
+    module("forkserver")._install_filter(libc, module("seccomp").program())
+def free():
+    try:
+        return os.statvfs(sys.prefix).f_bfree * os.statvfs(sys.prefix).f_frsize >> 20
+    except OSError as err:
+        return err.errno
+for _ in range(10):
+    before = free()
+    with tempfile.NamedTemporaryFile(dir=sys.argv[2]) as f:
+        f.write(os.urandom(16 << 20))
+        f.flush()
+        os.fsync(f.fileno())
+        during = free()
+    if not isinstance(before, int) or before - during >= 16 or before == during:
+        break
+print(before - during if before != during else before)
+'''
+
+
+def test_without_the_filter_the_grader_s_writes_show_in_the_free_blocks_a_runner_reads(tmp_path):
+    folder = tmp_path if os.stat(tmp_path).st_dev == os.stat(sys.prefix).st_dev else sys.prefix
+    done = subprocess.run([sys.executable, "-c", DISK, "plain", str(folder)],
+                          capture_output=True, text=True, timeout=120)
+    assert 16 <= int(done.stdout) < 64, (done.stdout, done.stderr[-2000:])
+
+
+def test_under_the_filter_no_file_systems_free_blocks_are_read(tmp_path):
+    done = subprocess.run([sys.executable, "-c", DISK, "filtered", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    enosys = 38
+    assert done.stdout.strip() == str(enosys), (done.stdout, done.stderr[-2000:])

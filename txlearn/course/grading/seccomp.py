@@ -60,7 +60,11 @@ address-space limit counts (issue 25):
   number of threads on the machine, its free and shared memory and its load, which a runner
   moves by starting threads or writing its folders (a concurrent runner of another worker read
   100 bits/s of them, 12% wrong, on a busy 2-core machine); the C library's
-  ``sysconf(_SC_PHYS_PAGES)`` then answers from an unfilled struct;
+  ``sysconf(_SC_PHYS_PAGES)`` then answers from an unfilled struct; nor the free blocks and
+  inodes of the host's file systems (``statfs``, ``fstatfs``, ``ustat``: ENOSYS), which the
+  read-only binds of ``/usr`` and the Python installation show and which every file the grader
+  writes moves (a gradebook's transaction after each notebook: how much feedback a classmate
+  got), so ``os.statvfs`` and ``shutil.disk_usage`` fail in a runner;
 - on x86-64, the x32 and 32-bit system call tables are refused whole (ENOSYS).
 
 Known architectures: x86-64 and aarch64 (their system call numbers are below). On another one
@@ -105,7 +109,8 @@ ARCHES = {
         "pwritev2": 328, "mincore": 27, "cachestat": 451, "io_setup": 206, "pipe": 22,
         "pipe2": 293, "userfaultfd": 323, "pidfd_open": 434, "utime": 132, "utimes": 235,
         "futimesat": 261, "utimensat": 280, "futex": 202, "futex_waitv": 449,
-        "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456, "sysinfo": 99}),
+        "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456, "sysinfo": 99,
+        "statfs": 137, "fstatfs": 138, "ustat": 136}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -120,7 +125,8 @@ ARCHES = {
         "process_madvise": 440, "preadv2": 286, "pwritev2": 287, "mincore": 232,
         "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434,
         "utimensat": 88, "futex": 98, "futex_waitv": 449, "futex_wake": 454,
-        "futex_wait": 455, "futex_requeue": 456, "sysinfo": 179}),
+        "futex_wait": 455, "futex_requeue": 456, "sysinfo": 179, "statfs": 43,
+        "fstatfs": 44}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
@@ -129,7 +135,8 @@ BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
            "flock": errno.ENOLCK, "mincore": errno.ENOSYS, "cachestat": errno.ENOSYS,
            "io_setup": errno.ENOSYS,
            **{name: errno.ENOSYS for name in ("futex_waitv", "futex_wake", "futex_wait",
-                                              "futex_requeue", "sysinfo")},
+                                              "futex_requeue", "sysinfo", "statfs",
+                                              "fstatfs", "ustat")},
            # a file's times (done as nothing, returning 0): the sandbox's /dev binds the host's
            # device nodes writable, and "now" needs only write permission
            **{name: 0 for name in ("utime", "utimes", "futimesat", "utimensat")}}
