@@ -4,14 +4,18 @@ starting threads (or writing its tmpfs folders); a concurrent runner of another 
 12 threads held or not in each 10 ms slot at 100 bits/s with 12% errors on a busy 2-core
 machine. And ``statfs`` gives the free blocks of the host's file system under the read-only
 binds, which every file the grader writes moves (a gradebook transaction after each notebook).
-The seccomp filter refuses ``sysinfo`` (ENOSYS, the struct untouched) and ``statfs``,
-``fstatfs`` and ``ustat``."""
+And where the host runs same-page merging (KSM), a page offered for it is merged with a
+concurrent runner's page of the same bytes. The seccomp filter refuses ``sysinfo`` (ENOSYS,
+the struct untouched), ``statfs``, ``fstatfs`` and ``ustat``, and offers no page for
+merging."""
 
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SYSINFO = {"x86_64": 99, "aarch64": 179}[platform.machine().lower()]
 GRADING = str(Path(__file__).resolve().parents[1] / "txlearn" / "course" / "grading")
@@ -112,3 +116,54 @@ def test_under_the_filter_no_file_systems_free_blocks_are_read(tmp_path):
                           capture_output=True, text=True, timeout=120)
     enosys = 38
     assert done.stdout.strip() == str(enosys), (done.stdout, done.stderr[-2000:])
+
+
+# pages offered to the kernel's same-page merging (KSM, where the host runs it): a page a runner
+# filled with a guess is merged with a concurrent runner's page of the same bytes, which a write
+# to it then takes longer to split (a covert channel known between virtual machines); whether
+# the kernel took the offer shows in the region's flags ("mg" in smaps) and in
+# PR_GET_MEMORY_MERGE
+MERGE = f'''
+import ctypes, importlib.util, mmap, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def module(name):
+    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+if sys.argv[1] == "filtered":
+    module("forkserver")._install_filter(libc, module("seccomp").program())
+region = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+at = ctypes.addressof(ctypes.c_char.from_buffer(region))
+done = libc.madvise(ctypes.c_void_p(at), ctypes.c_size_t(1 << 20), 12)   # MADV_MERGEABLE
+flags, start = [], None
+with open("/proc/self/smaps") as smaps:   # the region's flags: "mg", offered for merging
+    for line in smaps:
+        first = line.split()[0]
+        if "-" in first and not first.endswith(":"):
+            start = int(first.split("-")[0], 16)
+        elif first == "VmFlags:" and start == at:
+            flags = line.split()[1:]
+merge = libc.prctl(67, 1, 0, 0, 0)                                        # PR_SET_MEMORY_MERGE
+print(done, "mg" in flags, merge, libc.prctl(68, 0, 0, 0, 0))            # PR_GET_MEMORY_MERGE
+'''
+
+
+def _merge(mode):
+    done = subprocess.run([sys.executable, "-c", MERGE, mode], capture_output=True, text=True,
+                          timeout=120)
+    return done.stdout.strip(), done.stderr[-2000:]
+
+
+def test_without_the_filter_a_runners_pages_are_offered_for_merging():
+    out, err = _merge("plain")
+    if out.split()[:1] != ["0"]:
+        pytest.skip(f"this kernel has no same-page merging (CONFIG_KSM): {out} {err[-200:]}")
+    assert out.split()[:2] == ["0", "True"], (out, err)
+    if out.split()[2:] != ["0", "1"]:
+        pytest.skip(f"no PR_SET_MEMORY_MERGE on this kernel (Linux 6.4): {out}")
+
+
+def test_under_the_filter_no_page_is_offered_for_merging():
+    out, err = _merge("filtered")
+    assert out in ("0 False -1 0", "0 False -1 -1"), (out, err)   # -1: no PR_GET (Linux 6.4)

@@ -65,6 +65,10 @@ address-space limit counts (issue 25):
   read-only binds of ``/usr`` and the Python installation show and which every file the grader
   writes moves (a gradebook's transaction after each notebook: how much feedback a classmate
   got), so ``os.statvfs`` and ``shutil.disk_usage`` fail in a runner;
+- no page offered to the kernel's same-page merging (``madvise`` MADV_MERGEABLE: done as
+  nothing; ``prctl`` PR_SET_MEMORY_MERGE: EINVAL): where the host runs KSM, a page a runner
+  filled with a guess is merged with a concurrent runner's page of the same bytes, and a write
+  to it then takes longer;
 - on x86-64, the x32 and 32-bit system call tables are refused whole (ENOSYS).
 
 Known architectures: x86-64 and aarch64 (their system call numbers are below). On another one
@@ -110,7 +114,7 @@ ARCHES = {
         "pipe2": 293, "userfaultfd": 323, "pidfd_open": 434, "utime": 132, "utimes": 235,
         "futimesat": 261, "utimensat": 280, "futex": 202, "futex_waitv": 449,
         "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456, "sysinfo": 99,
-        "statfs": 137, "fstatfs": 138, "ustat": 136}),
+        "statfs": 137, "fstatfs": 138, "ustat": 136, "prctl": 157}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -126,7 +130,7 @@ ARCHES = {
         "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434,
         "utimensat": 88, "futex": 98, "futex_waitv": 449, "futex_wake": 454,
         "futex_wait": 455, "futex_requeue": 456, "sysinfo": 179, "statfs": 43,
-        "fstatfs": 44}),
+        "fstatfs": 44, "prctl": 167}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
@@ -146,6 +150,7 @@ BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
 _F_GETLK, _F_SETLK, _F_SETLKW, _F_OFD_GETLK, _F_OFD_SETLK, _F_OFD_SETLKW = 5, 6, 7, 36, 37, 38
 _F_SETLEASE, _F_NOTIFY, _F_SETPIPE_SZ = 1024, 1026, 1031
 _FADV_DONTNEED, _MADV_COLD, _MADV_PAGEOUT, _RWF_NOWAIT = 4, 20, 21, 8
+_MADV_MERGEABLE, _PR_SET_MEMORY_MERGE = 12, 67
 BY_ARGUMENT = {
     # a lock or lease on a file other runners see, a watch of its folder (dnotify), a pipe
     # larger than 64 KiB (kernel memory, counted per uid)
@@ -154,7 +159,10 @@ BY_ARGUMENT = {
         + [("eq", _F_NOTIFY, errno.EPERM), ("eq", _F_SETPIPE_SZ, errno.EPERM)]),
     # taking pages of the files every runner sees out of the page cache: done as nothing
     "fadvise64": (3, [("eq", _FADV_DONTNEED, 0)]),
-    "madvise": (2, [("eq", _MADV_COLD, 0), ("eq", _MADV_PAGEOUT, 0)]),
+    # (and pages offered for merging with identical pages of other processes, KSM: not offered)
+    "madvise": (2, [("eq", _MADV_COLD, 0), ("eq", _MADV_PAGEOUT, 0),
+                    ("eq", _MADV_MERGEABLE, 0)]),
+    "prctl": (0, [("eq", _PR_SET_MEMORY_MERGE, errno.EINVAL)]),
     # reading whether a page is in the page cache without reading it
     "preadv2": (5, [("set", _RWF_NOWAIT, errno.EOPNOTSUPP)]),
     "pwritev2": (5, [("set", _RWF_NOWAIT, errno.EOPNOTSUPP)]),
