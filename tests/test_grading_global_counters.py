@@ -6,8 +6,9 @@ machine. And ``statfs`` gives the free blocks of the host's file system under th
 binds, which every file the grader writes moves (a gradebook transaction after each notebook).
 And where the host runs same-page merging (KSM), a page offered for it is merged with a
 concurrent runner's page of the same bytes. The seccomp filter refuses ``sysinfo`` (ENOSYS,
-the struct untouched), ``statfs``, ``fstatfs`` and ``ustat``, and offers no page for
-merging."""
+the struct untouched), ``statfs``, ``fstatfs`` and ``ustat``, offers no page for merging,
+and makes no BPF map (memory outside the address space where unprivileged BPF is on) and no
+performance counter (a clock for cache timing)."""
 
 import os
 import platform
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 SYSINFO = {"x86_64": 99, "aarch64": 179}[platform.machine().lower()]
+BPF, PERF = {"x86_64": (321, 298), "aarch64": (280, 241)}[platform.machine().lower()]
 GRADING = str(Path(__file__).resolve().parents[1] / "txlearn" / "course" / "grading")
 
 # the reader and the writer in one process (the count is the machine's, whoever moves it): the
@@ -167,3 +169,36 @@ def test_without_the_filter_a_runners_pages_are_offered_for_merging():
 def test_under_the_filter_no_page_is_offered_for_merging():
     out, err = _merge("filtered")
     assert out in ("0 False -1 0", "0 False -1 -1"), (out, err)   # -1: no PR_GET (Linux 6.4)
+
+
+# a BPF map (memory outside the address space, where the host lets unprivileged users make
+# them) and a counter of the process's own cycles (a finer clock for cache timing than any)
+COUNTERS = f'''
+import ctypes, importlib.util, struct, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def module(name):
+    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+if sys.argv[1] == "filtered":
+    module("forkserver")._install_filter(libc, module("seccomp").program())
+array = ctypes.create_string_buffer(struct.pack("IIII", 2, 4, 8, 1 << 20), 72)   # ARRAY, 8 MB
+cycles = ctypes.create_string_buffer(struct.pack("IIQ", 0, 128, 0), 128)   # HARDWARE, CYCLES
+out = []
+for number, args in (({BPF}, (0, array, 72)), ({PERF}, (cycles, 0, -1, -1, 0))):
+    done = libc.syscall(number, *args)
+    out.append(ctypes.get_errno() if done < 0 else 0)
+print(*out)
+'''
+
+
+def test_under_the_filter_no_bpf_map_and_no_performance_counter():
+    done = subprocess.run([sys.executable, "-c", COUNTERS, "filtered"], capture_output=True,
+                          text=True, timeout=120)
+    enosys = 38   # the filter's answer; the kernel's own is EPERM or EACCES where it refuses,
+    # or 0 where it lets them (what the same calls answer without the filter, below)
+    assert done.stdout.split() == [str(enosys)] * 2, (done.stdout, done.stderr[-2000:])
+    plain = subprocess.run([sys.executable, "-c", COUNTERS, "plain"], capture_output=True,
+                           text=True, timeout=120)
+    assert str(enosys) not in plain.stdout.split() and len(plain.stdout.split()) == 2, plain
