@@ -7,8 +7,9 @@ binds, which every file the grader writes moves (a gradebook transaction after e
 And where the host runs same-page merging (KSM), a page offered for it is merged with a
 concurrent runner's page of the same bytes. The seccomp filter refuses ``sysinfo`` (ENOSYS,
 the struct untouched), ``statfs``, ``fstatfs`` and ``ustat``, offers no page for merging,
-and makes no BPF map (memory outside the address space where unprivileged BPF is on) and no
-performance counter (a clock for cache timing)."""
+makes no BPF map (memory outside the address space where unprivileged BPF is on) and no
+performance counter (a clock for cache timing), and reads no kernel log (where anyone may, a
+crash at a chosen address wrote it there for every later runner)."""
 
 import os
 import platform
@@ -20,6 +21,7 @@ import pytest
 
 SYSINFO = {"x86_64": 99, "aarch64": 179}[platform.machine().lower()]
 BPF, PERF = {"x86_64": (321, 298), "aarch64": (280, 241)}[platform.machine().lower()]
+SYSLOG = {"x86_64": 103, "aarch64": 116}[platform.machine().lower()]
 GRADING = str(Path(__file__).resolve().parents[1] / "txlearn" / "course" / "grading")
 
 # the reader and the writer in one process (the count is the machine's, whoever moves it): the
@@ -202,3 +204,50 @@ def test_under_the_filter_no_bpf_map_and_no_performance_counter():
     plain = subprocess.run([sys.executable, "-c", COUNTERS, "plain"], capture_output=True,
                            text=True, timeout=120)
     assert str(enosys) not in plain.stdout.split() and len(plain.stdout.split()) == 2, plain
+
+
+# the kernel's log: a process that crashes at an address of its choosing writes it there
+# ("segfault at 7ea5e1d0c0de"), and whoever may read the log (anyone where dmesg_restrict is 0)
+# reads it in every later runner
+CRASH = "import ctypes; ctypes.string_at(0x7ea5e1d0c0de, 1)"
+LOG = f'''
+import ctypes, importlib.util, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def module(name):
+    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+if sys.argv[1] == "filtered":
+    module("forkserver")._install_filter(libc, module("seccomp").program())
+log = ctypes.create_string_buffer(1 << 20)
+done = libc.syscall({SYSLOG}, 3, log, 1 << 20)                  # SYSLOG_ACTION_READ_ALL
+print(done if done < 0 else 0, ctypes.get_errno() if done < 0 else 0, b"7ea5e1d0c0de" in log.raw)
+'''
+
+
+def _log(mode):
+    done = subprocess.run([sys.executable, "-c", LOG, mode], capture_output=True, text=True,
+                          timeout=120)
+    return done.stdout.strip(), done.stderr[-2000:]
+
+
+def test_without_the_filter_a_crash_writes_its_address_where_a_later_process_reads_it():
+    crash = subprocess.run([sys.executable, "-c", CRASH], capture_output=True, timeout=60)
+    assert crash.returncode == -11, crash
+    out, err = _log("plain")
+    if out.split()[:2] == ["-1", "1"]:
+        pytest.skip("this kernel's log is not readable here (dmesg_restrict, not root)")
+    try:
+        trace = Path("/proc/sys/debug/exception-trace").read_text().strip()
+    except OSError:
+        trace = "0"
+    if trace != "1":
+        pytest.skip("this kernel logs no segfaults (debug.exception-trace is not 1)")
+    assert out == "0 0 True", (out, err)
+
+
+def test_under_the_filter_the_kernels_log_is_not_read():
+    out, err = _log("filtered")
+    enosys = 38
+    assert out == f"-1 {enosys} False", (out, err)

@@ -73,6 +73,9 @@ address-space limit counts (issue 25):
   host lets unprivileged users make BPF maps, their memory is outside the address space (a
   limit escape), and a counter of its own cycles or cache misses times what a concurrent
   runner does to the shared caches more finely than any clock;
+- no read of the kernel's log (``syslog``: ENOSYS): where the host lets anyone read it
+  (``kernel.dmesg_restrict`` 0, as on Fedora and RHEL), a runner that crashed at an address of
+  its choosing wrote that address there ("segfault at ..."), for every later runner;
 - on x86-64, the x32 and 32-bit system call tables are refused whole (ENOSYS).
 
 Known architectures: x86-64 and aarch64 (their system call numbers are below). On another one
@@ -119,7 +122,7 @@ ARCHES = {
         "futimesat": 261, "utimensat": 280, "futex": 202, "futex_waitv": 449,
         "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456, "sysinfo": 99,
         "statfs": 137, "fstatfs": 138, "ustat": 136, "prctl": 157,
-        "bpf": 321, "perf_event_open": 298}),
+        "bpf": 321, "perf_event_open": 298, "syslog": 103}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -135,7 +138,8 @@ ARCHES = {
         "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434,
         "utimensat": 88, "futex": 98, "futex_waitv": 449, "futex_wake": 454,
         "futex_wait": 455, "futex_requeue": 456, "sysinfo": 179, "statfs": 43,
-        "fstatfs": 44, "prctl": 167, "bpf": 280, "perf_event_open": 241}),
+        "fstatfs": 44, "prctl": 167, "bpf": 280, "perf_event_open": 241,
+        "syslog": 116}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
@@ -145,7 +149,8 @@ BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
            "io_setup": errno.ENOSYS,
            **{name: errno.ENOSYS for name in ("futex_waitv", "futex_wake", "futex_wait",
                                               "futex_requeue", "sysinfo", "statfs",
-                                              "fstatfs", "ustat", "bpf", "perf_event_open")},
+                                              "fstatfs", "ustat", "bpf", "perf_event_open",
+                                              "syslog")},
            # a file's times (done as nothing, returning 0): the sandbox's /dev binds the host's
            # device nodes writable, and "now" needs only write permission
            **{name: 0 for name in ("utime", "utimes", "futimesat", "utimensat")}}
