@@ -311,8 +311,10 @@ SHARED = str(Path(__import__("numpy").__file__).with_name("__init__.pyi")) if Pa
     __import__("numpy").__file__
 SYSCALLS = {"x86_64": {"cachestat": 451, "io_setup": 206},
             "aarch64": {"cachestat": 451, "io_setup": 0}}[platform.machine().lower()]
-KERNEL = {"x86_64": {"futex": 202, "sysinfo": 99},
-          "aarch64": {"futex": 98, "sysinfo": 179}}[platform.machine().lower()]
+KERNEL = {"x86_64": {"futex": 202, "sysinfo": 99, "statfs": 137, "syslog": 103, "bpf": 321,
+                     "perf": 298},
+          "aarch64": {"futex": 98, "sysinfo": 179, "statfs": 43, "syslog": 116, "bpf": 280,
+                      "perf": 241}}[platform.machine().lower()]
 
 # a default ACL that gives nobody anything (user, group, other: ---), as setfacl -d writes it
 _NOTHING_ACL = "b'\\x02\\x00\\x00\\x00' + b''.join(bytes([t, 0, 0, 0]) + b'\\xff' * 4 for t in (1, 4, 32))"
@@ -420,10 +422,18 @@ def _futex(op):   # a shared wait (0.2 s at most) and a shared wake
     _done = _libc.syscall({futex}, _word, op, ctypes.c_uint(struct.unpack_from("I", _fmap)[0]),
                           (ctypes.c_long * 2)(0, 200_000_000), None, 0)
     return [_done, ctypes.get_errno() if _done < 0 else 0]
-_W["futex"] = [_futex(0), _futex(1)]
-_done = _libc.syscall({sysinfo}, ctypes.create_string_buffer(112))   # the machine's counts
-_W["sysinfo"] = [_done, ctypes.get_errno() if _done < 0 else 0]
-_W["statvfs"] = _errno(lambda: os.statvfs("/usr"))   # the host's free blocks: the grader's writes
+# (the message holds about 400 characters: one short list) a shared futex's wait and wake, the
+# machine's counts (sysinfo), the host's free blocks (the grader's writes), the kernel's log, a
+# BPF map, a cycle counter, pages offered for merging
+_W["k"] = [_futex(0)[1], _futex(1)[0]]
+for _nr, _args in (({sysinfo}, (ctypes.create_string_buffer(112),)),
+                   ({statfs}, (b"/usr", ctypes.create_string_buffer(120))),
+                   ({syslog}, (3, ctypes.create_string_buffer(4096), 4096)),
+                   ({bpf}, (0, ctypes.create_string_buffer(72), 72)),
+                   ({perf}, (ctypes.create_string_buffer(128), 0, -1, -1, 0))):
+    _done = _libc.syscall(_nr, *_args)
+    _W["k"].append(ctypes.get_errno() if _done < 0 else 0)
+_W["k"].append(_libc.prctl(67, 1, 0, 0, 0))   # PR_SET_MEMORY_MERGE
 def softmax(x, axis=-1):
     raise ValueError("WROTE " + json.dumps(_W))
 '''
@@ -626,13 +636,13 @@ def test_a_runner_waits_on_no_futex_another_can_wake_and_reads_no_machine_wide_c
     # them (8 bytes a round); sysinfo gave the machine's thread count, moved by a runner's own
     # threads (100 bits/s to a concurrent one); statfs the host's free blocks, which the grader's
     # gradebook moves. A shared wait now returns at once (EAGAIN), a shared wake wakes nobody,
-    # sysinfo and statfs are refused (tests/test_grading_futex.py and
+    # sysinfo, statfs, syslog, bpf and perf_event_open are refused, no page is offered for
+    # merging (tests/test_grading_futex.py and
     # tests/test_grading_global_counters.py play both roles, two processes under the filter)
     wrote = json.loads(counters[0]["b_writer"].split("WROTE ", 1)[1].splitlines()[0])
     eagain, enosys = 11, 38
-    assert wrote["futex"] == [[-1, eagain], [0, 0]], wrote["futex"]
-    assert wrote["sysinfo"] == [-1, enosys], wrote["sysinfo"]
-    assert wrote["statvfs"] == enosys, wrote["statvfs"]
+    # the wait, the wake; sysinfo, statfs, syslog, bpf, perf_event_open; PR_SET_MEMORY_MERGE
+    assert wrote["k"] == [eagain, 0] + [enosys] * 5 + [-1], wrote["k"]
 
 
 def test_a_runners_queued_signals_are_bounded(counters):
