@@ -46,6 +46,36 @@ address-space limit counts (issue 25):
   returning 0): bubblewrap's ``/dev`` binds the host's ``null``, ``zero``, ``full``,
   ``random``, ``urandom`` and ``tty`` writable, and setting one's times to "now" needs only
   write permission: a runner wrote them to the nanosecond, read by every later runner;
+- no futex another process can find (``futex`` without ``FUTEX_PRIVATE_FLAG``: a wait returns
+  at once with EAGAIN, as if the word had changed, and a wake or requeue wakes nobody,
+  returning 0; ``futex_waitv``, ``futex_wake``, ``futex_wait`` and ``futex_requeue``: ENOSYS):
+  a shared futex on a page of a file is keyed by the file and the page, whoever maps it, so two
+  concurrent runners that map one of the files every runner sees (NumPy's core, libc) passed
+  bytes through the kernel's futex table, one waiting on chosen words and the other waking
+  them, or reading the count of waiters a wake returns (the kernel's own wake at a thread's
+  exit, on the address ``set_tid_address`` chose, finds no waiter either). Private futexes
+  (threads, locks, condition variables) are untouched; C code that waits on a shared one
+  (``pthread_join``, a process-shared lock) spins instead of sleeping;
+- no count of the whole machine it can both move and read: ``sysinfo`` (ENOSYS) gives the
+  number of threads on the machine, its free and shared memory and its load, which a runner
+  moves by starting threads or writing its folders (a concurrent runner of another worker read
+  100 bits/s of them, 12% wrong, on a busy 2-core machine); the C library's
+  ``sysconf(_SC_PHYS_PAGES)`` then answers from an unfilled struct; nor the free blocks and
+  inodes of the host's file systems (``statfs``, ``fstatfs``, ``ustat``: ENOSYS), which the
+  read-only binds of ``/usr`` and the Python installation show and which every file the grader
+  writes moves (a gradebook's transaction after each notebook: how much feedback a classmate
+  got), so ``os.statvfs`` and ``shutil.disk_usage`` fail in a runner;
+- no page offered to the kernel's same-page merging (``madvise`` MADV_MERGEABLE: done as
+  nothing; ``prctl`` PR_SET_MEMORY_MERGE: EINVAL): where the host runs KSM, a page a runner
+  filled with a guess is merged with a concurrent runner's page of the same bytes, and a write
+  to it then takes longer;
+- no BPF object and no performance counter (``bpf``, ``perf_event_open``: ENOSYS): where the
+  host lets unprivileged users make BPF maps, their memory is outside the address space (a
+  limit escape), and a counter of its own cycles or cache misses times what a concurrent
+  runner does to the shared caches more finely than any clock;
+- no read of the kernel's log (``syslog``: ENOSYS): where the host lets anyone read it
+  (``kernel.dmesg_restrict`` 0, as on Fedora and RHEL), a runner that crashed at an address of
+  its choosing wrote that address there ("segfault at ..."), for every later runner;
 - on x86-64, the x32 and 32-bit system call tables are refused whole (ENOSYS).
 
 Known architectures: x86-64 and aarch64 (their system call numbers are below). On another one
@@ -89,7 +119,10 @@ ARCHES = {
         "fcntl": 72, "fadvise64": 221, "madvise": 28, "process_madvise": 440, "preadv2": 327,
         "pwritev2": 328, "mincore": 27, "cachestat": 451, "io_setup": 206, "pipe": 22,
         "pipe2": 293, "userfaultfd": 323, "pidfd_open": 434, "utime": 132, "utimes": 235,
-        "futimesat": 261, "utimensat": 280}),
+        "futimesat": 261, "utimensat": 280, "futex": 202, "futex_waitv": 449,
+        "futex_wake": 454, "futex_wait": 455, "futex_requeue": 456, "sysinfo": 99,
+        "statfs": 137, "fstatfs": 138, "ustat": 136, "prctl": 157,
+        "bpf": 321, "perf_event_open": 298, "syslog": 103}),
     "aarch64": (0xC00000B7, ("aarch64", "arm64"), {
         "clone": 220, "clone3": 435, "unshare": 97, "setns": 268, "mount": 40, "umount2": 39,
         "pivot_root": 41, "chroot": 51, "memfd_create": 279, "memfd_secret": 447,
@@ -103,7 +136,10 @@ ARCHES = {
         "fanotify_mark": 263, "flock": 32, "fcntl": 25, "fadvise64": 223, "madvise": 233,
         "process_madvise": 440, "preadv2": 286, "pwritev2": 287, "mincore": 232,
         "cachestat": 451, "io_setup": 0, "pipe2": 59, "userfaultfd": 282, "pidfd_open": 434,
-        "utimensat": 88}),
+        "utimensat": 88, "futex": 98, "futex_waitv": 449, "futex_wake": 454,
+        "futex_wait": 455, "futex_requeue": 456, "sysinfo": 179, "statfs": 43,
+        "fstatfs": 44, "prctl": 167, "bpf": 280, "perf_event_open": 241,
+        "syslog": 116}),
 }
 # what each refused call returns
 BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
@@ -111,6 +147,10 @@ BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
                                                "setxattrat")},
            "flock": errno.ENOLCK, "mincore": errno.ENOSYS, "cachestat": errno.ENOSYS,
            "io_setup": errno.ENOSYS,
+           **{name: errno.ENOSYS for name in ("futex_waitv", "futex_wake", "futex_wait",
+                                              "futex_requeue", "sysinfo", "statfs",
+                                              "fstatfs", "ustat", "bpf", "perf_event_open",
+                                              "syslog")},
            # a file's times (done as nothing, returning 0): the sandbox's /dev binds the host's
            # device nodes writable, and "now" needs only write permission
            **{name: 0 for name in ("utime", "utimes", "futimesat", "utimensat")}}
@@ -120,6 +160,7 @@ BLOCKED = {"fork": errno.EAGAIN, "vfork": errno.EAGAIN, "clone3": errno.ENOSYS,
 _F_GETLK, _F_SETLK, _F_SETLKW, _F_OFD_GETLK, _F_OFD_SETLK, _F_OFD_SETLKW = 5, 6, 7, 36, 37, 38
 _F_SETLEASE, _F_NOTIFY, _F_SETPIPE_SZ = 1024, 1026, 1031
 _FADV_DONTNEED, _MADV_COLD, _MADV_PAGEOUT, _RWF_NOWAIT = 4, 20, 21, 8
+_MADV_MERGEABLE, _PR_SET_MEMORY_MERGE = 12, 67
 BY_ARGUMENT = {
     # a lock or lease on a file other runners see, a watch of its folder (dnotify), a pipe
     # larger than 64 KiB (kernel memory, counted per uid)
@@ -128,12 +169,23 @@ BY_ARGUMENT = {
         + [("eq", _F_NOTIFY, errno.EPERM), ("eq", _F_SETPIPE_SZ, errno.EPERM)]),
     # taking pages of the files every runner sees out of the page cache: done as nothing
     "fadvise64": (3, [("eq", _FADV_DONTNEED, 0)]),
-    "madvise": (2, [("eq", _MADV_COLD, 0), ("eq", _MADV_PAGEOUT, 0)]),
+    # (and pages offered for merging with identical pages of other processes, KSM: not offered)
+    "madvise": (2, [("eq", _MADV_COLD, 0), ("eq", _MADV_PAGEOUT, 0),
+                    ("eq", _MADV_MERGEABLE, 0)]),
+    "prctl": (0, [("eq", _PR_SET_MEMORY_MERGE, errno.EINVAL)]),
     # reading whether a page is in the page cache without reading it
     "preadv2": (5, [("set", _RWF_NOWAIT, errno.EOPNOTSUPP)]),
     "pwritev2": (5, [("set", _RWF_NOWAIT, errno.EOPNOTSUPP)]),
 }
 BLOCKED["process_madvise"] = errno.EPERM
+# futex's operation (its second argument) without the private flag: a wait (WAIT, WAIT_BITSET,
+# WAIT_REQUEUE_PI) returns EAGAIN, a wake or requeue (WAKE, REQUEUE, CMP_REQUEUE, WAKE_OP,
+# WAKE_BITSET, CMP_REQUEUE_PI) returns 0, nobody woken; the PI locks write their word, and no
+# page two runners may both write exists, so their keys are never shared
+_FUTEX_PRIVATE, _FUTEX_COMMAND = 128, ~(128 | 256) & 0xFFFFFFFF   # less the private, clock flags
+_FUTEX_SHARED = [(0, errno.EAGAIN), (9, errno.EAGAIN), (11, errno.EAGAIN),
+                 (1, 0), (3, 0), (4, 0), (5, 0), (10, 0), (12, 0)]
+_ALU_AND_K = 0x54   # BPF_ALU | BPF_AND | BPF_K
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -150,7 +202,7 @@ def program(machine: str | None = None) -> bytes | None:
         return None
     audit_arch, _, numbers = found
     refuse = [(nr, BLOCKED.get(name, errno.EPERM)) for name, nr in sorted(numbers.items())
-              if name != "clone" and name not in BY_ARGUMENT]
+              if name not in ("clone", "futex") and name not in BY_ARGUMENT]
     out = [_op(_LD_W_ABS, _ARCH),
            _op(_JEQ_K, audit_arch, jt=1, jf=0),
            _op(_RET_K, _ERRNO | errno.ENOSYS),       # another ABI (i386, x32 by arch)
@@ -168,6 +220,15 @@ def program(machine: str | None = None) -> bytes | None:
             out += [_op(_JEQ_K if test == "eq" else _JSET_K, value, jt=0, jf=1),
                     _op(_RET_K, _ERRNO | err)]
         out.append(_op(_RET_K, _ALLOW))
+    # futex: private, allowed; shared, its command decides (not futex: skip, the accumulator
+    # still holds the number)
+    out += [_op(_JEQ_K, numbers["futex"], jt=0, jf=2 * len(_FUTEX_SHARED) + 4),
+            _op(_LD_W_ABS, _ARG0 + 8),
+            _op(_JSET_K, _FUTEX_PRIVATE, jt=2 * len(_FUTEX_SHARED) + 1, jf=0),
+            _op(_ALU_AND_K, _FUTEX_COMMAND)]
+    for command, err in _FUTEX_SHARED:
+        out += [_op(_JEQ_K, command, jt=0, jf=1), _op(_RET_K, _ERRNO | err)]
+    out.append(_op(_RET_K, _ALLOW))
     out += [_op(_JEQ_K, numbers["clone"], jt=0, jf=3),
             _op(_LD_W_ABS, _ARG0),                   # clone's flags (low 32 bits)
             _op(_JSET_K, _CLONE_THREAD, jt=1, jf=0),
