@@ -47,12 +47,12 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import nbformat
 
+from txlearn.course import book_links
 from txlearn.course.build import ROOT, Layout, read_source, set_info
 from txlearn.course.figures import alt_text, figure_count, figures_without_alt
 
@@ -524,50 +524,10 @@ class _Writer:
         return Page(Path("index.html"), "contents", nb)
 
 
-class _References(HTMLParser):
-    """Collects (tag, attribute, value) of every reference a page loads or links to."""
-
-    ATTRS = {"a": "href", "link": "href", "img": "src", "script": "src", "iframe": "src",
-             "source": "src", "video": "src", "audio": "src", "embed": "src", "object": "data"}
-
-    def __init__(self):
-        super().__init__()
-        self.refs: list[tuple[str, str]] = []
-
-    def handle_starttag(self, tag, attrs):
-        wanted = self.ATTRS.get(tag)
-        for name, value in attrs:
-            if name == wanted and value is not None:
-                self.refs.append((tag, value))
-
-
 def check_links(folder: Path) -> None:
-    """Check that every page under `folder` loads nothing from outside it.
-
-    Allowed: ``data:`` URLs, ``#fragments``, relative paths to existing files inside `folder`,
-    and, for ``<a href>`` only (a reader's click, not a load), ``http(s):``/``mailto:`` links.
-    Raises BookError listing the offending references (page, tag, value).
-    """
-    folder = Path(folder).resolve()
-    bad = []
-    for page in sorted(folder.rglob("*.html")):
-        if (folder / "mathjax") in page.parents:
-            continue
-        parser = _References()
-        parser.feed(page.read_text(encoding="utf-8"))
-        for tag, value in parser.refs:
-            parts = urlsplit(value)
-            if value.startswith(("#", "data:")):
-                continue
-            if parts.scheme or parts.netloc or value.startswith("/"):
-                if tag == "a" and parts.scheme in ("http", "https", "mailto"):
-                    continue
-                bad.append(f"{page.relative_to(folder)}: <{tag}> {value} (not inside the book)")
-                continue
-            target = (page.parent / unquote(parts.path)).resolve()
-            if folder not in target.parents or not target.is_file():
-                bad.append(f"{page.relative_to(folder)}: <{tag}> {value} (no such file in the "
-                           "book)")
-    if bad:
-        raise BookError(f"{len(bad)} reference(s) would break offline or from a zip:\n  "
-                        + "\n  ".join(bad[:20]))
+    """Check that every page under `folder` loads nothing from outside it (the rule of
+    :func:`txlearn.course.book_links.check_links`); raises BookError listing the references."""
+    try:
+        book_links.check_links(folder)
+    except book_links.LinkError as err:
+        raise BookError(str(err)) from None

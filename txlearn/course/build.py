@@ -158,10 +158,12 @@ def _tags(cell) -> list[str]:
 
 
 def is_check(cell) -> bool:
+    """Whether `cell` is a check cell: a code cell tagged ``check``."""
     return cell.cell_type == "code" and "check" in _tags(cell)
 
 
 def is_answer(cell) -> bool:
+    """Whether `cell` is an answer cell: a code cell tagged ``answer``."""
     return cell.cell_type == "code" and "answer" in _tags(cell)
 
 
