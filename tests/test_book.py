@@ -2,7 +2,8 @@
 
 Two builds: lessons 00-02 executed with their exercise statements (the cheap lessons: the full
 book is `make book`'s), zipped and unzipped elsewhere before it is read; and the other lessons
-and their exercise sets unexecuted, so that the math of every markdown source is checked. Each
+and their exercise sets unexecuted, with the guides (docs/*.md, CONTRIBUTING.md) and the API
+reference, so that the math of every markdown source is checked. Each
 page is opened in Debian's Chromium, driven by Playwright over its pipe, with host names
 unresolvable and every request not to a file: or data: URL recorded and aborted. On each page:
 
@@ -111,7 +112,7 @@ def chromium_path() -> str:
 def executed_book(tmp_path_factory):
     """Lessons 00-02 executed, zipped, and unzipped into another folder."""
     tmp = tmp_path_factory.mktemp("book")
-    pages = book.write_book(tmp / "book", lessons=EXECUTED)
+    pages = book.write_book(tmp / "book", lessons=EXECUTED, guides=False, reference=False)
     archive = shutil.make_archive(str(tmp / "book"), "zip", root_dir=tmp / "book")
     with zipfile.ZipFile(archive) as z:
         z.extractall(tmp / "elsewhere")
@@ -121,7 +122,7 @@ def executed_book(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def text_book(tmp_path_factory):
-    """The lessons after 02 and their exercise sets, not executed."""
+    """The lessons after 02 and their exercise sets, not executed; the guides; the reference."""
     folder = tmp_path_factory.mktemp("text") / "book"
     rest = [e.number for e in book.lesson_table() if e.number not in EXECUTED]
     return folder, book.write_book(folder, lessons=rest, execute_lessons=False)
@@ -177,6 +178,8 @@ def reports(executed_book, text_book, browser):
     out = {}
     for name, (folder, pages) in {"executed": executed_book, "text": text_book}.items():
         for page in pages:
+            if page.kind == "reference":
+                continue                     # pdoc's pages load no MathJax: their own test
             shot = (ARTIFACTS / "book-01_softmax.png"
                     if name == "executed" and page.path == Path("01_softmax.html") else None)
             out[name, page.path] = page, open_page(browser, folder / page.path, shot)
@@ -195,6 +198,12 @@ def test_the_books_hold_the_pages_asked_for(executed_book, text_book):
     assert sorted(p.path.stem for p in all_pages if p.kind == "exercises") == exercises
     assert all(p.seconds is not None for p in pages if p.kind == "lesson")
     assert all(p.seconds is None for p in text_book[1])
+    guides = [p.path.as_posix() for p in text_book[1] if p.kind == "guide"]
+    docs = sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(guides) == sorted([f"guides/{d}.html" for d in docs] + ["guides/contributing.html"])
+    assert guides.index("guides/learners.html") < guides.index("guides/instructors.html")
+    references = [p.path for p in text_book[1] if p.kind == "reference"]
+    assert Path("reference/txlearn/attention.html") in references and len(references) > 60
 
 
 def test_every_math_span_of_every_page_is_typeset(reports):
@@ -215,6 +224,9 @@ def test_every_math_span_of_every_page_is_typeset(reports):
 
     sources = sorted(Layout().notebooks.glob("*.ipynb")) + sorted(Layout().student.glob("*.ipynb"))
     in_sources = sum(math_spans(nbformat.read(p, as_version=4)) for p in sources)
+    guides = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "CONTRIBUTING.md"]
+    in_sources += sum(math_spans(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell(g.read_text(encoding="utf-8"))])) for g in guides)
     assert checked == in_sources > 300, "every lesson's and exercise set's math, once"
 
 
@@ -473,3 +485,65 @@ def test_a_lesson_whose_claim_fails_stops_the_book(tmp_path):
     with pytest.raises(book.BookError, match="(?s)lesson 00_claim: a cell failed.*measured 2"):
         book.write_book(tmp_path / "out", layout=Layout(root=tmp_path), timeout=60)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def _local_links(report, folder: Path) -> set[str]:
+    return {Path(unquote(urlsplit(h).path)).resolve().relative_to(folder.resolve()).as_posix()
+            for h in report["links"] if h.startswith("file:")}
+
+
+def test_a_guide_page_renders_its_tables_and_links_the_book(text_book, reports):
+    folder, _ = text_book
+    page, report = reports["text", Path("guides/security.html")]
+    assert page.kind == "guide"
+    text = report["text"]
+    assert "Guaranteed, and the test that attacks it" in text and "Not guaranteed, and why" in text
+    assert "test_forkserver.py::test_the_filter_refuses_io_uring" in text
+    links = _local_links(report, folder)
+    assert {"index.html", "reference/txlearn.html", "guides/instructors.html"} <= links, links
+    for href in links:                           # and every one of them is a file of the book
+        assert (folder / href).is_file(), href
+    # a heading's anchor on the code host (#conda-instead-of-the-makefile) is the heading's id in
+    # the book
+    contributing = reports["text", Path("guides/contributing.html")][1]
+    anchored = [h for h in contributing["links"] if "/guides/learners.html#" in h]
+    assert anchored, contributing["links"]
+    fragment = urlsplit(anchored[0]).fragment
+    assert fragment == "Conda-instead-of-the-Makefile"
+    assert f'id="{fragment}"' in (folder / "guides" / "learners.html").read_text(encoding="utf-8")
+    # a link to a repository file that is not in the book keeps its text and names the file
+    performance = reports["text", Path("guides/performance.html")][1]["text"]
+    assert "benchmarks/README.md" in performance
+
+
+def test_the_contents_page_links_every_guide_and_the_reference(text_book, reports):
+    folder, pages = text_book
+    links = _local_links(reports["text", Path("index.html")][1], folder)
+    guides = {p.path.as_posix() for p in pages if p.kind == "guide"}
+    assert guides <= links and "reference/txlearn.html" in links, guides - links
+
+
+def test_a_reference_page_opens_offline_and_links_back_to_the_contents(text_book, browser):
+    folder, _ = text_book
+    page = browser.new_page()
+    requested = []
+    page.on("request", lambda request: requested.append(request.url))
+    try:
+        page.goto((folder / "reference" / "txlearn" / "attention.html").as_uri())
+        page.wait_for_load_state("load")
+        text = page.evaluate("() => document.body.innerText")
+        links = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
+        page.fill("input[type=search]", "causal_mask")     # pdoc's search, from search.js
+        page.wait_for_selector(".search-result", timeout=30_000)
+        found = page.evaluate("() => [...document.querySelectorAll('.search-result')]"
+                              ".map(e => e.innerText).join(' ')")
+    finally:
+        page.close()
+    assert "scaled_dot_product_attention" in text and "return_weights" in text
+    assert "causal_mask" in found
+    contents = (folder / "index.html").resolve().as_uri()
+    assert contents in [Path(unquote(urlsplit(h).path)).resolve().as_uri() for h in links
+                        if h.startswith("file:")]
+    assert any(u.endswith("/reference/search.js") for u in requested)
+    off = [u for u in requested if not u.startswith(("file:", "data:")) and u != "about:blank"]
+    assert off == [], off

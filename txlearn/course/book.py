@@ -10,6 +10,10 @@
                                  no solutions), shown without executing it; a set with no
                                  lesson of its own name (set 11) follows the last lesson its
                                  header's ``lessons:`` names
+    DEST/guides/NAME.html        each guide of docs/ and CONTRIBUTING.md (txlearn.course.book_guides),
+                                 rendered like the lessons: same navigation, math and link check
+    DEST/reference/txlearn/...   the API reference, one page per public module, from __all__ and
+                                 the docstrings (pdoc: txlearn.course.reference)
     DEST/mathjax/                MathJax 2.7, copied from the PyPI package jupyter-server-mathjax
 
 Every reference a page loads is a relative path inside DEST (checked when the book is written),
@@ -52,14 +56,17 @@ from urllib.parse import urlsplit
 
 import nbformat
 
-from txlearn.course import book_links
+from txlearn.course import book_links, reference
+from txlearn.course.book_guides import Guide, book_markdown, find_guides
 from txlearn.course.build import ROOT, Layout, read_source, set_info
 from txlearn.course.figures import alt_text, figure_count, figures_without_alt
 
 __all__ = ["BookError", "LessonEntry", "Page", "alt_text", "write_book", "check_links", "execute",
-           "figures_without_alt", "lesson_table", "mathjax_source"]
+           "figures_without_alt", "lesson_table", "mathjax_source", "REFERENCE_HOME"]
 
 MARKER = ".txlearn-book"  # marks a folder as a book this module wrote (safe to replace)
+REFERENCE_HOME = "reference/txlearn.html"
+"""The API reference's first page, relative to the book (the package's own page)."""
 MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 
 # nbconvert's lab template, minus its CDN scripts, plus the book's navigation and a local MathJax
@@ -132,13 +139,14 @@ class LessonEntry:
 
 @dataclass
 class Page:
-    """A page the book wrote: ``path`` relative to DEST; ``kind`` "contents", "lesson" or
-    "exercises"; ``notebook`` as rendered (executed for lessons when asked); ``seconds`` of
-    execution (None when not executed); ``figures``: image outputs embedded in the page."""
+    """A page the book wrote: ``path`` relative to DEST; ``kind`` "contents", "lesson",
+    "exercises", "guide" or "reference"; ``notebook`` as rendered (executed for lessons when
+    asked; None for a reference page, which pdoc writes); ``seconds`` of execution (None when
+    not executed); ``figures``: image outputs embedded in the page."""
 
     path: Path
     kind: str
-    notebook: nbformat.NotebookNode
+    notebook: nbformat.NotebookNode | None
     seconds: float | None = None
     figures: int = 0
 
@@ -322,7 +330,8 @@ def _write(exporter, nb, path: Path, title: str, top: str, bottom: str) -> None:
 
 
 def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execute_: bool,
-              sets_after: dict[str, list[str]] | None = None) -> str:
+              sets_after: dict[str, list[str]] | None = None, guides=(),
+              reference_pages: int = 0) -> str:
     rows = ["| NN | lesson | what it measures | exercises | run (s) |",
             "|---|---|---|---|---|"]
     for e in entries:
@@ -359,10 +368,20 @@ def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execut
         "",
         how,
         "",
+        *_guides_section(guides, reference_pages),
         f"Built {stamp} with {versions}. This folder needs no network: every page, figure and "
         "the math typesetter (MathJax, in `mathjax/`) are inside it, linked by relative paths, "
         "so it can be zipped and opened anywhere.",
     ])
+
+
+def _guides_section(guides, reference_pages: int) -> list[str]:
+    """The contents page's list of the guides and the API reference (none: no lines)."""
+    lines = [f"- [{g.title}]({g.page})" for g in guides]
+    if reference_pages:
+        lines.append(f"- [API reference]({REFERENCE_HOME}): {reference_pages} public modules, "
+                     "generated from their `__all__` and docstrings")
+    return ["## Guides and reference", "", *lines, ""] if lines else []
 
 
 def _version(name: str) -> str:
@@ -385,7 +404,7 @@ def _prepare(dest: Path) -> Path:
 
 def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: int = 1200,
                layout: Layout = Layout(), readme: Path | None = None,
-               progress=None) -> list[Page]:
+               progress=None, guides: bool = True, reference: bool = True) -> list[Page]:
     """Write the book into `dest` (created; a previous book there is replaced).
 
     Args:
@@ -399,9 +418,12 @@ def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: 
         layout: where lessons/notebooks/exercises live (the repository by default).
         readme: the file holding the lesson table (``layout.root / "README.md"``).
         progress: called with each Page as soon as it is written.
+        guides: write the guides (docs/*.md, CONTRIBUTING.md) as pages of the book.
+        reference: write the API reference (pdoc), one page per public module.
 
     Returns:
-        the pages written: contents first, then each lesson followed by its exercises page.
+        the pages written: contents first, then each lesson followed by its exercises page,
+        then the guides, then the reference's module pages.
 
     Raises:
         BookError: a cell of a lesson failed (the error is quoted), README's table and
@@ -417,6 +439,8 @@ def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: 
         writer = _Writer(partial, layout, chosen, execute_lessons, timeout, progress,
                          _sets_after_lessons(layout, entries))
         pages = writer.lessons()
+        references = writer.reference() if reference else []   # the guides link its home
+        pages += (writer.guides(find_guides(layout.root)) if guides else []) + references
         pages.insert(0, writer.contents(entries, pages))
         check_links(partial)
     except BaseException:
@@ -445,6 +469,8 @@ class _Writer:
         for sets in self.sets_after.values():
             self.exercise_pages.update({s: f"exercises/{s}.html" for s in sets})
         self.top_level, self.nested = _exporter(0), _exporter(1)
+        self.written_guides: list[Guide] = []
+        self.reference_written = False
         shutil.copytree(mathjax_source(), folder / "mathjax")
 
     def _done(self, page: Page) -> Page:
@@ -515,9 +541,41 @@ class _Writer:
                nav + note, nav)
         return Page(path, "exercises", nb)
 
+    def guides(self, guides: list[Guide]) -> list[Page]:
+        """Each guide as a page of guides/, with previous / contents / next links."""
+        pages = []
+        for i, guide in enumerate(guides):
+            before = guides[i - 1] if i > 0 else None
+            after = guides[i + 1] if i + 1 < len(guides) else None
+            nav = _nav([
+                ("prev", Path(before.page).name if before else "",
+                 f"\u2039 {before.title}" if before else ""),
+                ("contents", "../index.html", "contents"),
+                ("", f"../{REFERENCE_HOME}" if self.reference_written else "", "API reference"),
+                ("next", Path(after.page).name if after else "",
+                 f"{after.title} \u203a" if after else ""),
+            ])
+            text = book_markdown(guide, guides, self.layout.root, self.lesson_pages)
+            nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+            _write(self.nested, nb, self.folder / guide.page, f"{guide.title} \u00b7 txlearn",
+                   nav, nav)
+            pages.append(self._done(Page(Path(guide.page), "guide", nb)))
+        self.written_guides = list(guides)
+        return pages
+
+    def reference(self) -> list[Page]:
+        """The API reference (pdoc) in reference/: one page per public module."""
+        try:
+            written = reference.write_reference(self.folder / "reference")
+        except reference.ReferenceBuildError as err:
+            raise BookError(str(err)) from None
+        self.reference_written = bool(written)
+        return [self._done(Page(Path("reference") / p, "reference", None)) for p in written]
+
     def contents(self, entries: list[LessonEntry], pages: list[Page]) -> Page:
         built = {p.path.stem: p for p in pages if p.kind == "lesson"}
-        text = _contents(entries, built, self.exercise_pages, self.execute, self.sets_after)
+        text = _contents(entries, built, self.exercise_pages, self.execute, self.sets_after,
+                         self.written_guides, sum(p.kind == "reference" for p in pages))
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
         _write(self.top_level, nb, self.folder / "index.html", "txlearn: the course as a book",
                "", "")
