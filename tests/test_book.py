@@ -7,7 +7,8 @@ reference, so that the math of every markdown source is checked. Each
 page is opened in Debian's Chromium, driven by Playwright over its pipe, with host names
 unresolvable and every request not to a file: or data: URL recorded and aborted. On each page:
 
-- every math span of the notebook's markdown cells is typeset without an error, counted against
+- every math span of the notebook's markdown cells is typeset by MathJax 3 without an error, with
+  its TeX fonts loaded from the book, counted against
   the source with markdown-it's dollarmath/amsmath parser (not nbconvert's: an independent count);
   code cells are not counted (plot labels hold `$`), and MathJax must typeset nothing outside the
   markdown;
@@ -64,27 +65,24 @@ def math_spans(nb) -> int:
     return sum(counts.values())
 
 
-# Run in the page once MathJax has finished: what was typeset, what failed, what it left raw.
+# Run in the page once MathJax 3 has typeset it: what was typeset, what failed, what it left raw.
 REPORT_JS = r"""() => {
-  const jax = MathJax.Hub.getAllJax();
-  const errors = [];
-  const walk = (node, tex) => {
-    if (!node) return;
-    if (node.type === "merror") errors.push(tex);
-    (node.data || []).forEach(child => walk(child, tex));
-  };
-  jax.forEach(j => walk(j.root, j.originalText));
-  const unrendered = jax.filter(j => {
-    const frame = document.getElementById(j.inputID + "-Frame");
-    return !frame || frame.getBoundingClientRect().width === 0;
-  }).map(j => j.originalText);
-  const outside = jax.filter(j => !j.SourceElement().closest(".jp-MarkdownOutput"))
-                     .map(j => j.originalText);
+  const items = Array.from(MathJax.startup.document.math);
+  const errors = items.filter(item => {
+    let bad = false;
+    item.root.walkTree(node => { if (node.isKind("merror")) bad = true; });
+    return bad;
+  }).map(item => item.math);
+  const unrendered = items.filter(item => !item.typesetRoot ||
+                                  item.typesetRoot.getBoundingClientRect().width === 0)
+                          .map(item => item.math);
+  const outside = items.filter(item => item.typesetRoot &&
+                                       !item.typesetRoot.closest(".jp-MarkdownOutput"))
+                       .map(item => item.math);
   const raw = [];
   document.querySelectorAll(".jp-MarkdownOutput").forEach(md => {
     const prose = md.cloneNode(true);
-    prose.querySelectorAll("code, pre, script, .MathJax, .MathJax_Display, .MathJax_Preview, " +
-                           ".MJX_Assistive_MathML").forEach(e => e.remove());
+    prose.querySelectorAll("code, pre, script, mjx-container").forEach(e => e.remove());
     const text = prose.textContent;
     const at = text.search(/\$|\\\(|\\\[|\\begin\{/);
     if (at >= 0) raw.push(text.slice(Math.max(0, at - 40), at + 40));
@@ -92,8 +90,11 @@ REPORT_JS = r"""() => {
   const images = [...document.querySelectorAll(".jp-OutputArea-output img")].map(img => ({
     data: img.src.startsWith("data:image/"), width: img.naturalWidth,
     alt: img.hasAttribute("alt") ? img.getAttribute("alt") : null}));
-  return {typeset: jax.length, errors, unrendered, outside, raw, images,
-          font: MathJax.OutputJax["HTML-CSS"] ? MathJax.OutputJax["HTML-CSS"].fontInUse : null,
+  const fonts = [...document.fonts].filter(f => f.family.startsWith("MJXZERO") ||
+                                                f.family.startsWith("MJXTEX"))
+                                   .map(f => [f.family, f.status]);
+  return {typeset: items.length, errors, unrendered, outside, raw, images, fonts,
+          version: MathJax.version,
           links: [...document.querySelectorAll("a[href]")].map(a => a.href),
           text: document.body.innerText};
 }"""
@@ -154,15 +155,15 @@ def open_page(context, path: Path, screenshot: Path | None = None) -> dict:
     page.on("request", lambda request: requested.append(request.url))
     try:
         page.goto(path.as_uri())
-        page.wait_for_function("() => window.MathJax && MathJax.Hub && MathJax.Hub.Register",
-                               timeout=60_000)
-        # after start-up ("End", typesetting included), one more turn of MathJax's queue; the
-        # hook must return nothing (a returned callback would make start-up wait for it)
-        page.evaluate("() => new Promise(done => MathJax.Hub.Register.StartupHook('End', "
-                      "() => { MathJax.Hub.Queue(done); }))")
+        page.wait_for_function("() => window.MathJax && MathJax.startup && "
+                               "MathJax.startup.promise", timeout=60_000)
+        # MathJax 3's start-up promise resolves once the first typesetting is done; then the
+        # web fonts its output asked for
+        page.evaluate("() => MathJax.startup.promise.then(() => document.fonts.ready)"
+                      ".then(() => true)")
         report = page.evaluate(REPORT_JS)
         if screenshot is not None:
-            page.evaluate("() => { const d = document.querySelector('.MathJax_Display'); "
+            page.evaluate("() => { const d = document.querySelector('mjx-container[display]'); "
                           "if (d) d.scrollIntoView(); window.scrollBy(0, -120); }")
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(screenshot))
@@ -217,8 +218,11 @@ def test_every_math_span_of_every_page_is_typeset(reports):
         assert report["unrendered"] == [], f"{where}: not drawn: {report['unrendered'][:5]}"
         assert report["outside"] == [], f"{where}: math typeset outside markdown cells"
         assert report["raw"] == [], f"{where}: raw TeX left in the prose: {report['raw'][:3]}"
+        assert report["version"].startswith("3."), f"{where}: MathJax {report['version']}"
         if expected:
-            assert report["font"] == "STIX-Web", f"{where}: MathJax's web font did not load"
+            statuses = {status for _, status in report["fonts"]}
+            assert "loaded" in statuses and "error" not in statuses, (
+                f"{where}: MathJax's TeX fonts did not load from the book: {report['fonts']}")
         checked += expected
     import nbformat
 
@@ -237,7 +241,8 @@ def test_the_math_check_sees_tex_errors_and_untypeset_math(browser, tmp_path):
 
     (tmp_path / "mathjax").symlink_to(book.mathjax_source(), target_is_directory=True)
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("Fine: $\\sqrt{d_k}$. Broken: $\\frac{1}{2$ and "
+        # MathJax 3 scans for a closing $ at brace depth 0, so the broken span keeps its braces
+        nbformat.v4.new_markdown_cell("Fine: $\\sqrt{d_k}$. Broken: $x^2^3$ and "
                                       "$\\nosuchmacro{x}$."),
         nbformat.v4.new_markdown_cell("Skipped: $y$.")])
     book._write(book._exporter(0), nb, tmp_path / "probe.html", "probe", "", "")
@@ -464,7 +469,7 @@ def test_cli_book_writes_a_text_only_book_and_reports_bad_lessons(tmp_path, caps
     assert "01_softmax" not in " ".join(re.findall(r'href="[^"]*"', (
         tmp_path / "b" / "00_map.html").read_text()))
     assert (tmp_path / "b" / "index.html").is_file()
-    assert (tmp_path / "b" / "mathjax" / "MathJax.js").is_file()
+    assert (tmp_path / "b" / "mathjax" / "tex-chtml.js").is_file()
     assert main(["book", str(tmp_path / "c"), "--lessons", "42", "--no-execute"]) == 1
     assert "no lesson 42 in README's lesson table" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()

