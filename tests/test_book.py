@@ -412,7 +412,8 @@ def test_a_screenshot_of_lesson_01_is_kept(reports):
 
 def test_check_links_refuses_remote_loads_and_missing_files(tmp_path):
     (tmp_path / "ok.html").write_text('<a href="https://arxiv.org/abs/1706.03762">paper</a>'
-                                      '<a href="#top">top</a><img src="data:image/png;base64,">')
+                                      '<a href="#top">top</a><img src="data:image/png;base64,">'
+                                      '<a href="">this page</a>')      # pdoc's self-links
     book.check_links(tmp_path)
     (tmp_path / "bad.html").write_text('<script src="https://cdn.example/mathjax.js"></script>'
                                        '<a href="missing.html">next</a>'
