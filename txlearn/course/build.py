@@ -14,7 +14,7 @@ Cells marked ``tags=["answer"] exercise="NAME"`` hold the learner's code; cells 
 Cells marked ``tags=["demo"]`` run only in the learner's notebook (what the learner's own code
 does once its checks pass: a loss curve, a sample, a chat answer, a speed); the grader never runs
 them.
-The format is documented in CONTRIBUTING.md. Cell ids are derived from the cell's position and
+The format is documented in docs/formats.md. Cell ids are derived from the cell's position and
 exercise, so regenerating gives byte-identical files.
 """
 
