@@ -2,11 +2,13 @@
 
 Two builds: lessons 00-02 executed with their exercise statements (the cheap lessons: the full
 book is `make book`'s), zipped and unzipped elsewhere before it is read; and the other lessons
-and their exercise sets unexecuted, so that the math of every markdown source is checked. Each
+and their exercise sets unexecuted, with the guides (docs/*.md, CONTRIBUTING.md) and the API
+reference, so that the math of every markdown source is checked. Each
 page is opened in Debian's Chromium, driven by Playwright over its pipe, with host names
 unresolvable and every request not to a file: or data: URL recorded and aborted. On each page:
 
-- every math span of the notebook's markdown cells is typeset without an error, counted against
+- every math span of the notebook's markdown cells is typeset by MathJax 3 without an error, with
+  its TeX fonts loaded from the book, counted against
   the source with markdown-it's dollarmath/amsmath parser (not nbconvert's: an independent count);
   code cells are not counted (plot labels hold `$`), and MathJax must typeset nothing outside the
   markdown;
@@ -63,27 +65,24 @@ def math_spans(nb) -> int:
     return sum(counts.values())
 
 
-# Run in the page once MathJax has finished: what was typeset, what failed, what it left raw.
+# Run in the page once MathJax 3 has typeset it: what was typeset, what failed, what it left raw.
 REPORT_JS = r"""() => {
-  const jax = MathJax.Hub.getAllJax();
-  const errors = [];
-  const walk = (node, tex) => {
-    if (!node) return;
-    if (node.type === "merror") errors.push(tex);
-    (node.data || []).forEach(child => walk(child, tex));
-  };
-  jax.forEach(j => walk(j.root, j.originalText));
-  const unrendered = jax.filter(j => {
-    const frame = document.getElementById(j.inputID + "-Frame");
-    return !frame || frame.getBoundingClientRect().width === 0;
-  }).map(j => j.originalText);
-  const outside = jax.filter(j => !j.SourceElement().closest(".jp-MarkdownOutput"))
-                     .map(j => j.originalText);
+  const items = Array.from(MathJax.startup.document.math);
+  const errors = items.filter(item => {
+    let bad = false;
+    item.root.walkTree(node => { if (node.isKind("merror")) bad = true; });
+    return bad;
+  }).map(item => item.math);
+  const unrendered = items.filter(item => !item.typesetRoot ||
+                                  item.typesetRoot.getBoundingClientRect().width === 0)
+                          .map(item => item.math);
+  const outside = items.filter(item => item.typesetRoot &&
+                                       !item.typesetRoot.closest(".jp-MarkdownOutput"))
+                       .map(item => item.math);
   const raw = [];
   document.querySelectorAll(".jp-MarkdownOutput").forEach(md => {
     const prose = md.cloneNode(true);
-    prose.querySelectorAll("code, pre, script, .MathJax, .MathJax_Display, .MathJax_Preview, " +
-                           ".MJX_Assistive_MathML").forEach(e => e.remove());
+    prose.querySelectorAll("code, pre, script, mjx-container").forEach(e => e.remove());
     const text = prose.textContent;
     const at = text.search(/\$|\\\(|\\\[|\\begin\{/);
     if (at >= 0) raw.push(text.slice(Math.max(0, at - 40), at + 40));
@@ -91,8 +90,11 @@ REPORT_JS = r"""() => {
   const images = [...document.querySelectorAll(".jp-OutputArea-output img")].map(img => ({
     data: img.src.startsWith("data:image/"), width: img.naturalWidth,
     alt: img.hasAttribute("alt") ? img.getAttribute("alt") : null}));
-  return {typeset: jax.length, errors, unrendered, outside, raw, images,
-          font: MathJax.OutputJax["HTML-CSS"] ? MathJax.OutputJax["HTML-CSS"].fontInUse : null,
+  const fonts = [...document.fonts].filter(f => f.family.startsWith("MJXZERO") ||
+                                                f.family.startsWith("MJXTEX"))
+                                   .map(f => [f.family, f.status]);
+  return {typeset: items.length, errors, unrendered, outside, raw, images, fonts,
+          version: MathJax.version,
           links: [...document.querySelectorAll("a[href]")].map(a => a.href),
           text: document.body.innerText};
 }"""
@@ -111,7 +113,7 @@ def chromium_path() -> str:
 def executed_book(tmp_path_factory):
     """Lessons 00-02 executed, zipped, and unzipped into another folder."""
     tmp = tmp_path_factory.mktemp("book")
-    pages = book.write_book(tmp / "book", lessons=EXECUTED)
+    pages = book.write_book(tmp / "book", lessons=EXECUTED, guides=False, reference=False)
     archive = shutil.make_archive(str(tmp / "book"), "zip", root_dir=tmp / "book")
     with zipfile.ZipFile(archive) as z:
         z.extractall(tmp / "elsewhere")
@@ -121,7 +123,7 @@ def executed_book(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def text_book(tmp_path_factory):
-    """The lessons after 02 and their exercise sets, not executed."""
+    """The lessons after 02 and their exercise sets, not executed; the guides; the reference."""
     folder = tmp_path_factory.mktemp("text") / "book"
     rest = [e.number for e in book.lesson_table() if e.number not in EXECUTED]
     return folder, book.write_book(folder, lessons=rest, execute_lessons=False)
@@ -153,15 +155,15 @@ def open_page(context, path: Path, screenshot: Path | None = None) -> dict:
     page.on("request", lambda request: requested.append(request.url))
     try:
         page.goto(path.as_uri())
-        page.wait_for_function("() => window.MathJax && MathJax.Hub && MathJax.Hub.Register",
-                               timeout=60_000)
-        # after start-up ("End", typesetting included), one more turn of MathJax's queue; the
-        # hook must return nothing (a returned callback would make start-up wait for it)
-        page.evaluate("() => new Promise(done => MathJax.Hub.Register.StartupHook('End', "
-                      "() => { MathJax.Hub.Queue(done); }))")
+        page.wait_for_function("() => window.MathJax && MathJax.startup && "
+                               "MathJax.startup.promise", timeout=60_000)
+        # MathJax 3's start-up promise resolves once the first typesetting is done; then the
+        # web fonts its output asked for
+        page.evaluate("() => MathJax.startup.promise.then(() => document.fonts.ready)"
+                      ".then(() => true)")
         report = page.evaluate(REPORT_JS)
         if screenshot is not None:
-            page.evaluate("() => { const d = document.querySelector('.MathJax_Display'); "
+            page.evaluate("() => { const d = document.querySelector('mjx-container[display]'); "
                           "if (d) d.scrollIntoView(); window.scrollBy(0, -120); }")
             screenshot.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(screenshot))
@@ -177,6 +179,8 @@ def reports(executed_book, text_book, browser):
     out = {}
     for name, (folder, pages) in {"executed": executed_book, "text": text_book}.items():
         for page in pages:
+            if page.kind == "reference":
+                continue                     # pdoc's pages load no MathJax: their own test
             shot = (ARTIFACTS / "book-01_softmax.png"
                     if name == "executed" and page.path == Path("01_softmax.html") else None)
             out[name, page.path] = page, open_page(browser, folder / page.path, shot)
@@ -195,6 +199,12 @@ def test_the_books_hold_the_pages_asked_for(executed_book, text_book):
     assert sorted(p.path.stem for p in all_pages if p.kind == "exercises") == exercises
     assert all(p.seconds is not None for p in pages if p.kind == "lesson")
     assert all(p.seconds is None for p in text_book[1])
+    guides = [p.path.as_posix() for p in text_book[1] if p.kind == "guide"]
+    docs = sorted(p.stem for p in (ROOT / "docs").glob("*.md"))
+    assert sorted(guides) == sorted([f"guides/{d}.html" for d in docs] + ["guides/contributing.html"])
+    assert guides.index("guides/learners.html") < guides.index("guides/instructors.html")
+    references = [p.path for p in text_book[1] if p.kind == "reference"]
+    assert Path("reference/txlearn/attention.html") in references and len(references) > 60
 
 
 def test_every_math_span_of_every_page_is_typeset(reports):
@@ -208,13 +218,19 @@ def test_every_math_span_of_every_page_is_typeset(reports):
         assert report["unrendered"] == [], f"{where}: not drawn: {report['unrendered'][:5]}"
         assert report["outside"] == [], f"{where}: math typeset outside markdown cells"
         assert report["raw"] == [], f"{where}: raw TeX left in the prose: {report['raw'][:3]}"
+        assert report["version"].startswith("3."), f"{where}: MathJax {report['version']}"
         if expected:
-            assert report["font"] == "STIX-Web", f"{where}: MathJax's web font did not load"
+            statuses = {status for _, status in report["fonts"]}
+            assert "loaded" in statuses and "error" not in statuses, (
+                f"{where}: MathJax's TeX fonts did not load from the book: {report['fonts']}")
         checked += expected
     import nbformat
 
     sources = sorted(Layout().notebooks.glob("*.ipynb")) + sorted(Layout().student.glob("*.ipynb"))
     in_sources = sum(math_spans(nbformat.read(p, as_version=4)) for p in sources)
+    guides = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "CONTRIBUTING.md"]
+    in_sources += sum(math_spans(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell(g.read_text(encoding="utf-8"))])) for g in guides)
     assert checked == in_sources > 300, "every lesson's and exercise set's math, once"
 
 
@@ -225,7 +241,8 @@ def test_the_math_check_sees_tex_errors_and_untypeset_math(browser, tmp_path):
 
     (tmp_path / "mathjax").symlink_to(book.mathjax_source(), target_is_directory=True)
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("Fine: $\\sqrt{d_k}$. Broken: $\\frac{1}{2$ and "
+        # MathJax 3 scans for a closing $ at brace depth 0, so the broken span keeps its braces
+        nbformat.v4.new_markdown_cell("Fine: $\\sqrt{d_k}$. Broken: $x^2^3$ and "
                                       "$\\nosuchmacro{x}$."),
         nbformat.v4.new_markdown_cell("Skipped: $y$.")])
     book._write(book._exporter(0), nb, tmp_path / "probe.html", "probe", "", "")
@@ -396,7 +413,8 @@ def test_a_screenshot_of_lesson_01_is_kept(reports):
 
 def test_check_links_refuses_remote_loads_and_missing_files(tmp_path):
     (tmp_path / "ok.html").write_text('<a href="https://arxiv.org/abs/1706.03762">paper</a>'
-                                      '<a href="#top">top</a><img src="data:image/png;base64,">')
+                                      '<a href="#top">top</a><img src="data:image/png;base64,">'
+                                      '<a href="">this page</a>')      # pdoc's self-links
     book.check_links(tmp_path)
     (tmp_path / "bad.html").write_text('<script src="https://cdn.example/mathjax.js"></script>'
                                        '<a href="missing.html">next</a>'
@@ -453,7 +471,7 @@ def test_cli_book_writes_a_text_only_book_and_reports_bad_lessons(tmp_path, caps
     assert "01_softmax" not in " ".join(re.findall(r'href="[^"]*"', (
         tmp_path / "b" / "00_map.html").read_text()))
     assert (tmp_path / "b" / "index.html").is_file()
-    assert (tmp_path / "b" / "mathjax" / "MathJax.js").is_file()
+    assert (tmp_path / "b" / "mathjax" / "tex-chtml.js").is_file()
     assert main(["book", str(tmp_path / "c"), "--lessons", "42", "--no-execute"]) == 1
     assert "no lesson 42 in README's lesson table" in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
@@ -474,3 +492,65 @@ def test_a_lesson_whose_claim_fails_stops_the_book(tmp_path):
     with pytest.raises(book.BookError, match="(?s)lesson 00_claim: a cell failed.*measured 2"):
         book.write_book(tmp_path / "out", layout=Layout(root=tmp_path), timeout=60)
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def _local_links(report, folder: Path) -> set[str]:
+    return {Path(unquote(urlsplit(h).path)).resolve().relative_to(folder.resolve()).as_posix()
+            for h in report["links"] if h.startswith("file:")}
+
+
+def test_a_guide_page_renders_its_tables_and_links_the_book(text_book, reports):
+    folder, _ = text_book
+    page, report = reports["text", Path("guides/security.html")]
+    assert page.kind == "guide"
+    text = report["text"]
+    assert "Guaranteed, and the test that attacks it" in text and "Not guaranteed, and why" in text
+    assert "test_forkserver.py::test_the_filter_refuses_io_uring" in text
+    links = _local_links(report, folder)
+    assert {"index.html", "reference/txlearn.html", "guides/instructors.html"} <= links, links
+    for href in links:                           # and every one of them is a file of the book
+        assert (folder / href).is_file(), href
+    # a heading's anchor on the code host (#conda-instead-of-the-makefile) is the heading's id in
+    # the book
+    contributing = reports["text", Path("guides/contributing.html")][1]
+    anchored = [h for h in contributing["links"] if "/guides/learners.html#" in h]
+    assert anchored, contributing["links"]
+    fragment = urlsplit(anchored[0]).fragment
+    assert fragment == "Conda-instead-of-the-Makefile"
+    assert f'id="{fragment}"' in (folder / "guides" / "learners.html").read_text(encoding="utf-8")
+    # a link to a repository file that is not in the book keeps its text and names the file
+    performance = reports["text", Path("guides/performance.html")][1]["text"]
+    assert "benchmarks/README.md" in performance
+
+
+def test_the_contents_page_links_every_guide_and_the_reference(text_book, reports):
+    folder, pages = text_book
+    links = _local_links(reports["text", Path("index.html")][1], folder)
+    guides = {p.path.as_posix() for p in pages if p.kind == "guide"}
+    assert guides <= links and "reference/txlearn.html" in links, guides - links
+
+
+def test_a_reference_page_opens_offline_and_links_back_to_the_contents(text_book, browser):
+    folder, _ = text_book
+    page = browser.new_page()
+    requested = []
+    page.on("request", lambda request: requested.append(request.url))
+    try:
+        page.goto((folder / "reference" / "txlearn" / "attention.html").as_uri())
+        page.wait_for_load_state("load")
+        text = page.evaluate("() => document.body.innerText")
+        links = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
+        page.fill("input[type=search]", "causal_mask")     # pdoc's search, from search.js
+        page.wait_for_selector(".search-result", timeout=30_000)
+        found = page.evaluate("() => [...document.querySelectorAll('.search-result')]"
+                              ".map(e => e.innerText).join(' ')")
+    finally:
+        page.close()
+    assert "scaled_dot_product_attention" in text and "return_weights" in text
+    assert "causal_mask" in found
+    contents = (folder / "index.html").resolve().as_uri()
+    assert contents in [Path(unquote(urlsplit(h).path)).resolve().as_uri() for h in links
+                        if h.startswith("file:")]
+    assert any(u.endswith("/reference/search.js") for u in requested)
+    off = [u for u in requested if not u.startswith(("file:", "data:")) and u != "about:blank"]
+    assert off == [], off

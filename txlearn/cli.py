@@ -131,16 +131,18 @@ def _cmd_book(args) -> int:
         if page.seconds is not None:
             print(f"wrote {page.path} (executed in {page.seconds:.1f} s, "
                   f"{page.figures} figure(s))", flush=True)
-        elif page.kind != "contents":
+        elif page.kind not in ("contents", "reference"):
             print(f"wrote {page.path}", flush=True)
 
     try:
-        book.write_book(Path(args.dest), lessons=args.lessons,
-                        execute_lessons=not args.no_execute, timeout=args.cell_timeout,
-                        progress=report)
+        pages = book.write_book(Path(args.dest), lessons=args.lessons,
+                                execute_lessons=not args.no_execute, timeout=args.cell_timeout,
+                                progress=report)
     except book.BookError as err:
         print(f"txlearn: error: {err}", file=sys.stderr)
         return 1
+    modules = sum(page.kind == "reference" for page in pages)
+    print(f"wrote the API reference: {modules} module pages in {Path(args.dest) / 'reference'}")
     index = Path(args.dest) / "index.html"
     print(f"wrote {index}: open it in a browser (the folder works offline and from a zip)")
     return 0
@@ -260,7 +262,8 @@ def parser(with_training: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("book", help="execute every lesson into an offline HTML book in DEST",
                        description="Execute every lesson and write the course as HTML pages: a "
                        "contents page, each lesson with its figures and typeset math, each "
-                       "exercise set's statements (no solutions). Everything, MathJax included, "
+                       "exercise set's statements (no solutions), the guides of docs/ and the API "
+                       "reference generated from the docstrings. Everything, MathJax included, "
                        "is inside DEST and linked by relative paths: the folder works offline "
                        "and from a zip. A previous book in DEST is replaced.")
     p.add_argument("dest", metavar="DEST", nargs="?", default="build/book",

@@ -18,7 +18,7 @@ exists once, here:
 
 The runner imports this module inside the sandbox, so it needs only the standard library and
 NumPy (PyTorch is imported when a tensor is involved) and imports nothing else of txlearn.
-Source: issue 20 ("no rule of the grader exists twice"); CONTRIBUTING.md (Checks, Grading).
+Source: issue 20 ("no rule of the grader exists twice"); docs/architecture.md (the grading wing).
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ exercise -> check-module index, run_exercise, hidden_dir) and :mod:`~txlearn.che
 (check, hint); :mod:`~txlearn.checks.modules` holds the helpers the module track's checks share.
 This file is their face: every name below imports from ``txlearn.checks`` as it always has.
 
-Source of the design: ``CONTRIBUTING.md`` (Checks) and lesson 01's exercise notebook.
+Source of the design: ``CONTRIBUTING.md`` (the checklist for a check), ``docs/formats.md``
+and lesson 01's exercise notebook.
 """
 
 from txlearn.checks.compare import as_array, diagnose, expect_close, expect_shape, expect_true

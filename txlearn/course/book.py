@@ -10,17 +10,22 @@
                                  no solutions), shown without executing it; a set with no
                                  lesson of its own name (set 11) follows the last lesson its
                                  header's ``lessons:`` names
-    DEST/mathjax/                MathJax 2.7, copied from the PyPI package jupyter-server-mathjax
+    DEST/guides/NAME.html        each guide of docs/ and CONTRIBUTING.md (txlearn.course.book_guides),
+                                 rendered like the lessons: same navigation, math and link check
+    DEST/reference/txlearn/...   the API reference, one page per public module, from __all__ and
+                                 the docstrings (pdoc: txlearn.course.reference)
+    DEST/mathjax/                MathJax 3 (tex-chtml.js and what it loads), copied from the PyPI
+                                 package django-static-mathjax (txlearn.course.book_mathjax)
 
 Every reference a page loads is a relative path inside DEST (checked when the book is written),
 so the folder works when zipped, unzipped elsewhere and opened on a machine with no network.
 
 Math: nbconvert's markdown renderer leaves ``$...$``, ``$$...$$`` and ``\\begin{...}`` spans in
-the page for MathJax, the typesetter JupyterLab itself uses for the lessons' TeX; here MathJax is
-loaded from ``mathjax/`` instead of a CDN and draws with its own web fonts (STIX-Web), so pages
-look the same in every browser and need no math font on the reader's machine. MathJax's
-"noErrors"/"noUndefined" fallbacks are off: a TeX mistake shows as a red error box (and fails the
-browser test in ``tests/test_book.py``) instead of silently printing its source.
+the page for MathJax 3, the typesetter JupyterLab itself uses for the lessons' TeX; here MathJax
+is loaded from ``mathjax/`` instead of a CDN and draws with its own web fonts (its TeX fonts),
+so pages look the same in every browser and need no math font on the reader's machine. The TeX
+packages "noerrors" and "noundefined" are left out: a TeX mistake shows as a red error box (and
+fails the browser test in ``tests/test_book.py``) instead of silently printing its source.
 
 The lesson table has one source: the table under "## The lessons" in README.md. Its rows must
 match ``notebooks/*.ipynb`` one for one; a lesson missing from either side stops the build.
@@ -40,46 +45,46 @@ from __future__ import annotations
 import datetime
 import html
 import importlib.metadata
-import importlib.util
 import os
 import re
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import nbformat
 
+from txlearn.course import book_links, reference
+from txlearn.course.book_mathjax import (MATHJAX_COMPONENT, MathJaxMissing, copy_mathjax,
+                                         mathjax_source)
+from txlearn.course.book_guides import Guide, book_markdown, find_guides
 from txlearn.course.build import ROOT, Layout, read_source, set_info
 from txlearn.course.figures import alt_text, figure_count, figures_without_alt
 
 __all__ = ["BookError", "LessonEntry", "Page", "alt_text", "write_book", "check_links", "execute",
-           "figures_without_alt", "lesson_table", "mathjax_source"]
+           "figures_without_alt", "lesson_table", "mathjax_source", "REFERENCE_HOME"]
 
 MARKER = ".txlearn-book"  # marks a folder as a book this module wrote (safe to replace)
-MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"
+REFERENCE_HOME = "reference/txlearn.html"
+"""The API reference's first page, relative to the book (the package's own page)."""
 
-# nbconvert's lab template, minus its CDN scripts, plus the book's navigation and a local MathJax
-# with the configuration of nbconvert's own (tex2jax delimiters, AMS numbering).
+# nbconvert's lab template, minus its CDN scripts, plus the book's navigation and a local MathJax 3
+# with the delimiters and AMS numbering of nbconvert's own configuration.
 TEMPLATE = r"""{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {%- block html_head_js_mathjax -%}
-<script type="text/x-mathjax-config">
-MathJax.Hub.Config({
-  TeX: {equationNumbers: {autoNumber: "AMS", useLabelIds: true},
-        noErrors: {disabled: true}, noUndefined: {disabled: true}},
-  tex2jax: {inlineMath: [["$", "$"], ["\\(", "\\)"]], displayMath: [["$$", "$$"], ["\\[", "\\]"]],
-            processEscapes: true, processEnvironments: true},
-  displayAlign: "center", messageStyle: "none",
-  "HTML-CSS": {availableFonts: [], preferredFont: null, webFont: "STIX-Web", imageFont: null,
-               linebreaks: {automatic: true}}
-});
+<script>
+window.MathJax = {
+  tex: {inlineMath: [["$", "$"], ["\\(", "\\)"]], displayMath: [["$$", "$$"], ["\\[", "\\]"]],
+        processEscapes: true, processEnvironments: true, tags: "ams",
+        packages: {"[-]": ["noerrors", "noundefined"]}},
+  options: {ignoreHtmlClass: "tex2jax_ignore", processHtmlClass: "tex2jax_process"}
+};
 </script>
-<script src="{{ resources.mathjax_url }}"></script>
+<script src="{{ resources.mathjax_url }}" id="MathJax-script"></script>
 <style type="text/css">
   .txlearn-nav { display: flex; flex-wrap: wrap; gap: 0.5em 2em; justify-content: space-between;
                  max-width: 1100px; margin: 0 auto; padding: 0.7em 1em;
@@ -132,13 +137,14 @@ class LessonEntry:
 
 @dataclass
 class Page:
-    """A page the book wrote: ``path`` relative to DEST; ``kind`` "contents", "lesson" or
-    "exercises"; ``notebook`` as rendered (executed for lessons when asked); ``seconds`` of
-    execution (None when not executed); ``figures``: image outputs embedded in the page."""
+    """A page the book wrote: ``path`` relative to DEST; ``kind`` "contents", "lesson",
+    "exercises", "guide" or "reference"; ``notebook`` as rendered (executed for lessons when
+    asked; None for a reference page, which pdoc writes); ``seconds`` of execution (None when
+    not executed); ``figures``: image outputs embedded in the page."""
 
     path: Path
     kind: str
-    notebook: nbformat.NotebookNode
+    notebook: nbformat.NotebookNode | None
     seconds: float | None = None
     figures: int = 0
 
@@ -225,18 +231,6 @@ def _sets_after_lessons(layout: Layout, entries: list[LessonEntry]) -> dict[str,
     return after
 
 
-def mathjax_source() -> Path:
-    """The MathJax 2.7 folder shipped inside the jupyter-server-mathjax package."""
-    spec = importlib.util.find_spec("jupyter_server_mathjax")
-    if spec is None or not spec.submodule_search_locations:
-        raise BookError("the package jupyter-server-mathjax is missing (it ships the book's "
-                        "MathJax): pip install -e . in the course's venv")
-    static = Path(spec.submodule_search_locations[0]) / "static"
-    if not (static / "MathJax.js").is_file():
-        raise BookError(f"{static}: no MathJax.js in jupyter-server-mathjax")
-    return static
-
-
 def _kernel_env() -> dict[str, str]:
     env = dict(os.environ)
     env.pop("MPLBACKEND", None)      # let ipykernel choose its inline backend: figures as PNG
@@ -274,7 +268,7 @@ def _exporter(depth: int):
     exporter = HTMLExporter(template_name="lab", template_file="txlearn_book.html.j2",
                             extra_loaders=[DictLoader({"txlearn_book.html.j2": TEMPLATE})],
                             embed_images=True)
-    exporter.mathjax_url = "../" * depth + f"mathjax/MathJax.js?config={MATHJAX_CONFIG}"
+    exporter.mathjax_url = "../" * depth + f"mathjax/{MATHJAX_COMPONENT}"
     return exporter
 
 
@@ -322,7 +316,8 @@ def _write(exporter, nb, path: Path, title: str, top: str, bottom: str) -> None:
 
 
 def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execute_: bool,
-              sets_after: dict[str, list[str]] | None = None) -> str:
+              sets_after: dict[str, list[str]] | None = None, guides=(),
+              reference_pages: int = 0) -> str:
     rows = ["| NN | lesson | what it measures | exercises | run (s) |",
             "|---|---|---|---|---|"]
     for e in entries:
@@ -359,10 +354,20 @@ def _contents(entries, built: dict[str, Page], exercises: dict[str, str], execut
         "",
         how,
         "",
+        *_guides_section(guides, reference_pages),
         f"Built {stamp} with {versions}. This folder needs no network: every page, figure and "
         "the math typesetter (MathJax, in `mathjax/`) are inside it, linked by relative paths, "
         "so it can be zipped and opened anywhere.",
     ])
+
+
+def _guides_section(guides, reference_pages: int) -> list[str]:
+    """The contents page's list of the guides and the API reference (none: no lines)."""
+    lines = [f"- [{g.title}]({g.page})" for g in guides]
+    if reference_pages:
+        lines.append(f"- [API reference]({REFERENCE_HOME}): {reference_pages} public modules, "
+                     "generated from their `__all__` and docstrings")
+    return ["## Guides and reference", "", *lines, ""] if lines else []
 
 
 def _version(name: str) -> str:
@@ -385,7 +390,7 @@ def _prepare(dest: Path) -> Path:
 
 def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: int = 1200,
                layout: Layout = Layout(), readme: Path | None = None,
-               progress=None) -> list[Page]:
+               progress=None, guides: bool = True, reference: bool = True) -> list[Page]:
     """Write the book into `dest` (created; a previous book there is replaced).
 
     Args:
@@ -399,9 +404,12 @@ def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: 
         layout: where lessons/notebooks/exercises live (the repository by default).
         readme: the file holding the lesson table (``layout.root / "README.md"``).
         progress: called with each Page as soon as it is written.
+        guides: write the guides (docs/*.md, CONTRIBUTING.md) as pages of the book.
+        reference: write the API reference (pdoc), one page per public module.
 
     Returns:
-        the pages written: contents first, then each lesson followed by its exercises page.
+        the pages written: contents first, then each lesson followed by its exercises page,
+        then the guides, then the reference's module pages.
 
     Raises:
         BookError: a cell of a lesson failed (the error is quoted), README's table and
@@ -417,6 +425,8 @@ def write_book(dest: Path, lessons=None, execute_lessons: bool = True, timeout: 
         writer = _Writer(partial, layout, chosen, execute_lessons, timeout, progress,
                          _sets_after_lessons(layout, entries))
         pages = writer.lessons()
+        references = writer.reference() if reference else []   # the guides link its home
+        pages += (writer.guides(find_guides(layout.root)) if guides else []) + references
         pages.insert(0, writer.contents(entries, pages))
         check_links(partial)
     except BaseException:
@@ -445,7 +455,12 @@ class _Writer:
         for sets in self.sets_after.values():
             self.exercise_pages.update({s: f"exercises/{s}.html" for s in sets})
         self.top_level, self.nested = _exporter(0), _exporter(1)
-        shutil.copytree(mathjax_source(), folder / "mathjax")
+        self.written_guides: list[Guide] = []
+        self.reference_written = False
+        try:
+            copy_mathjax(folder / "mathjax")
+        except MathJaxMissing as err:
+            raise BookError(str(err)) from None
 
     def _done(self, page: Page) -> Page:
         if self.progress is not None:
@@ -515,59 +530,51 @@ class _Writer:
                nav + note, nav)
         return Page(path, "exercises", nb)
 
+    def guides(self, guides: list[Guide]) -> list[Page]:
+        """Each guide as a page of guides/, with previous / contents / next links."""
+        pages = []
+        for i, guide in enumerate(guides):
+            before = guides[i - 1] if i > 0 else None
+            after = guides[i + 1] if i + 1 < len(guides) else None
+            nav = _nav([
+                ("prev", Path(before.page).name if before else "",
+                 f"\u2039 {before.title}" if before else ""),
+                ("contents", "../index.html", "contents"),
+                ("", f"../{REFERENCE_HOME}" if self.reference_written else "", "API reference"),
+                ("next", Path(after.page).name if after else "",
+                 f"{after.title} \u203a" if after else ""),
+            ])
+            text = book_markdown(guide, guides, self.layout.root, self.lesson_pages)
+            nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
+            _write(self.nested, nb, self.folder / guide.page, f"{guide.title} \u00b7 txlearn",
+                   nav, nav)
+            pages.append(self._done(Page(Path(guide.page), "guide", nb)))
+        self.written_guides = list(guides)
+        return pages
+
+    def reference(self) -> list[Page]:
+        """The API reference (pdoc) in reference/: one page per public module."""
+        try:
+            written = reference.write_reference(self.folder / "reference")
+        except reference.ReferenceBuildError as err:
+            raise BookError(str(err)) from None
+        self.reference_written = bool(written)
+        return [self._done(Page(Path("reference") / p, "reference", None)) for p in written]
+
     def contents(self, entries: list[LessonEntry], pages: list[Page]) -> Page:
         built = {p.path.stem: p for p in pages if p.kind == "lesson"}
-        text = _contents(entries, built, self.exercise_pages, self.execute, self.sets_after)
+        text = _contents(entries, built, self.exercise_pages, self.execute, self.sets_after,
+                         self.written_guides, sum(p.kind == "reference" for p in pages))
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(text)])
         _write(self.top_level, nb, self.folder / "index.html", "txlearn: the course as a book",
                "", "")
         return Page(Path("index.html"), "contents", nb)
 
 
-class _References(HTMLParser):
-    """Collects (tag, attribute, value) of every reference a page loads or links to."""
-
-    ATTRS = {"a": "href", "link": "href", "img": "src", "script": "src", "iframe": "src",
-             "source": "src", "video": "src", "audio": "src", "embed": "src", "object": "data"}
-
-    def __init__(self):
-        super().__init__()
-        self.refs: list[tuple[str, str]] = []
-
-    def handle_starttag(self, tag, attrs):
-        wanted = self.ATTRS.get(tag)
-        for name, value in attrs:
-            if name == wanted and value is not None:
-                self.refs.append((tag, value))
-
-
 def check_links(folder: Path) -> None:
-    """Check that every page under `folder` loads nothing from outside it.
-
-    Allowed: ``data:`` URLs, ``#fragments``, relative paths to existing files inside `folder`,
-    and, for ``<a href>`` only (a reader's click, not a load), ``http(s):``/``mailto:`` links.
-    Raises BookError listing the offending references (page, tag, value).
-    """
-    folder = Path(folder).resolve()
-    bad = []
-    for page in sorted(folder.rglob("*.html")):
-        if (folder / "mathjax") in page.parents:
-            continue
-        parser = _References()
-        parser.feed(page.read_text(encoding="utf-8"))
-        for tag, value in parser.refs:
-            parts = urlsplit(value)
-            if value.startswith(("#", "data:")):
-                continue
-            if parts.scheme or parts.netloc or value.startswith("/"):
-                if tag == "a" and parts.scheme in ("http", "https", "mailto"):
-                    continue
-                bad.append(f"{page.relative_to(folder)}: <{tag}> {value} (not inside the book)")
-                continue
-            target = (page.parent / unquote(parts.path)).resolve()
-            if folder not in target.parents or not target.is_file():
-                bad.append(f"{page.relative_to(folder)}: <{tag}> {value} (no such file in the "
-                           "book)")
-    if bad:
-        raise BookError(f"{len(bad)} reference(s) would break offline or from a zip:\n  "
-                        + "\n  ".join(bad[:20]))
+    """Check that every page under `folder` loads nothing from outside it (the rule of
+    :func:`txlearn.course.book_links.check_links`); raises BookError listing the references."""
+    try:
+        book_links.check_links(folder)
+    except book_links.LinkError as err:
+        raise BookError(str(err)) from None

@@ -14,7 +14,7 @@ Cells marked ``tags=["answer"] exercise="NAME"`` hold the learner's code; cells 
 Cells marked ``tags=["demo"]`` run only in the learner's notebook (what the learner's own code
 does once its checks pass: a loss curve, a sample, a chat answer, a speed); the grader never runs
 them.
-The format is documented in CONTRIBUTING.md. Cell ids are derived from the cell's position and
+The format is documented in docs/formats.md. Cell ids are derived from the cell's position and
 exercise, so regenerating gives byte-identical files.
 """
 
@@ -164,10 +164,12 @@ def _tags(cell) -> list[str]:
 
 
 def is_check(cell) -> bool:
+    """Whether `cell` is a check cell: a code cell tagged ``check``."""
     return cell.cell_type == "code" and "check" in _tags(cell)
 
 
 def is_answer(cell) -> bool:
+    """Whether `cell` is an answer cell: a code cell tagged ``answer``."""
     return cell.cell_type == "code" and "answer" in _tags(cell)
 
 

@@ -125,6 +125,8 @@ def load_checkpoint(path) -> dict:
 
 
 def restore_optimizer(optimizer, ckpt: dict) -> None:
+    """Load the AdamW state saved in `ckpt` (as :func:`load_checkpoint` returns it) into
+    `optimizer`: its per-parameter tensors and its parameter groups."""
     state: dict = {}
     for key, v in ckpt["tensors"].items():
         if key.startswith("optimizer."):
@@ -138,6 +140,9 @@ def restore_optimizer(optimizer, ckpt: dict) -> None:
 
 def check_resumable(ckpt: dict, config: TrainConfig, vocab: CharVocab, fingerprint: str,
                      path) -> None:
+    """Raise UserError (naming `path`) unless a run of `config` on the text with `fingerprint`
+    and `vocab` may resume from `ckpt`: every setting of the run's trajectory is the saved one
+    and the checkpoint was trained on the same text."""
     saved = ckpt["config"].trajectory()
     diff = [f"{k}={saved[k]} (this run: {v})" for k, v in config.trajectory().items()
             if saved.get(k) != v]

@@ -66,6 +66,8 @@ def pre(text) -> str:
 
 
 def badge(text: str, kind: str = "") -> str:
+    """`text` (escaped) in a status badge whose CSS class is `kind` (default: the text itself),
+    kept only when it is plain letters (PASS, FAIL, ERROR ...)."""
     kind = kind or text
     safe = kind if re.fullmatch(r"[A-Za-z]+", kind) else ""
     return f'<span class="badge {safe}">{esc(text)}</span>'
