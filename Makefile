@@ -7,6 +7,11 @@ PY := $(VENV)/bin/python
 WORK := work
 # pytest workers: both cores; loadscope keeps each notebook on one worker (nbval needs that).
 PYTEST_WORKERS ?= 2
+# The test files that take longest, longest first (measured on 2 cores).
+LONGEST_TESTS := notebooks/10_decoder.ipynb tests/test_checks_catalogue.py tests/test_pipeline.py \
+	tests/test_book.py exercises/solutions/10_decoder.ipynb notebooks/09_capstone.ipynb \
+	tests/test_grading_attacks.py exercises/solutions/09_capstone.ipynb tests/test_gradescope.py \
+	notebooks/04_positional.ipynb notebooks/08_complexity.ipynb tests/test_forkserver.py
 # The capstone's training budget (seconds) under `make test`; `make course` runs the full default.
 TEST_TRAIN_SECONDS ?= 8
 # Debian packages the tests need (the book's browser test drives Chromium; the grader's tests
@@ -67,10 +72,12 @@ debian-test-packages:
 test: venv debian-test-packages
 	$(VENV)/bin/txlearn build --check
 	@# One torch thread per worker: two workers on two cores, without oversubscription.
+	@# The longest files are named first (a path given twice is collected once), so that the
+	@# workers start on them and no long file is left running alone at the end.
 	TXLEARN_TRAIN_SECONDS=$(TEST_TRAIN_SECONDS) HF_HUB_OFFLINE=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 \
 		$(VENV)/bin/python -m pytest -n $(PYTEST_WORKERS) --dist loadscope --nbval-lax \
-		--nbval-current-env --nbval-cell-timeout=600 --durations=15 tests notebooks \
-		exercises/solutions
+		--nbval-current-env --nbval-cell-timeout=600 --durations=30 $(LONGEST_TESTS) tests \
+		notebooks exercises/solutions
 
 # The capstone's training budget is never shortened here: only `make test` does that.
 book: venv-lab

@@ -3,6 +3,7 @@ exports), from public reports against CSV exporters: numbers written exactly, an
 reachable by a spreadsheet that splits a cell on a separator other than the comma."""
 
 import csv
+import json
 import re
 from pathlib import Path
 
@@ -56,8 +57,9 @@ def test_a_formula_after_any_separator_a_spreadsheet_splits_on_is_neutralised(tm
                                        feedback=f"got {n}\nHint: -look again")])
             for i, n in enumerate(FOLDERS)]
     grading.write_csv(subs, tmp_path / "grades.csv")
-    (tmp_path / "course.yaml").write_text(
-        'roster: {"x;=1+1;": {name: "=2+3;=HYPERLINK(1)", email: "a@b;@SUM(1)"}}\n')
+    roster = {n: {"name": f"{n} =2+3;=HYPERLINK(1)", "email": f"{i}@b;@SUM(1)",
+                  "sis_login_id": n} for i, n in enumerate(FOLDERS)}   # every export writes all
+    (tmp_path / "course.yaml").write_text(json.dumps({"roster": roster}) + "\n")   # JSON is YAML
     course = load_course(tmp_path / "course.yaml")
     rows = [row("r", n, i) for i, n in enumerate(FOLDERS)]
     files = [tmp_path / "grades.csv"]

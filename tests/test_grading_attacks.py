@@ -1681,5 +1681,6 @@ def test_sixty_thousand_made_up_exercise_names_add_one_note_and_no_answer(tmp_pa
     assert sub.points == 4 and len(sub.integrity) == 4, sub.integrity[:5]
     assert sub.integrity[-1] == "and 59997 more unknown exercise names"
     row = Recorder(None, Course()).row(sub)
-    assert set(row.answers) == {"scaled_scores", "stable_softmax", "softmax_jacobian",
-                                "log_softmax"}, len(row.answers)
+    exercises = {k for k in row.answers if not k.startswith("concept:")}   # + lesson 01's checks
+    assert exercises == {"scaled_scores", "stable_softmax", "softmax_jacobian", "log_softmax"}, \
+        len(row.answers)
