@@ -19,24 +19,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.seccomp_probe import PROLOGUE
+
 SYSINFO = {"x86_64": 99, "aarch64": 179}[platform.machine().lower()]
 BPF, PERF = {"x86_64": (321, 298), "aarch64": (280, 241)}[platform.machine().lower()]
 SYSLOG = {"x86_64": 103, "aarch64": 116}[platform.machine().lower()]
-GRADING = str(Path(__file__).resolve().parents[1] / "txlearn" / "course" / "grading")
 
 # the reader and the writer in one process (the count is the machine's, whoever moves it): the
 # threads counted before and while 40 threads of its own wait, in up to 20 rounds (other
 # processes start and end threads too); under the filter, what sysinfo returns
-ROLES = f'''
-import ctypes, importlib.util, sys, threading
-libc = ctypes.CDLL(None, use_errno=True)
-def module(name):   # the grader's own file, without importing the package (and torch)
-    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-if sys.argv[1] == "filtered":
-    module("forkserver")._install_filter(libc, module("seccomp").program())
+ROLES = PROLOGUE + f'''
+import threading
 info = ctypes.create_string_buffer(b"\\x5a" * 112, 112)   # struct sysinfo; procs at byte 80
 def threads():
     done = libc.syscall({SYSINFO}, info)
@@ -80,16 +73,8 @@ def test_under_the_filter_sysinfo_is_refused_and_tells_nothing():
 # the free blocks of the file system holding the Python installation (bound read-only in every
 # sandbox), before and after 16 MiB are written beside it, as the grader writes a gradebook
 # transaction after each notebook: a runner read how much a classmate's row took
-DISK = f'''
-import ctypes, importlib.util, os, sys, tempfile
-libc = ctypes.CDLL(None, use_errno=True)
-def module(name):
-    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-if sys.argv[1] == "filtered":
-    module("forkserver")._install_filter(libc, module("seccomp").program())
+DISK = PROLOGUE + f'''
+import os, tempfile
 def free():
     try:
         return os.statvfs(sys.prefix).f_bfree * os.statvfs(sys.prefix).f_frsize >> 20
@@ -127,16 +112,8 @@ def test_under_the_filter_no_file_systems_free_blocks_are_read(tmp_path):
 # to it then takes longer to split (a covert channel known between virtual machines); whether
 # the kernel took the offer shows in the region's flags ("mg" in smaps) and in
 # PR_GET_MEMORY_MERGE
-MERGE = f'''
-import ctypes, importlib.util, mmap, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def module(name):
-    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-if sys.argv[1] == "filtered":
-    module("forkserver")._install_filter(libc, module("seccomp").program())
+MERGE = PROLOGUE + f'''
+import mmap
 region = mmap.mmap(-1, 1 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 at = ctypes.addressof(ctypes.c_char.from_buffer(region))
 done = libc.madvise(ctypes.c_void_p(at), ctypes.c_size_t(1 << 20), 12)   # MADV_MERGEABLE
@@ -175,16 +152,8 @@ def test_under_the_filter_no_page_is_offered_for_merging():
 
 # a BPF map (memory outside the address space, where the host lets unprivileged users make
 # them) and a counter of the process's own cycles (a finer clock for cache timing than any)
-COUNTERS = f'''
-import ctypes, importlib.util, struct, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def module(name):
-    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-if sys.argv[1] == "filtered":
-    module("forkserver")._install_filter(libc, module("seccomp").program())
+COUNTERS = PROLOGUE + f'''
+import struct
 array = ctypes.create_string_buffer(struct.pack("IIII", 2, 4, 8, 1 << 20), 72)   # ARRAY, 8 MB
 cycles = ctypes.create_string_buffer(struct.pack("IIQ", 0, 128, 0), 128)   # HARDWARE, CYCLES
 out = []
@@ -210,16 +179,7 @@ def test_under_the_filter_no_bpf_map_and_no_performance_counter():
 # ("segfault at 7ea5e1d0c0de"), and whoever may read the log (anyone where dmesg_restrict is 0)
 # reads it in every later runner
 CRASH = "import ctypes; ctypes.string_at(0x7ea5e1d0c0de, 1)"
-LOG = f'''
-import ctypes, importlib.util, sys
-libc = ctypes.CDLL(None, use_errno=True)
-def module(name):
-    spec = importlib.util.spec_from_file_location(name, {GRADING!r} + "/" + name + ".py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-if sys.argv[1] == "filtered":
-    module("forkserver")._install_filter(libc, module("seccomp").program())
+LOG = PROLOGUE + f'''
 log = ctypes.create_string_buffer(1 << 20)
 done = libc.syscall({SYSLOG}, 3, log, 1 << 20)                  # SYSLOG_ACTION_READ_ALL
 print(done if done < 0 else 0, ctypes.get_errno() if done < 0 else 0, b"7ea5e1d0c0de" in log.raw)
